@@ -1,0 +1,161 @@
+/* device/device.h — one interface over three backends: cuda, host, model.
+ *
+ * A struct dev_ctx owns the devices of one backend. Everything above (kernels,
+ * vmm, runtime, shim) talks to devices only through this header, so the same
+ * scheduler and vmm run on real GPUs (cuda), on emulated GPUs in host memory
+ * (host) and in virtual time (model).
+ *
+ * Places: a device index 0..n-1, DEV_HOST (pinned host memory) or DEV_DISK (for
+ * link bandwidths only).
+ * Memory: plain allocations (dev_mem_alloc) and the CUDA virtual-memory shape —
+ * reserve a virtual range, create physical chunks, map/unmap chunks into the
+ * range — so a pointer stays stable while its backing comes and goes. Physical
+ * bytes (plain or chunks) count against the device capacity; exceeding it fails
+ * with -ENOMEM and the numbers in the message. host backend: an unmapped range is
+ * PROT_NONE, so touching it faults. model backend: no data; pointers are opaque
+ * addresses that must never be dereferenced.
+ * Streams execute their ops in order; events connect streams. All ops are
+ * asynchronous; completion is observed through events or dev_stream_sync().
+ * Errors: 0 or -errno with sp_last_error() set. Thread-safety: every call may be
+ * made from any thread; a stream must not be destroyed while others use it.
+ */
+#ifndef SP_DEVICE_H
+#define SP_DEVICE_H
+
+#include "common/error.h"
+#include "common/params.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum dev_backend_kind { DEV_BACKEND_CUDA, DEV_BACKEND_HOST, DEV_BACKEND_MODEL };
+
+#define DEV_HOST (-1) /* pinned host memory, as a copy endpoint / link end */
+#define DEV_DISK (-2) /* the disk, as a link end (bandwidth only) */
+#define DEV_MAX 16
+
+struct dev_ctx;
+struct dev_stream;
+struct dev_event;
+struct dev_phys; /* a physical chunk of device memory */
+
+struct dev_config {
+	enum dev_backend_kind backend;
+	int ndevices;         /* 0 = backend default */
+	uint64_t device_mem;  /* 0 = backend default */
+	const char *profile;  /* model (and host throttle): profile name or file */
+	int link_throttle;    /* host: throttle copies to the profile's bandwidths */
+	int threads;          /* host: CPU threads for kernels, 0 = cores */
+};
+
+/* Fills *cfg from the parameter table. backend "" picks cuda when a CUDA device
+ * is present, host otherwise. Returns 0, or -EINVAL for an unknown backend. */
+int dev_config_from_params(const struct sp_params *p, struct dev_config *cfg) SP_MUST_CHECK;
+
+/* Opens the backend. Returns 0, -ENODEV ("no CUDA device") when cuda is asked for
+ * and none is present, -EINVAL for more devices than exist or a bad profile. */
+int dev_open(const struct dev_config *cfg, struct dev_ctx **out) SP_MUST_CHECK;
+/* Waits for all streams, frees everything still allocated, closes. NULL is ok. */
+void dev_close(struct dev_ctx *ctx);
+
+/* 1 if a CUDA device is usable here (the driver loads and reports >= 1 device). */
+int dev_cuda_available(void);
+
+enum dev_backend_kind dev_backend(const struct dev_ctx *ctx);
+const char *dev_backend_name(enum dev_backend_kind kind);
+int dev_count(const struct dev_ctx *ctx);
+
+struct dev_info {
+	char name[64];
+	uint64_t capacity;   /* bytes usable by spill on this device */
+	uint64_t used;       /* physical bytes allocated now */
+	double flops;        /* peak FLOP/s (fp32 for now) used by the cost model */
+	double mem_bw;       /* device memory bandwidth, bytes/s */
+	size_t granularity;  /* physical chunk / mapping granularity, bytes */
+};
+int dev_info(const struct dev_ctx *ctx, int dev, struct dev_info *out) SP_MUST_CHECK;
+
+/* Link bandwidth in bytes/s from src to dst (device index, DEV_HOST, DEV_DISK).
+ * Host links of all GPUs share one host bandwidth (dev_host_link_bw). 0 if no
+ * such link (e.g. no p2p between two devices: copies then go through the host). */
+double dev_link_bw(const struct dev_ctx *ctx, int src, int dst);
+double dev_host_link_bw(const struct dev_ctx *ctx); /* shared by all GPUs, per direction */
+int dev_p2p_possible(const struct dev_ctx *ctx, int a, int b);
+
+/* ---- memory ---- */
+int dev_mem_alloc(struct dev_ctx *ctx, int dev, size_t bytes, void **out) SP_MUST_CHECK;
+int dev_mem_free(struct dev_ctx *ctx, int dev, void *ptr) SP_MUST_CHECK;
+/* Pinned (page-locked) host memory, usable by async copies. */
+int dev_host_alloc(struct dev_ctx *ctx, size_t bytes, void **out) SP_MUST_CHECK;
+int dev_host_free(struct dev_ctx *ctx, void *ptr) SP_MUST_CHECK;
+
+/* Virtual ranges and physical chunks. Sizes and offsets are multiples of the
+ * device's granularity. A range belongs to a device; chunks of that device map
+ * into it. Unmapping does not destroy a chunk (its bytes survive a remap). */
+int dev_va_reserve(struct dev_ctx *ctx, int dev, size_t bytes, void **out) SP_MUST_CHECK;
+int dev_va_release(struct dev_ctx *ctx, void *va, size_t bytes) SP_MUST_CHECK;
+int dev_phys_create(struct dev_ctx *ctx, int dev, size_t bytes, struct dev_phys **out) SP_MUST_CHECK;
+int dev_phys_destroy(struct dev_ctx *ctx, struct dev_phys *phys) SP_MUST_CHECK;
+int dev_va_map(struct dev_ctx *ctx, void *va, size_t bytes, struct dev_phys *phys,
+	       size_t phys_offset) SP_MUST_CHECK;
+int dev_va_unmap(struct dev_ctx *ctx, void *va, size_t bytes) SP_MUST_CHECK;
+
+/* ---- streams and events ---- */
+int dev_stream_create(struct dev_ctx *ctx, int dev, struct dev_stream **out) SP_MUST_CHECK;
+int dev_stream_destroy(struct dev_stream *s) SP_MUST_CHECK; /* syncs first */
+int dev_stream_sync(struct dev_stream *s) SP_MUST_CHECK;
+int dev_stream_device(const struct dev_stream *s);
+/* The backend's native stream (cudaStream_t for cuda; NULL otherwise). */
+void *dev_stream_native(const struct dev_stream *s);
+
+int dev_event_create(struct dev_ctx *ctx, struct dev_event **out) SP_MUST_CHECK;
+int dev_event_destroy(struct dev_event *e) SP_MUST_CHECK;
+/* Captures the work queued on s so far; a later record replaces the capture. */
+int dev_event_record(struct dev_event *e, struct dev_stream *s) SP_MUST_CHECK;
+/* 0 if complete (or never recorded), -EAGAIN if pending, <0 on error. */
+int dev_event_query(struct dev_event *e);
+int dev_event_sync(struct dev_event *e) SP_MUST_CHECK;
+/* Work queued on s after this call waits for e's captured work. */
+int dev_stream_wait_event(struct dev_stream *s, struct dev_event *e) SP_MUST_CHECK;
+/* Completion time of e in seconds (wall clock for cuda/host, virtual for model),
+ * on the same clock as dev_now(). Returns -EAGAIN if pending. */
+int dev_event_time(struct dev_event *e, double *out_s) SP_MUST_CHECK;
+/* The backend's clock in seconds: monotonic wall time, or the model's virtual time. */
+double dev_now(const struct dev_ctx *ctx);
+
+/* ---- async operations, queued on a stream ---- */
+/* Copies bytes from src (on place src_dev) to dst (on place dst_dev). Places are
+ * device indices or DEV_HOST; the kind (H2D, D2H, D2D, P2P) follows from them.
+ * P2P between devices without a peer link is staged through the host. */
+int dev_memcpy_async(struct dev_stream *s, void *dst, int dst_dev, const void *src,
+		     int src_dev, size_t bytes) SP_MUST_CHECK;
+int dev_memset_async(struct dev_stream *s, void *dst, int dst_dev, int value,
+		     size_t bytes) SP_MUST_CHECK;
+
+/* A kernel: a CPU function (host backend, run on the stream's worker) and a
+ * CUDA launcher (cuda backend, given the native stream). The model backend runs
+ * neither and charges the cost. args is copied at launch (args_size bytes). */
+struct dev_kernel {
+	const char *name;
+	void (*cpu)(const void *args);
+	void (*cuda)(const void *args, void *cuda_stream);
+};
+struct dev_cost {
+	double flops; /* floating-point operations */
+	double bytes; /* device-memory bytes read + written */
+};
+int dev_launch(struct dev_stream *s, const struct dev_kernel *k, const void *args,
+	       size_t args_size, struct dev_cost cost) SP_MUST_CHECK;
+
+/* Runs fn(arg) on a host thread once all earlier work on s is done; later work
+ * on s waits for it to return. fn must not call dev_* sync functions. */
+int dev_host_callback(struct dev_stream *s, void (*fn)(void *arg), void *arg) SP_MUST_CHECK;
+
+/* ---- accounting ---- */
+enum dev_copy_kind { DEV_COPY_H2D, DEV_COPY_D2H, DEV_COPY_D2D, DEV_COPY_P2P, DEV_COPY_KINDS };
+/* Bytes copied by the device layer since open, per kind (checked against the vmm's
+ * own accounting by tests). */
+uint64_t dev_copied_bytes(const struct dev_ctx *ctx, enum dev_copy_kind kind);
+const char *dev_copy_kind_name(enum dev_copy_kind kind);
+
+#endif
