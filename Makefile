@@ -146,7 +146,7 @@ endef
 $(foreach t,$(TEST_SRCS),$(eval $(call test_rule,$(t))))
 
 # ---- module goals (bench targets, the preload library, ...) ----------------------
--include $(wildcard */module.mk)
+-include $(wildcard */module.mk */module-*.mk)
 
 all: $(O)/lib/libspill.a $(O)/lib/libspill.so $(TOOL_BINS) $(EXTRA_ALL)
 tests: $(TEST_BINS) $(TOOL_BINS) $(EXTRA_TEST_DEPS)
