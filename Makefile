@@ -170,6 +170,12 @@ test-gpu-run: tests
 deps:
 	@tools/deps.sh
 
+# The README's first command: build, then show spill at work on the default backend.
+demo: deps
+	@$(MAKE) --no-print-directory demo-run
+demo-run: all
+	@O=$(O) tools/demo.sh
+
 # ---- formatting, README --------------------------------------------------------
 FORMAT_SRCS = $(shell git ls-files '*.c' '*.h' '*.cu' 2>/dev/null)
 format:
@@ -184,6 +190,6 @@ readme: $(O)/bin/spill
 clean:
 	rm -rf build
 
-.PHONY: all tests test test-run test-gpu test-gpu-run deps format check-format readme clean
+.PHONY: all tests test test-run test-gpu test-gpu-run deps demo demo-run format check-format readme clean
 .SECONDARY:
 -include $(shell find $(O) -name '*.d' 2>/dev/null)

@@ -46,15 +46,15 @@ void sp_error_context(const char *fmt, ...)
 
 void sp_error_trace(const char *file, int line, const char *expr, int rc)
 {
-	sp_log(SP_LOG_TRACE, SP_SUBSYS_ALL, "%s:%d: %s failed: %d (%s)", file, line, expr,
-	       rc, strerror(-rc));
+	sp_log(SP_LOG_TRACE, SP_SUBSYS_ALL, "%s:%d: %s failed: %d (%s)", file, line, expr, rc,
+	       strerror(-rc));
 }
 
 void sp_assert_fail(const char *file, int line, const char *expr)
 {
 	char buf[512];
-	int n = snprintf(buf, sizeof(buf), "spill: assertion failed at %s:%d: %s\n", file,
-			 line, expr);
+	int n =
+	    snprintf(buf, sizeof(buf), "spill: assertion failed at %s:%d: %s\n", file, line, expr);
 	if (n > 0) {
 		ssize_t w = write(2, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
 		(void)w;

@@ -16,7 +16,7 @@ static int sp_log_fd = 2;
 static const char *const level_names[] = {"NONE", "WARN", "INFO", "TRACE"};
 static const char *const subsys_names[] = {
 #define SP_SUBSYS_NAME_(n) #n,
-	SP_SUBSYS_LIST(SP_SUBSYS_NAME_)
+    SP_SUBSYS_LIST(SP_SUBSYS_NAME_)
 #undef SP_SUBSYS_NAME_
 };
 
@@ -36,8 +36,7 @@ int sp_log_level_parse(const char *s, enum sp_log_level *out)
 			return 0;
 		}
 	}
-	return sp_error(-EINVAL, "unknown log level '%s' (expected NONE, WARN, INFO or TRACE)",
-			s);
+	return sp_error(-EINVAL, "unknown log level '%s' (expected NONE, WARN, INFO or TRACE)", s);
 }
 
 int sp_log_subsys_parse(const char *s, unsigned *out)
@@ -57,14 +56,17 @@ int sp_log_subsys_parse(const char *s, unsigned *out)
 			found = 1;
 		}
 		for (size_t i = 0; !found && i < SP_ARRAY_SIZE(subsys_names); i++) {
-			if (strlen(subsys_names[i]) == len && strncasecmp(p, subsys_names[i], len) == 0) {
+			if (strlen(subsys_names[i]) == len &&
+			    strncasecmp(p, subsys_names[i], len) == 0) {
 				mask |= 1u << i;
 				found = 1;
 			}
 		}
 		if (!found)
-			return sp_error(-EINVAL, "unknown debug subsystem '%.*s' (expected ALL, VMM, TG, RT, KN, DEV, SHIM, IO or COMMON)",
-					(int)len, p);
+			return sp_error(-EINVAL,
+			                "unknown debug subsystem '%.*s' (expected ALL, VMM, TG, "
+			                "RT, KN, DEV, SHIM, IO or COMMON)",
+			                (int)len, p);
 		p = end ? end + 1 : p + len;
 	}
 	*out = mask;
@@ -84,8 +86,8 @@ void sp_log_write(enum sp_log_level level, unsigned subsys, const char *fmt, ...
 		}
 	}
 	int n = snprintf(buf, sizeof(buf), "spill %ld.%06ld %d %s %s: ", (long)ts.tv_sec,
-			 ts.tv_nsec / 1000, (int)syscall(SYS_gettid),
-			 level_names[level < 4 ? level : 3], sname);
+	                 ts.tv_nsec / 1000, (int)syscall(SYS_gettid),
+	                 level_names[level < 4 ? level : 3], sname);
 	if (n < 0)
 		return;
 	va_list ap;

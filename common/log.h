@@ -24,16 +24,16 @@ enum sp_subsys_bit {
 #define SP_SUBSYS_BIT_(n) SP_SUBSYS_BIT_##n,
 	SP_SUBSYS_LIST(SP_SUBSYS_BIT_)
 #undef SP_SUBSYS_BIT_
-	SP_SUBSYS_COUNT
+	    SP_SUBSYS_COUNT
 };
 enum sp_subsys {
 #define SP_SUBSYS_VAL_(n) SP_SUBSYS_##n = 1u << SP_SUBSYS_BIT_##n,
 	SP_SUBSYS_LIST(SP_SUBSYS_VAL_)
 #undef SP_SUBSYS_VAL_
-	SP_SUBSYS_ALL = (1u << SP_SUBSYS_COUNT) - 1,
+	    SP_SUBSYS_ALL = (1u << SP_SUBSYS_COUNT) - 1,
 };
 
-extern int sp_log_level_now;         /* read by the macro before formatting */
+extern int sp_log_level_now;        /* read by the macro before formatting */
 extern unsigned sp_log_subsys_mask; /* subsystems enabled */
 
 /* Sets the level, the subsystem mask and the output fd (-1 keeps the current one).
@@ -47,18 +47,17 @@ int sp_log_level_parse(const char *s, enum sp_log_level *out) SP_MUST_CHECK;
  * Returns 0, or -EINVAL naming the unknown subsystem. */
 int sp_log_subsys_parse(const char *s, unsigned *out) SP_MUST_CHECK;
 
-void sp_log_write(enum sp_log_level level, unsigned subsys, const char *fmt, ...)
-	SP_PRINTF(3, 4);
+void sp_log_write(enum sp_log_level level, unsigned subsys, const char *fmt, ...) SP_PRINTF(3, 4);
 
-#define sp_log(level, subsys, ...)                                             \
-	do {                                                                   \
-		if (SP_UNLIKELY((int)(level) <= sp_log_level_now) &&          \
-		    (sp_log_subsys_mask & (unsigned)(subsys)))                 \
+#define sp_log(level, subsys, ...)                                              \
+	do {                                                                    \
+		if (SP_UNLIKELY((int)(level) <= sp_log_level_now) &&            \
+		    (sp_log_subsys_mask & (unsigned)(subsys)))                  \
 			sp_log_write((level), (unsigned)(subsys), __VA_ARGS__); \
 	} while (0)
 
-#define SP_WARN(subsys, ...) sp_log(SP_LOG_WARN, SP_SUBSYS_##subsys, __VA_ARGS__)
-#define SP_INFO(subsys, ...) sp_log(SP_LOG_INFO, SP_SUBSYS_##subsys, __VA_ARGS__)
+#define SP_WARN(subsys, ...)  sp_log(SP_LOG_WARN, SP_SUBSYS_##subsys, __VA_ARGS__)
+#define SP_INFO(subsys, ...)  sp_log(SP_LOG_INFO, SP_SUBSYS_##subsys, __VA_ARGS__)
 #define SP_TRACE(subsys, ...) sp_log(SP_LOG_TRACE, SP_SUBSYS_##subsys, __VA_ARGS__)
 
 #endif

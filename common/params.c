@@ -15,7 +15,7 @@
 extern char **environ;
 
 const struct sp_param_desc sp_param_table[] = {
-#define SP_PARAM(field, type, def, choices, doc)                                 \
+#define SP_PARAM(field, type, def, choices, doc) \
 	{"SPILL_" #field, SP_PARAM_##type, def, choices, doc, offsetof(struct sp_params, field)},
 #include "common/params.def"
 #undef SP_PARAM
@@ -44,10 +44,22 @@ int sp_parse_size(const char *s, uint64_t *out)
 	}
 	unsigned shift = 0;
 	switch (toupper((unsigned char)*p)) {
-	case 'K': shift = 10; p++; break;
-	case 'M': shift = 20; p++; break;
-	case 'G': shift = 30; p++; break;
-	case 'T': shift = 40; p++; break;
+	case 'K':
+		shift = 10;
+		p++;
+		break;
+	case 'M':
+		shift = 20;
+		p++;
+		break;
+	case 'G':
+		shift = 30;
+		p++;
+		break;
+	case 'T':
+		shift = 40;
+		p++;
+		break;
 	default: break;
 	}
 	if (shift && (*p == 'i' || *p == 'I'))
@@ -104,14 +116,16 @@ static int parse_one(const struct sp_param_desc *d, const char *value, struct sp
 	case SP_PARAM_STR:
 		if (d->choices[0] && !choice_ok(d->choices, value))
 			return sp_error(-EINVAL, "%s='%s' is not one of %s", name, value,
-					d->choices[0] == '|' ? d->choices + 1 : d->choices);
+			                d->choices[0] == '|' ? d->choices + 1 : d->choices);
 		memcpy(field, &value, sizeof(value));
 		return 0;
 	case SP_PARAM_SIZE: {
 		uint64_t v;
 		if (sp_parse_size(value, &v) < 0)
-			return sp_error(-EINVAL, "%s='%s' is not a size (digits with an optional K, M, G or T suffix)",
-					name, value);
+			return sp_error(
+			    -EINVAL,
+			    "%s='%s' is not a size (digits with an optional K, M, G or T suffix)",
+			    name, value);
 		memcpy(field, &v, sizeof(v));
 		return 0;
 	}
@@ -119,7 +133,8 @@ static int parse_one(const struct sp_param_desc *d, const char *value, struct sp
 		errno = 0;
 		long v = strtol(value, &end, 10);
 		if (errno || end == value || *end != '\0' || v < 0)
-			return sp_error(-EINVAL, "%s='%s' is not a non-negative integer", name, value);
+			return sp_error(-EINVAL, "%s='%s' is not a non-negative integer", name,
+			                value);
 		memcpy(field, &v, sizeof(v));
 		return 0;
 	}
@@ -129,11 +144,12 @@ static int parse_one(const struct sp_param_desc *d, const char *value, struct sp
 		    strcasecmp(value, "yes") == 0 || strcasecmp(value, "on") == 0)
 			v = 1;
 		else if (strcmp(value, "0") == 0 || strcasecmp(value, "false") == 0 ||
-			 strcasecmp(value, "no") == 0 || strcasecmp(value, "off") == 0)
+		         strcasecmp(value, "no") == 0 || strcasecmp(value, "off") == 0)
 			v = 0;
 		else
-			return sp_error(-EINVAL, "%s='%s' is not a boolean (0/1, true/false, yes/no, on/off)",
-					name, value);
+			return sp_error(
+			    -EINVAL, "%s='%s' is not a boolean (0/1, true/false, yes/no, on/off)",
+			    name, value);
 		memcpy(field, &v, sizeof(v));
 		return 0;
 	}
@@ -141,7 +157,8 @@ static int parse_one(const struct sp_param_desc *d, const char *value, struct sp
 		errno = 0;
 		double v = strtod(value, &end);
 		if (errno || end == value || *end != '\0' || !isfinite(v) || v < 0)
-			return sp_error(-EINVAL, "%s='%s' is not a non-negative number", name, value);
+			return sp_error(-EINVAL, "%s='%s' is not a non-negative number", name,
+			                value);
 		memcpy(field, &v, sizeof(v));
 		return 0;
 	}
@@ -192,8 +209,9 @@ int sp_params_load(struct sp_params *out, const char *(*getenv_fn)(const char *)
 				known = strlen(name) == len && strncmp(name, *e, len) == 0;
 			}
 			if (!known)
-				SP_WARN(COMMON, "unknown variable %.*s ignored (see `spill params`)",
-					(int)len, *e);
+				SP_WARN(COMMON,
+				        "unknown variable %.*s ignored (see `spill params`)",
+				        (int)len, *e);
 		}
 	}
 	*out = p;
@@ -224,13 +242,13 @@ int sp_params_apply_logging(const struct sp_params *p)
 		const char *pct = strstr(p->debug_file, "%p");
 		if (pct)
 			snprintf(path, sizeof(path), "%.*s%d%s", (int)(pct - p->debug_file),
-				 p->debug_file, (int)getpid(), pct + 2);
+			         p->debug_file, (int)getpid(), pct + 2);
 		else
 			snprintf(path, sizeof(path), "%s", p->debug_file);
 		fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 		if (fd < 0)
 			return sp_error(-errno, "SPILL_DEBUG_FILE: cannot open '%s': %s", path,
-					strerror(errno));
+			                strerror(errno));
 	}
 	sp_log_configure(level, mask, fd);
 	return 0;
@@ -258,7 +276,8 @@ void sp_params_print_markdown(FILE *f)
 		env_name(d, name, sizeof(name));
 		fprintf(f, "| `%s` | %s | `%s` | %s", name, type_name(d->type), d->def, d->doc);
 		if (d->choices[0])
-			fprintf(f, " (one of: %s)", d->choices[0] == '|' ? d->choices + 1 : d->choices);
+			fprintf(f, " (one of: %s)",
+			        d->choices[0] == '|' ? d->choices + 1 : d->choices);
 		fprintf(f, " |\n");
 	}
 }

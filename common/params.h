@@ -15,10 +15,10 @@
 
 enum sp_param_type { SP_PARAM_STR, SP_PARAM_SIZE, SP_PARAM_INT, SP_PARAM_BOOL, SP_PARAM_DOUBLE };
 
-#define SP_PARAM_CTYPE_STR const char *
-#define SP_PARAM_CTYPE_SIZE uint64_t
-#define SP_PARAM_CTYPE_INT long
-#define SP_PARAM_CTYPE_BOOL int
+#define SP_PARAM_CTYPE_STR    const char *
+#define SP_PARAM_CTYPE_SIZE   uint64_t
+#define SP_PARAM_CTYPE_INT    long
+#define SP_PARAM_CTYPE_BOOL   int
 #define SP_PARAM_CTYPE_DOUBLE double
 
 struct sp_params {
@@ -28,12 +28,12 @@ struct sp_params {
 };
 
 struct sp_param_desc {
-	const char *env;     /* "SPILL_DEVICE_MEM" */
+	const char *env; /* "SPILL_DEVICE_MEM" */
 	enum sp_param_type type;
 	const char *def;
 	const char *choices; /* "" or "a|b|c" */
 	const char *doc;
-	size_t offset;       /* into struct sp_params */
+	size_t offset; /* into struct sp_params */
 };
 
 /* The table, in params.def order. */

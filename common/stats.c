@@ -12,8 +12,8 @@ static int64_t load64(const void *base, size_t off)
 	return v;
 }
 
-void sp_stats_print_table(FILE *f, const char *title, const struct sp_stat_desc *desc,
-			  size_t n, const void *stats)
+void sp_stats_print_table(FILE *f, const char *title, const struct sp_stat_desc *desc, size_t n,
+                          const void *stats)
 {
 	fprintf(f, "== %s ==\n", title);
 	fprintf(f, "%-28s %16s %16s %16s  %s\n", "stat", "current", "peak", "total", "");
@@ -22,17 +22,16 @@ void sp_stats_print_table(FILE *f, const char *title, const struct sp_stat_desc 
 		size_t o = d->offset;
 		if (d->kind == SP_STAT_COUNT)
 			fprintf(f, "%-28s %16" PRId64 " %16" PRId64 " %16" PRId64 "  %s\n", d->name,
-				load64(stats, o + offsetof(struct sp_count, current)),
-				load64(stats, o + offsetof(struct sp_count, peak)),
-				load64(stats, o + offsetof(struct sp_count, total)), d->doc);
+			        load64(stats, o + offsetof(struct sp_count, current)),
+			        load64(stats, o + offsetof(struct sp_count, peak)),
+			        load64(stats, o + offsetof(struct sp_count, total)), d->doc);
 		else
 			fprintf(f, "%-28s %16s %16s %16" PRId64 "  %s\n", d->name, "", "",
-				load64(stats, o), d->doc);
+			        load64(stats, o), d->doc);
 	}
 }
 
-void sp_stats_print_json(FILE *f, const struct sp_stat_desc *desc, size_t n,
-			 const void *stats)
+void sp_stats_print_json(FILE *f, const struct sp_stat_desc *desc, size_t n, const void *stats)
 {
 	fputc('{', f);
 	for (size_t i = 0; i < n; i++) {
@@ -41,10 +40,12 @@ void sp_stats_print_json(FILE *f, const struct sp_stat_desc *desc, size_t n,
 		if (i)
 			fputc(',', f);
 		if (d->kind == SP_STAT_COUNT)
-			fprintf(f, "\"%s\":{\"current\":%" PRId64 ",\"peak\":%" PRId64 ",\"total\":%" PRId64 "}",
-				d->name, load64(stats, o + offsetof(struct sp_count, current)),
-				load64(stats, o + offsetof(struct sp_count, peak)),
-				load64(stats, o + offsetof(struct sp_count, total)));
+			fprintf(f,
+			        "\"%s\":{\"current\":%" PRId64 ",\"peak\":%" PRId64
+			        ",\"total\":%" PRId64 "}",
+			        d->name, load64(stats, o + offsetof(struct sp_count, current)),
+			        load64(stats, o + offsetof(struct sp_count, peak)),
+			        load64(stats, o + offsetof(struct sp_count, total)));
 		else
 			fprintf(f, "\"%s\":%" PRId64, d->name, load64(stats, o));
 	}

@@ -36,21 +36,21 @@ struct sp_stat_desc {
 	const char *doc;
 };
 
-#define SP_STAT_FIELD_COUNT(name) struct sp_count name;
-#define SP_STAT_FIELD_COUNTER(name) struct sp_counter name;
+#define SP_STAT_FIELD_COUNT(name)       struct sp_count name;
+#define SP_STAT_FIELD_COUNTER(name)     struct sp_counter name;
 #define SP_STAT_FIELD_(kind, name, doc) SP_STAT_FIELD_##kind(name)
-#define SP_STAT_DESC_(kind, name, doc) {#name, SP_STAT_##kind, offsetof(SP_STATS_TYPE_, name), doc},
+#define SP_STAT_DESC_(kind, name, doc)  {#name, SP_STAT_##kind, offsetof(SP_STATS_TYPE_, name), doc},
 
-#define SP_STATS_DECLARE(tag, LIST)                                            \
-	struct tag {                                                           \
-		LIST(SP_STAT_FIELD_)                                           \
-	};                                                                     \
-	extern const struct sp_stat_desc tag##_desc[];                         \
+#define SP_STATS_DECLARE(tag, LIST)                    \
+	struct tag {                                   \
+		LIST(SP_STAT_FIELD_)                   \
+	};                                             \
+	extern const struct sp_stat_desc tag##_desc[]; \
 	extern const size_t tag##_desc_count;
 
-#define SP_STATS_DEFINE(tag, LIST)                                             \
-	typedef struct tag SP_STATS_TYPE_;                                     \
-	const struct sp_stat_desc tag##_desc[] = {LIST(SP_STAT_DESC_)};        \
+#define SP_STATS_DEFINE(tag, LIST)                                      \
+	typedef struct tag SP_STATS_TYPE_;                              \
+	const struct sp_stat_desc tag##_desc[] = {LIST(SP_STAT_DESC_)}; \
 	const size_t tag##_desc_count = sizeof(tag##_desc) / sizeof(tag##_desc[0]);
 
 /* Adds delta (may be negative) to a count, raising peak and total as needed. */
@@ -62,7 +62,7 @@ static inline void sp_count_add(struct sp_count *c, int64_t delta)
 		int64_t peak = __atomic_load_n(&c->peak, __ATOMIC_RELAXED);
 		while (now > peak &&
 		       !__atomic_compare_exchange_n(&c->peak, &peak, now, 1, __ATOMIC_RELAXED,
-						    __ATOMIC_RELAXED)) {
+		                                    __ATOMIC_RELAXED)) {
 		}
 	}
 }
@@ -78,12 +78,11 @@ static inline int64_t sp_counter_get(const struct sp_counter *c)
 }
 
 /* Prints a text table (name, current, peak, total, doc) titled title. */
-void sp_stats_print_table(FILE *f, const char *title, const struct sp_stat_desc *desc,
-			  size_t n, const void *stats);
+void sp_stats_print_table(FILE *f, const char *title, const struct sp_stat_desc *desc, size_t n,
+                          const void *stats);
 
 /* Prints a JSON object {"name": {"current":..,"peak":..,"total":..}, "ctr": N}. */
-void sp_stats_print_json(FILE *f, const struct sp_stat_desc *desc, size_t n,
-			 const void *stats);
+void sp_stats_print_json(FILE *f, const struct sp_stat_desc *desc, size_t n, const void *stats);
 
 /* Monotonic time in nanoseconds and seconds. */
 uint64_t sp_now_ns(void);

@@ -55,7 +55,8 @@ static int cmd_devices(void)
 		char cap[32];
 		if (dev_info(ctx, d, &info) < 0)
 			continue;
-		printf("  dev %d: %-24s %12s  %.1f TFLOP/s  mem %.0f GB/s  H2D %.1f GB/s  D2H %.1f GB/s\n",
+		printf("  dev %d: %-24s %12s  %.1f TFLOP/s  mem %.0f GB/s  H2D %.1f GB/s  D2H %.1f "
+		       "GB/s\n",
 		       d, info.name, sp_format_size(info.capacity, cap, sizeof(cap)),
 		       info.flops / 1e12, info.mem_bw / 1e9, dev_link_bw(ctx, DEV_HOST, d) / 1e9,
 		       dev_link_bw(ctx, d, DEV_HOST) / 1e9);
@@ -65,17 +66,19 @@ static int cmd_devices(void)
 	for (int a = 0; a < n; a++)
 		for (int b = 0; b < n; b++)
 			if (a != b && dev_p2p_possible(ctx, a, b))
-				printf("  p2p %d->%d: %.1f GB/s\n", a, b, dev_link_bw(ctx, a, b) / 1e9);
+				printf("  p2p %d->%d: %.1f GB/s\n", a, b,
+				       dev_link_bw(ctx, a, b) / 1e9);
 	dev_close(ctx);
 	return 0;
 }
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: spill <command> [args]\n"
-		   "  params [--markdown]  print the SPILL_* variables (values, or the README table)\n"
-		   "  devices              list the devices of the configured backend\n"
-		   "  version              print the version\n");
+	fprintf(f,
+	        "usage: spill <command> [args]\n"
+	        "  params [--markdown]  print the SPILL_* variables (values, or the README table)\n"
+	        "  devices              list the devices of the configured backend\n"
+	        "  version              print the version\n");
 }
 
 int main(int argc, char **argv)

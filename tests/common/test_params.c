@@ -38,8 +38,8 @@ int main(void)
 	CHECK(sp_parse_size("1T", &v) == 0 && v == 1ull << 40);
 	CHECK(sp_parse_size("16GiB", &v) == 0 && v == 16ull << 30);
 	CHECK(sp_parse_size("5mb", &v) == 0 && v == 5ull << 20);
-	const char *bad_sizes[] = {"", "G", "-1", "1.5G", "12X", "1G2", "99999999999999999999",
-				   "20000000T", " 1"};
+	const char *bad_sizes[] = {
+	    "", "G", "-1", "1.5G", "12X", "1G2", "99999999999999999999", "20000000T", " 1"};
 	for (size_t i = 0; i < SP_ARRAY_SIZE(bad_sizes); i++)
 		CHECK_MSG(sp_parse_size(bad_sizes[i], &v) == -EINVAL, "'%s'", bad_sizes[i]);
 
@@ -57,11 +57,10 @@ int main(void)
 	struct {
 		const char *name, *value;
 	} bad[] = {
-		{"SPILL_DEVICE_MEM", "lots"}, {"SPILL_DEVICE_MEM", "1.5G"},
-		{"SPILL_DEVICES", "two"},     {"SPILL_DEVICES", "-1"},
-		{"SPILL_DEVICES", "3x"},      {"SPILL_BACKEND", "tpu"},
-		{"SPILL_STATS", "maybe"},     {"SPILL_DEBUG", "LOUD"},
-		{"SPILL_IO_BLOCK", ""},       {"SPILL_HOST_MEM", "1Q"},
+	    {"SPILL_DEVICE_MEM", "lots"}, {"SPILL_DEVICE_MEM", "1.5G"}, {"SPILL_DEVICES", "two"},
+	    {"SPILL_DEVICES", "-1"},      {"SPILL_DEVICES", "3x"},      {"SPILL_BACKEND", "tpu"},
+	    {"SPILL_STATS", "maybe"},     {"SPILL_DEBUG", "LOUD"},      {"SPILL_IO_BLOCK", ""},
+	    {"SPILL_HOST_MEM", "1Q"},
 	};
 	for (size_t i = 0; i < SP_ARRAY_SIZE(bad); i++) {
 		struct sp_params q;
@@ -69,7 +68,7 @@ int main(void)
 		struct sp_params before = q;
 		CHECK(load_with(bad[i].name, bad[i].value, &q) == -EINVAL);
 		CHECK_MSG(strstr(sp_last_error(), bad[i].name) != NULL, "message '%s' lacks %s",
-			  sp_last_error(), bad[i].name);
+		          sp_last_error(), bad[i].name);
 		CHECK(memcmp(&q, &before, sizeof(q)) == 0);
 	}
 
@@ -99,7 +98,8 @@ int main(void)
 	FILE *f = fmemopen(buf, sizeof(buf), "w");
 	sp_stats_print_json(f, t_stats_desc, t_stats_desc_count, &st);
 	fclose(f);
-	CHECK_MSG(strcmp(buf, "{\"bytes\":{\"current\":30,\"peak\":150,\"total\":150},\"ops\":3}") == 0,
-		  "%s", buf);
+	CHECK_MSG(
+	    strcmp(buf, "{\"bytes\":{\"current\":30,\"peak\":150,\"total\":150},\"ops\":3}") == 0,
+	    "%s", buf);
 	TEST_PASS();
 }
