@@ -2,7 +2,7 @@
  * directory, read and written asynchronously through io_uring (liburing) with
  * O_DIRECT and registered, aligned bounce buffers.
  *
- * This is the contract between the vmm core (vmm/*.c) and the disk tier
+ * This is the contract between the vmm core (the other vmm/ sources) and the disk tier
  * (vmm/tier_disk.c). The core owns objects and decides what goes to disk; the
  * disk tier only stores bytes. Sources and destinations of I/O are ordinary
  * (pinned) host memory of any alignment; the tier stages through its bounce

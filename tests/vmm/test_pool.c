@@ -1,0 +1,111 @@
+/* tests/vmm/test_pool.c — the range allocator: first fit, coalescing, no
+ * overlap under random alloc/free, and the fragmentation window (the cheapest
+ * run of free and evictable blocks that opens a hole large enough). */
+#include "tests/test.h"
+#include "vmm/internal.h"
+
+#include <stdint.h>
+#include <string.h>
+
+static double cost_all(void *arg, uint32_t owner)
+{
+	const int *pinned = arg;
+	return pinned[owner] ? -1 : 1.0;
+}
+
+static void check_tiling(const struct vmm_pool *p)
+{
+	uint64_t off = 0, used = 0;
+	int prev_free = 0;
+	for (int32_t b = p->head; b >= 0; b = p->blocks[b].next) {
+		const struct vmm_pool_block *B = &p->blocks[b];
+		CHECK_MSG(B->off == off, "block at %llu, expected %llu", (unsigned long long)B->off,
+		          (unsigned long long)off);
+		CHECK(B->size > 0);
+		int is_free = B->owner == VMM_POOL_FREE;
+		CHECK_MSG(!(is_free && prev_free), "two adjacent free blocks at %llu",
+		          (unsigned long long)off);
+		prev_free = is_free;
+		if (!is_free)
+			used += B->size;
+		off += B->size;
+	}
+	CHECK(off == p->size);
+	CHECK(used == p->used);
+}
+
+int main(void)
+{
+	struct vmm_pool p;
+	int32_t a, b, c, d;
+	CHECK_OK(vmm_pool_init(&p, 4096, 256, 64));
+	CHECK(vmm_pool_alloc(&p, 0, 1, &a) == 0); /* zero rounds up to one unit */
+	CHECK(p.used == 256);
+	vmm_pool_free(&p, a);
+	CHECK_OK(vmm_pool_alloc(&p, 1000, 1, &a)); /* 1024 */
+	CHECK_OK(vmm_pool_alloc(&p, 1024, 2, &b));
+	CHECK_OK(vmm_pool_alloc(&p, 1024, 3, &c));
+	CHECK_OK(vmm_pool_alloc(&p, 1024, 4, &d));
+	CHECK(p.used == 4096);
+	CHECK(vmm_pool_alloc(&p, 1, 5, &a) == -ENOMEM);
+	check_tiling(&p);
+	/* free 1 and 3: 2 KiB free, largest hole 1 KiB */
+	vmm_pool_free(&p, p.head);
+	vmm_pool_free(&p, c);
+	check_tiling(&p);
+	CHECK(p.size - p.used == 2048);
+	CHECK(vmm_pool_largest_free(&p) == 1024);
+	int32_t e;
+	CHECK(vmm_pool_alloc(&p, 2048, 6, &e) == -ENOMEM);
+	/* window of 2 KiB: [free 1K][obj2] or [obj2][free 1K] or [free][obj4]: cost 1 */
+	int pinned[8] = {0};
+	uint32_t owners[8];
+	int n = vmm_pool_window(&p, 2048, cost_all, pinned, owners, 8);
+	CHECK_MSG(n == 1, "window has %d owners", n);
+	CHECK(owners[0] == 1 || owners[0] == 3); /* owner ids are index + 1 - 1 */
+	/* pin objects 2 and 4 (owner indices 1 and 3): no window */
+	pinned[1] = pinned[3] = 1;
+	CHECK(vmm_pool_window(&p, 2048, cost_all, pinned, owners, 8) == -1);
+	pinned[1] = 0;
+	n = vmm_pool_window(&p, 2048, cost_all, pinned, owners, 8);
+	CHECK(n == 1 && owners[0] == 1);
+	vmm_pool_free(&p, b); /* coalesces three blocks */
+	check_tiling(&p);
+	CHECK(vmm_pool_largest_free(&p) == 3072);
+	vmm_pool_fini(&p);
+
+	/* random alloc/free against a shadow map */
+	CHECK_OK(vmm_pool_init(&p, 1 << 20, 256, 1024));
+	int32_t blk[300];
+	uint64_t sz[300];
+	memset(blk, -1, sizeof(blk));
+	uint64_t seed = 42, shadow_used = 0;
+	for (int it = 0; it < 20000; it++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		int i = (int)((seed >> 33) % 300);
+		if (blk[i] >= 0) {
+			vmm_pool_free(&p, blk[i]);
+			shadow_used -= sz[i];
+			blk[i] = -1;
+		} else {
+			uint64_t want = 1 + (seed >> 40) % 16384;
+			int rc = vmm_pool_alloc(&p, want, (uint32_t)i + 1, &blk[i]);
+			if (rc == 0) {
+				sz[i] = p.blocks[blk[i]].size;
+				CHECK(sz[i] == vmm_pool_round(&p, want));
+				CHECK(p.blocks[blk[i]].off % 256 == 0);
+				shadow_used += sz[i];
+			} else {
+				CHECK(rc == -ENOMEM);
+				CHECK(vmm_pool_largest_free(&p) < vmm_pool_round(&p, want));
+				blk[i] = -1;
+			}
+		}
+		CHECK(p.used == shadow_used);
+		if (it % 97 == 0)
+			check_tiling(&p);
+	}
+	check_tiling(&p);
+	vmm_pool_fini(&p);
+	TEST_PASS();
+}

@@ -1,0 +1,191 @@
+/* vmm/internal.h — the vmm's private structures; included only by the vmm/ sources.
+ *
+ * Places are numbered internally 0..ndev-1 (devices), P_HOST = ndev, P_DISK =
+ * ndev+1. Objects live in an arena sized at open; an id is (generation << 32) |
+ * (index + 1). Each object has one struct vmm_copy per device and one for the
+ * host; the disk copy is an extent. At most one transfer per object is in
+ * flight (struct vmm_xfer embedded in the object); an object with a transfer in
+ * flight is never a victim, nor is a copy with pins > 0. All fields are
+ * protected by vmm->lock.
+ */
+#ifndef SP_VMM_INTERNAL_H
+#define SP_VMM_INTERNAL_H
+
+#include "vmm/vmm.h"
+
+#include <pthread.h>
+
+/* ---- range allocator (pool.c): first fit over an address-ordered block list ---- */
+#define VMM_POOL_FREE 0u /* owner of a free block */
+
+struct vmm_pool_block {
+	uint64_t off, size;
+	uint32_t owner; /* object index + 1, or VMM_POOL_FREE */
+	int32_t prev, next;
+};
+
+struct vmm_pool {
+	uint64_t size, align, used;
+	struct vmm_pool_block *blocks; /* node arena */
+	uint32_t cap;
+	int32_t head;      /* first block in address order */
+	int32_t free_node; /* free list of nodes (through next) */
+};
+
+int vmm_pool_init(struct vmm_pool *p, uint64_t size, uint64_t align,
+                  uint32_t max_blocks) SP_MUST_CHECK;
+void vmm_pool_fini(struct vmm_pool *p);
+/* Allocates bytes (rounded to align) for owner; returns 0 and the block id, or
+ * -ENOMEM (no message: callers say which object and place). */
+int vmm_pool_alloc(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int32_t *blk) SP_MUST_CHECK;
+void vmm_pool_free(struct vmm_pool *p, int32_t blk);
+uint64_t vmm_pool_round(const struct vmm_pool *p, uint64_t bytes);
+uint64_t vmm_pool_largest_free(const struct vmm_pool *p);
+/* Finds the address window of at least bytes made only of free blocks and
+ * blocks whose owner cost(arg, owner) >= 0, minimizing the summed cost. Writes
+ * the owners in that window to owners (at most max) and returns their count, or
+ * -1 if no window exists. */
+int vmm_pool_window(const struct vmm_pool *p, uint64_t bytes, double (*cost)(void *, uint32_t),
+                    void *arg, uint32_t *owners, int max);
+
+/* ---- victim choice (policy.c) ---- */
+struct vmm_cand {
+	uint32_t idx;      /* object index */
+	uint64_t next_use; /* VMM_NO_HINT if unknown */
+	uint64_t last_use; /* LRU stamp */
+};
+/* Returns the position in c[0..n) of the victim: Belady (farthest next use, no
+ * hint = farthest, ties by LRU) or LRU (oldest last_use). AUTO picks Belady when
+ * any candidate has a hint. n must be > 0. */
+int vmm_policy_pick(enum vmm_policy pol, const struct vmm_cand *c, int n);
+/* Parses "auto|belady|lru". */
+int vmm_policy_parse(const char *s, enum vmm_policy *out) SP_MUST_CHECK;
+
+/* ---- objects ---- */
+struct vmm_copy {
+	uint8_t valid;   /* bytes are (or, while filling, will be) the object's */
+	uint8_t filling; /* a transfer into this copy is in flight */
+	uint8_t has_mem; /* space allocated here */
+	uint8_t fenced;  /* fence holds the caller's last use (vmm_release) */
+	uint32_t pins;
+	int32_t blk;             /* pool block (pool objects) */
+	void *ptr;               /* address of the copy */
+	struct dev_phys *phys;   /* stable objects: the mapped chunk */
+	struct dev_event *ev;    /* recorded after the transfer into this copy */
+	struct dev_event *fence; /* recorded after the caller's last use */
+	uint64_t last_use;       /* LRU stamp */
+};
+
+struct vmm_xfer {
+	int active;
+	int kind;     /* enum vmm_xfer_kind */
+	int src, dst; /* internal places */
+	int drop_src; /* eviction: free the source copy when done */
+	uint64_t bytes;
+	double t_start;
+	struct dev_event *ev; /* device copies (the destination copy's event or obj->xev) */
+	uint64_t ticket;      /* disk I/O */
+	int32_t prev, next;   /* list of objects with a transfer in flight */
+};
+
+struct vmm_obj {
+	uint32_t gen;
+	uint8_t live;
+	uint8_t kind;
+	uint8_t stable;
+	int8_t home;
+	uint64_t bytes;
+	uint64_t dev_bytes; /* rounded: pool alignment or mapping granularity */
+	char name[32];
+	uint64_t next_use;
+	void *va; /* stable objects: reserved range on home */
+	uint8_t disk_valid, disk_has;
+	uint8_t busy; /* being brought: its copies are not victims */
+	uint64_t extent;
+	struct dev_event *xev; /* D2H transfers (out of a device) */
+	int pending_dev;       /* prefetch chain: after disk->host, go on to this device, -1 none */
+	int err;               /* last failed transfer's error, reported once */
+	struct vmm_xfer x;
+	uint64_t moved[VMM_XFER_KINDS], nmoves[VMM_XFER_KINDS];
+	struct vmm_copy c[]; /* ndev devices, then the host */
+};
+
+struct vmm_place {
+	/* devices: the pool (pool objects) and the stable budget */
+	struct vmm_pool pool;
+	void *base;
+	uint64_t stable_cap, stable_used;
+	struct dev_stream *in, *out, *fence; /* copies into / out of the place, fences */
+};
+
+struct vmm {
+	struct dev_ctx *ctx;
+	struct vmm_config cfg;
+	pthread_mutex_t lock;
+	int ndev;
+	size_t granularity[DEV_MAX];
+	struct vmm_place pl[DEV_MAX + 1]; /* devices, then host */
+	struct vmm_disk *disk;
+	/* objects */
+	unsigned char *objs; /* arena of max_objects entries of obj_stride bytes */
+	size_t obj_stride;
+	uint32_t nobj_hw; /* high-water mark of used indices */
+	uint32_t *free_idx;
+	uint32_t nfree;
+	int32_t xfer_head; /* objects with a transfer in flight */
+	uint64_t clock;    /* LRU stamps */
+	/* events */
+	struct dev_event **ev_free;
+	uint32_t nev_free, ev_cap;
+	/* accounting: [src place][dst place][kind] */
+	uint64_t *link; /* (ndev+2)^2 * VMM_KINDS */
+	uint64_t xfer_total[VMM_XFER_KINDS];
+	struct vmm_trace_rec *trace;
+	uint64_t ntrace;
+	struct vmm_stats st;
+	/* scratch for victim choice */
+	struct vmm_cand *cand;
+	uint32_t *owners;
+};
+
+#define P_HOST(v) ((v)->ndev)
+#define P_DISK(v) ((v)->ndev + 1)
+
+static inline struct vmm_obj *vmm_obj_at(struct vmm *v, uint32_t idx)
+{
+	return (struct vmm_obj *)(v->objs + (size_t)idx * v->obj_stride);
+}
+
+/* ---- swap engine (swap.c); all called with v->lock held ---- */
+/* Internal place of a public place, or -1. */
+int vmm_place_index(const struct vmm *v, int place);
+int vmm_place_public(const struct vmm *v, int p);
+/* Brings obj's copy to place p (device or host): allocates (evicting), starts
+ * the transfer if no valid copy is there. *started = 1 if a transfer began. */
+int vmm_swap_bring(struct vmm *v, uint32_t idx, int p, int *started) SP_MUST_CHECK;
+/* Allocates space for obj on p without filling it (evicting as needed). */
+int vmm_swap_make_space(struct vmm *v, uint32_t idx, int p) SP_MUST_CHECK;
+/* Frees obj's copy on p (no data movement). */
+void vmm_swap_free_copy(struct vmm *v, uint32_t idx, int p);
+/* Frees the disk extent. */
+void vmm_swap_free_disk(struct vmm *v, uint32_t idx);
+/* Evicts obj's copy on p: drop if clean, else start writing it down. */
+int vmm_swap_evict(struct vmm *v, uint32_t idx, int p) SP_MUST_CHECK;
+/* Writes obj down so that a copy on host (to_disk 0) or disk is valid. */
+int vmm_swap_writeback(struct vmm *v, uint32_t idx, int to_disk) SP_MUST_CHECK;
+/* Retires obj's transfer if complete (block=1: wait for it). Returns 0, -EAGAIN
+ * if still in flight (block=0), or the transfer's error. */
+int vmm_swap_retire(struct vmm *v, uint32_t idx, int block) SP_MUST_CHECK;
+/* Retires every completed transfer; block=1 waits for all. */
+int vmm_swap_progress(struct vmm *v, int block);
+/* Number of valid copies (devices, host, disk). */
+int vmm_obj_nvalid(struct vmm *v, const struct vmm_obj *o);
+/* Events from the vmm's free list. */
+int vmm_event_get(struct vmm *v, struct dev_event **out) SP_MUST_CHECK;
+void vmm_event_put(struct vmm *v, struct dev_event *e);
+
+/* ---- accounting (stats.c) ---- */
+void vmm_acct_xfer(struct vmm *v, uint32_t idx, int kind, int src, int dst, uint64_t bytes,
+                   double t0, double t1);
+
+#endif

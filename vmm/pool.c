@@ -1,0 +1,182 @@
+/* vmm/pool.c — a range allocator for the device pools and the pinned host pool.
+ *
+ * A pool is one big region carved at open; this file manages offsets only (it
+ * never touches the memory, so it works for the model backend's opaque
+ * pointers). Blocks tile [0, size) in address order as a doubly linked list of
+ * nodes from an arena sized at init (no allocation after init); adjacent free
+ * blocks are always coalesced. First fit. Fragmentation is handled by the
+ * caller through vmm_pool_window(): the cheapest window of free and evictable
+ * blocks large enough for a request.
+ */
+#include "vmm/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int32_t node_get(struct vmm_pool *p)
+{
+	int32_t n = p->free_node;
+	if (n >= 0)
+		p->free_node = p->blocks[n].next;
+	return n;
+}
+
+static void node_put(struct vmm_pool *p, int32_t n)
+{
+	p->blocks[n].next = p->free_node;
+	p->blocks[n].owner = VMM_POOL_FREE;
+	p->free_node = n;
+}
+
+int vmm_pool_init(struct vmm_pool *p, uint64_t size, uint64_t align, uint32_t max_blocks)
+{
+	SP_CHECK_ARG(align && !(align & (align - 1)), "pool alignment %llu is not a power of two",
+	             (unsigned long long)align);
+	SP_CHECK_ARG(max_blocks >= 1, "pool needs at least one block");
+	memset(p, 0, sizeof(*p));
+	p->blocks = calloc(max_blocks, sizeof(*p->blocks));
+	if (!p->blocks)
+		return sp_error(-ENOMEM, "pool metadata: %u blocks", max_blocks);
+	p->cap = max_blocks;
+	p->size = size & ~(align - 1);
+	p->align = align;
+	p->free_node = -1;
+	for (int32_t i = (int32_t)max_blocks - 1; i >= 1; i--)
+		node_put(p, i);
+	p->blocks[0] = (struct vmm_pool_block){0, p->size, VMM_POOL_FREE, -1, -1};
+	p->head = 0;
+	return 0;
+}
+
+void vmm_pool_fini(struct vmm_pool *p)
+{
+	free(p->blocks);
+	memset(p, 0, sizeof(*p));
+	p->head = -1;
+}
+
+uint64_t vmm_pool_round(const struct vmm_pool *p, uint64_t bytes)
+{
+	return (bytes + p->align - 1) & ~(p->align - 1);
+}
+
+int vmm_pool_alloc(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int32_t *blk)
+{
+	uint64_t need = vmm_pool_round(p, bytes ? bytes : 1);
+	if (need > p->size - p->used)
+		return -ENOMEM;
+	for (int32_t b = p->head; b >= 0; b = p->blocks[b].next) {
+		struct vmm_pool_block *B = &p->blocks[b];
+		if (B->owner != VMM_POOL_FREE || B->size < need)
+			continue;
+		if (B->size > need) { /* split: the tail stays free */
+			int32_t n = node_get(p);
+			if (n < 0)
+				return -ENOMEM;
+			B = &p->blocks[b];
+			struct vmm_pool_block *N = &p->blocks[n];
+			N->off = B->off + need;
+			N->size = B->size - need;
+			N->owner = VMM_POOL_FREE;
+			N->prev = b;
+			N->next = B->next;
+			if (B->next >= 0)
+				p->blocks[B->next].prev = n;
+			B->next = n;
+			B->size = need;
+		}
+		B->owner = owner;
+		p->used += need;
+		*blk = b;
+		return 0;
+	}
+	return -ENOMEM;
+}
+
+/* Merges block b with its next neighbour (both free). */
+static void merge_next(struct vmm_pool *p, int32_t b)
+{
+	struct vmm_pool_block *B = &p->blocks[b];
+	int32_t n = B->next;
+	struct vmm_pool_block *N = &p->blocks[n];
+	B->size += N->size;
+	B->next = N->next;
+	if (N->next >= 0)
+		p->blocks[N->next].prev = b;
+	node_put(p, n);
+}
+
+void vmm_pool_free(struct vmm_pool *p, int32_t b)
+{
+	struct vmm_pool_block *B = &p->blocks[b];
+	SP_ASSERT(B->owner != VMM_POOL_FREE);
+	B->owner = VMM_POOL_FREE;
+	p->used -= B->size;
+	if (B->next >= 0 && p->blocks[B->next].owner == VMM_POOL_FREE)
+		merge_next(p, b);
+	if (B->prev >= 0 && p->blocks[B->prev].owner == VMM_POOL_FREE)
+		merge_next(p, B->prev);
+}
+
+uint64_t vmm_pool_largest_free(const struct vmm_pool *p)
+{
+	uint64_t best = 0;
+	for (int32_t b = p->head; b >= 0; b = p->blocks[b].next)
+		if (p->blocks[b].owner == VMM_POOL_FREE && p->blocks[b].size > best)
+			best = p->blocks[b].size;
+	return best;
+}
+
+int vmm_pool_window(const struct vmm_pool *p, uint64_t bytes, double (*cost)(void *, uint32_t),
+                    void *arg, uint32_t *owners, int max)
+{
+	uint64_t need = vmm_pool_round(p, bytes ? bytes : 1);
+	int32_t best_start = -1;
+	double best_cost = 0;
+	/* Two pointers over the address-ordered list: [s, e) is the window. */
+	int32_t s = p->head, e = p->head;
+	uint64_t wbytes = 0;
+	double wcost = 0;
+	int wn = 0;
+	while (s >= 0) {
+		/* grow the window to need bytes, stopping at a block that cannot go */
+		while (wbytes < need && e >= 0) {
+			const struct vmm_pool_block *E = &p->blocks[e];
+			double c = 0;
+			if (E->owner != VMM_POOL_FREE)
+				c = cost(arg, E->owner - 1);
+			if (c < 0)
+				break;
+			wbytes += E->size;
+			wcost += c;
+			wn += E->owner != VMM_POOL_FREE;
+			e = E->next;
+		}
+		if (wbytes >= need && wn <= max && (best_start < 0 || wcost < best_cost)) {
+			best_start = s;
+			best_cost = wcost;
+		}
+		if (s == e) { /* the block at s cannot be part of any window: skip it */
+			s = e = p->blocks[s].next;
+			wbytes = 0, wcost = 0, wn = 0;
+			continue;
+		}
+		const struct vmm_pool_block *S = &p->blocks[s];
+		wbytes -= S->size;
+		if (S->owner != VMM_POOL_FREE) {
+			wcost -= cost(arg, S->owner - 1);
+			wn--;
+		}
+		s = S->next;
+	}
+	if (best_start < 0)
+		return -1;
+	int n = 0;
+	uint64_t got = 0;
+	for (int32_t b = best_start; b >= 0 && got < need; b = p->blocks[b].next) {
+		got += p->blocks[b].size;
+		if (p->blocks[b].owner != VMM_POOL_FREE && n < max)
+			owners[n++] = p->blocks[b].owner - 1;
+	}
+	return n;
+}

@@ -1,0 +1,685 @@
+/* vmm/swap.c — the swap engine: space on a place, victims, transfers, retirement.
+ *
+ * Every function here runs with vmm->lock held. A transfer is started on the
+ * destination's "in" stream (H2D, P2P) or the source's "out" stream (D2H), or
+ * through the disk tier (host<->disk), and recorded in the object's struct
+ * vmm_xfer; the destination copy is marked valid+filling at once (so readers can
+ * wait on its event) and retired — filling cleared, the source dropped for an
+ * eviction, bytes accounted — when its event or ticket completes. Space is
+ * freed only after the transfers and the caller's fences that use it complete,
+ * so a new copy never overwrites bytes still being read. A failed disk write
+ * drops only the half-written disk copy: the host copy stays valid.
+ */
+#include "vmm/internal.h"
+
+#include "common/log.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+static const char *place_name(struct vmm *v, int p, char *buf, size_t n)
+{
+	if (p == P_HOST(v))
+		snprintf(buf, n, "host");
+	else if (p == P_DISK(v))
+		snprintf(buf, n, "disk");
+	else
+		snprintf(buf, n, "device %d", p);
+	return buf;
+}
+
+int vmm_place_index(const struct vmm *v, int place)
+{
+	if (place == VMM_HOST)
+		return P_HOST(v);
+	if (place == VMM_DISK)
+		return P_DISK(v);
+	if (place >= 0 && place < v->ndev)
+		return place;
+	return -1;
+}
+
+int vmm_place_public(const struct vmm *v, int p)
+{
+	if (p == P_HOST(v))
+		return VMM_HOST;
+	if (p == P_DISK(v))
+		return VMM_DISK;
+	return p;
+}
+
+int vmm_event_get(struct vmm *v, struct dev_event **out)
+{
+	if (v->nev_free) {
+		*out = v->ev_free[--v->nev_free];
+		return 0;
+	}
+	return dev_event_create(v->ctx, out);
+}
+
+void vmm_event_put(struct vmm *v, struct dev_event *e)
+{
+	if (!e)
+		return;
+	if (v->nev_free < v->ev_cap) {
+		v->ev_free[v->nev_free++] = e;
+		return;
+	}
+	if (dev_event_destroy(e) < 0)
+		SP_WARN(VMM, "event destroy failed: %s", sp_last_error());
+}
+
+int vmm_obj_nvalid(struct vmm *v, const struct vmm_obj *o)
+{
+	int n = o->disk_valid;
+	for (int p = 0; p <= P_HOST(v); p++)
+		n += o->c[p].valid;
+	return n;
+}
+
+static void xfer_link(struct vmm *v, uint32_t idx)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	o->x.prev = -1;
+	o->x.next = v->xfer_head;
+	if (v->xfer_head >= 0)
+		vmm_obj_at(v, (uint32_t)v->xfer_head)->x.prev = (int32_t)idx;
+	v->xfer_head = (int32_t)idx;
+	o->x.active = 1;
+}
+
+static void xfer_unlink(struct vmm *v, uint32_t idx)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	if (o->x.prev >= 0)
+		vmm_obj_at(v, (uint32_t)o->x.prev)->x.next = o->x.next;
+	else
+		v->xfer_head = o->x.next;
+	if (o->x.next >= 0)
+		vmm_obj_at(v, (uint32_t)o->x.next)->x.prev = o->x.prev;
+	o->x.active = 0;
+}
+
+/* Waits for the caller's last use of a copy (its fence), if any. */
+static void copy_unfence(struct vmm *v, struct vmm_copy *c)
+{
+	if (!c->fenced)
+		return;
+	if (dev_event_sync(c->fence) < 0)
+		SP_WARN(VMM, "fence wait failed: %s", sp_last_error());
+	c->fenced = 0;
+}
+
+void vmm_swap_free_copy(struct vmm *v, uint32_t idx, int p)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	struct vmm_copy *c = &o->c[p];
+	if (!c->has_mem) {
+		c->valid = c->filling = 0;
+		return;
+	}
+	copy_unfence(v, c);
+	if (p < v->ndev && o->stable) {
+		if (dev_va_unmap(v->ctx, o->va, o->dev_bytes) < 0)
+			SP_WARN(VMM, "unmap of '%s' failed: %s", o->name, sp_last_error());
+		if (dev_phys_destroy(v->ctx, c->phys) < 0)
+			SP_WARN(VMM, "phys destroy of '%s' failed: %s", o->name, sp_last_error());
+		c->phys = NULL;
+		v->pl[p].stable_used -= o->dev_bytes;
+		sp_count_add(&v->st.device_bytes, -(int64_t)o->dev_bytes);
+	} else {
+		struct vmm_pool *pool = &v->pl[p].pool;
+		uint64_t sz = pool->blocks[c->blk].size;
+		vmm_pool_free(pool, c->blk);
+		if (p == P_HOST(v))
+			sp_count_add(&v->st.host_bytes, -(int64_t)sz);
+		else
+			sp_count_add(&v->st.device_bytes, -(int64_t)sz);
+	}
+	c->has_mem = c->valid = c->filling = 0;
+	c->ptr = NULL;
+}
+
+void vmm_swap_free_disk(struct vmm *v, uint32_t idx)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	if (o->disk_has) {
+		if (vmm_disk_free(v->disk, o->extent) < 0)
+			SP_WARN(VMM, "disk free of '%s' failed: %s", o->name, sp_last_error());
+		sp_count_add(&v->st.disk_bytes, -(int64_t)o->bytes);
+	}
+	o->disk_has = o->disk_valid = 0;
+}
+
+/* Allocates space for obj on p without evicting. -ENOMEM (no message) when full. */
+static int try_alloc(struct vmm *v, uint32_t idx, int p)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	struct vmm_copy *c = &o->c[p];
+	int rc = 0;
+	if (c->has_mem)
+		return 0;
+	if (p < v->ndev && o->stable) {
+		struct vmm_place *pl = &v->pl[p];
+		if (pl->stable_used + o->dev_bytes > pl->stable_cap)
+			return -ENOMEM;
+		SP_CHECK(dev_phys_create(v->ctx, p, o->dev_bytes, &c->phys));
+		rc = dev_va_map(v->ctx, o->va, o->dev_bytes, c->phys, 0);
+		if (rc < 0) {
+			if (dev_phys_destroy(v->ctx, c->phys) < 0)
+				SP_WARN(VMM, "phys destroy failed: %s", sp_last_error());
+			c->phys = NULL;
+			return rc;
+		}
+		pl->stable_used += o->dev_bytes;
+		c->ptr = o->va;
+		sp_count_add(&v->st.device_bytes, (int64_t)o->dev_bytes);
+	} else {
+		struct vmm_pool *pool = &v->pl[p].pool;
+		if (!pool->size)
+			return -ENOMEM;
+		rc = vmm_pool_alloc(pool, p == P_HOST(v) ? o->bytes : o->dev_bytes, idx + 1,
+		                    &c->blk);
+		if (rc < 0)
+			return rc;
+		c->ptr = (char *)v->pl[p].base + pool->blocks[c->blk].off;
+		int64_t sz = (int64_t)pool->blocks[c->blk].size;
+		if (p == P_HOST(v))
+			sp_count_add(&v->st.host_bytes, sz);
+		else
+			sp_count_add(&v->st.device_bytes, sz);
+	}
+	c->has_mem = 1;
+	c->valid = c->filling = 0;
+	return 0;
+}
+
+/* Can obj's copy on p be evicted now? */
+static int evictable(struct vmm *v, const struct vmm_obj *o, int p, int stable_side)
+{
+	const struct vmm_copy *c = &o->c[p];
+	if (!o->live || o->busy || o->x.active || !c->has_mem || c->pins)
+		return 0;
+	if (p < v->ndev && (int)o->stable != stable_side)
+		return 0;
+	return 1;
+}
+
+/* Cost of evicting owner (for the fragmentation window), -1 if it cannot go. */
+struct window_arg {
+	struct vmm *v;
+	int p;
+};
+static double window_cost(void *arg, uint32_t owner)
+{
+	struct window_arg *w = arg;
+	struct vmm_obj *o = vmm_obj_at(w->v, owner);
+	if (!evictable(w->v, o, w->p, 0))
+		return -1;
+	/* a dirty copy costs a write-down on top of the later reload */
+	double c = (double)o->dev_bytes;
+	return vmm_obj_nvalid(w->v, o) >= 2 ? c : 2 * c;
+}
+
+static int pick_victim(struct vmm *v, int p, int stable_side)
+{
+	int n = 0;
+	for (uint32_t i = 0; i < v->nobj_hw; i++) {
+		struct vmm_obj *o = vmm_obj_at(v, i);
+		if (!evictable(v, o, p, stable_side))
+			continue;
+		v->cand[n++] = (struct vmm_cand){i, o->next_use, o->c[p].last_use};
+	}
+	if (!n)
+		return -1;
+	return (int)v->cand[vmm_policy_pick(v->cfg.policy, v->cand, n)].idx;
+}
+
+/* Starts a copy between two places of memory (device/host) for obj. */
+static int start_copy(struct vmm *v, uint32_t idx, int src, int dst, int drop_src)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	struct vmm_copy *s = &o->c[src], *d = &o->c[dst];
+	struct dev_stream *st;
+	struct dev_event **evp;
+	int kind;
+	if (dst == P_HOST(v)) {
+		kind = VMM_XFER_D2H;
+		st = v->pl[src].out;
+		evp = &o->xev;
+	} else {
+		kind = src == P_HOST(v) ? VMM_XFER_H2D : VMM_XFER_P2P;
+		st = v->pl[dst].in;
+		evp = &d->ev;
+	}
+	if (!*evp)
+		SP_CHECK(vmm_event_get(v, evp));
+	if (s->fenced)
+		SP_CHECK(dev_stream_wait_event(st, s->fence));
+	SP_CHECK(dev_memcpy_async(st, d->ptr, vmm_place_public(v, dst), s->ptr,
+	                          vmm_place_public(v, src), o->bytes));
+	SP_CHECK(dev_event_record(*evp, st));
+	o->x = (struct vmm_xfer){.kind = kind,
+	                         .src = src,
+	                         .dst = dst,
+	                         .drop_src = drop_src,
+	                         .bytes = o->bytes,
+	                         .t_start = dev_now(v->ctx),
+	                         .ev = *evp};
+	xfer_link(v, idx);
+	d->valid = 1;
+	d->filling = 1;
+	return 0;
+}
+
+static int start_disk_write(struct vmm *v, uint32_t idx, int drop_src);
+
+/* Brings obj from disk into its (allocated) host copy. */
+static int start_disk_read(struct vmm *v, uint32_t idx)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	struct vmm_copy *h = &o->c[P_HOST(v)];
+	uint64_t ticket;
+	int rc = vmm_disk_read_async(v->disk, o->extent, h->ptr, o->bytes, &ticket);
+	if (rc < 0) {
+		sp_counter_add(&v->st.disk_errors, 1);
+		sp_error_context("reading object '%s' (%" PRIu64 " bytes) from disk", o->name,
+		                 o->bytes);
+		return rc;
+	}
+	o->x = (struct vmm_xfer){.kind = VMM_XFER_DISK2H,
+	                         .src = P_DISK(v),
+	                         .dst = P_HOST(v),
+	                         .bytes = o->bytes,
+	                         .t_start = dev_now(v->ctx),
+	                         .ticket = ticket};
+	xfer_link(v, idx);
+	h->valid = h->filling = 1;
+	return 0;
+}
+
+/* Frees redundant disk copies (objects that also hold a valid copy above) to
+ * make room for bytes on disk. Returns 1 if something was freed. */
+static int disk_reclaim(struct vmm *v, uint32_t except)
+{
+	int freed = 0;
+	for (uint32_t i = 0; i < v->nobj_hw; i++) {
+		struct vmm_obj *o = vmm_obj_at(v, i);
+		if (i == except || !o->live || o->x.active || !o->disk_has)
+			continue;
+		if (o->disk_valid && vmm_obj_nvalid(v, o) < 2)
+			continue;
+		vmm_swap_free_disk(v, i);
+		freed = 1;
+	}
+	return freed;
+}
+
+static int start_disk_write(struct vmm *v, uint32_t idx, int drop_src)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	struct vmm_copy *h = &o->c[P_HOST(v)];
+	uint64_t ticket;
+	int rc;
+	char sz[32];
+	if (!v->disk)
+		return sp_error(
+		    -ENOMEM,
+		    "vmm: object '%s' (%s) must leave the host pool, which is full, and "
+		    "there is no disk tier (set SPILL_DISK_PATH)",
+		    o->name, sp_format_size(o->bytes, sz, sizeof(sz)));
+	if (!o->disk_has) {
+		rc = vmm_disk_alloc(v->disk, o->bytes, &o->extent);
+		if (rc == -ENOSPC && disk_reclaim(v, idx))
+			rc = vmm_disk_alloc(v->disk, o->bytes, &o->extent);
+		if (rc < 0) {
+			sp_counter_add(&v->st.disk_errors, 1);
+			sp_error_context("vmm: object '%s' (%s) kept in host memory", o->name,
+			                 sp_format_size(o->bytes, sz, sizeof(sz)));
+			return rc;
+		}
+		o->disk_has = 1;
+		sp_count_add(&v->st.disk_bytes, (int64_t)o->bytes);
+	}
+	copy_unfence(v, h);
+	rc = vmm_disk_write_async(v->disk, o->extent, h->ptr, o->bytes, &ticket);
+	if (rc < 0) {
+		sp_counter_add(&v->st.disk_errors, 1);
+		vmm_swap_free_disk(v, idx);
+		sp_error_context("vmm: writing object '%s' to disk (host copy kept)", o->name);
+		return rc;
+	}
+	o->x = (struct vmm_xfer){.kind = VMM_XFER_H2DISK,
+	                         .src = P_HOST(v),
+	                         .dst = P_DISK(v),
+	                         .drop_src = drop_src,
+	                         .bytes = o->bytes,
+	                         .t_start = dev_now(v->ctx),
+	                         .ticket = ticket};
+	xfer_link(v, idx);
+	return 0;
+}
+
+int vmm_swap_retire(struct vmm *v, uint32_t idx, int block)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	struct vmm_xfer *x = &o->x;
+	int rc;
+	double t_end;
+	if (!x->active)
+		return 0;
+	if (x->kind == VMM_XFER_H2DISK || x->kind == VMM_XFER_DISK2H) {
+		rc = vmm_disk_poll(v->disk, x->ticket);
+		if (rc == -EAGAIN && block) {
+			sp_counter_add(&v->st.waits, 1);
+			rc = vmm_disk_wait(v->disk, x->ticket);
+		}
+		if (rc == -EAGAIN)
+			return rc;
+		vmm_disk_ticket_release(v->disk, x->ticket);
+		t_end = dev_now(v->ctx);
+	} else {
+		rc = dev_event_query(x->ev);
+		if (rc == -EAGAIN && block) {
+			sp_counter_add(&v->st.waits, 1);
+			rc = dev_event_sync(x->ev);
+		}
+		if (rc == -EAGAIN)
+			return rc;
+		if (rc < 0 || dev_event_time(x->ev, &t_end) < 0)
+			t_end = dev_now(v->ctx);
+	}
+	xfer_unlink(v, idx);
+	if (rc < 0) {
+		char a[16], b[16], sz[32];
+		int err = rc;
+		sp_counter_add(&v->st.disk_errors, x->dst == P_DISK(v) || x->src == P_DISK(v));
+		if (x->dst == P_DISK(v))
+			vmm_swap_free_disk(v, idx);
+		else
+			vmm_swap_free_copy(v, idx, x->dst);
+		o->err = err;
+		return sp_error(err,
+		                "vmm: %s of object '%s' (%s) from %s to %s failed: %s (errno %d); "
+		                "the %s copy is kept",
+		                vmm_xfer_kind_name((enum vmm_xfer_kind)x->kind), o->name,
+		                sp_format_size(o->bytes, sz, sizeof(sz)),
+		                place_name(v, x->src, a, 16), place_name(v, x->dst, b, 16),
+		                strerror(-err), -err, place_name(v, x->src, a, 16));
+	}
+	vmm_acct_xfer(v, idx, x->kind, x->src, x->dst, x->bytes, x->t_start, t_end);
+	if (x->dst == P_DISK(v))
+		o->disk_valid = 1;
+	else
+		o->c[x->dst].filling = 0;
+	if (x->drop_src && !o->c[x->src].pins)
+		vmm_swap_free_copy(v, idx, x->src);
+	return 0;
+}
+
+int vmm_swap_progress(struct vmm *v, int block)
+{
+	int first = 0;
+	int32_t i = v->xfer_head;
+	while (i >= 0) {
+		int32_t next = vmm_obj_at(v, (uint32_t)i)->x.next;
+		int rc = vmm_swap_retire(v, (uint32_t)i, block);
+		if (rc < 0 && rc != -EAGAIN) {
+			SP_WARN(VMM, "%s", sp_last_error());
+			if (!first)
+				first = rc;
+		}
+		i = next;
+	}
+	return first;
+}
+
+int vmm_swap_evict(struct vmm *v, uint32_t idx, int p)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	struct vmm_copy *c = &o->c[p];
+	char pn[16];
+	if (!c->has_mem)
+		return 0;
+	if (c->pins)
+		return sp_error(-EBUSY, "vmm: object '%s' is acquired on %s and cannot be evicted",
+		                o->name, place_name(v, p, pn, sizeof(pn)));
+	if (o->x.active) {
+		int rc = vmm_swap_retire(v, idx, 1);
+		if (rc < 0)
+			return rc;
+		if (!c->has_mem)
+			return 0;
+	}
+	sp_counter_add(&v->st.evictions, 1);
+	if (!c->valid || vmm_obj_nvalid(v, o) >= 2) {
+		sp_counter_add(&v->st.drops, c->valid);
+		vmm_swap_free_copy(v, idx, p);
+		return 0;
+	}
+	sp_counter_add(&v->st.writebacks, 1);
+	if (p == P_HOST(v))
+		return start_disk_write(v, idx, 1);
+	o->busy = 1;
+	int rc = vmm_swap_make_space(v, idx, P_HOST(v));
+	if (rc == 0)
+		rc = start_copy(v, idx, p, P_HOST(v), 1);
+	o->busy = 0;
+	return rc;
+}
+
+static int enomem(struct vmm *v, uint32_t idx, int p)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	char pn[16], a[32], b[32], c[32];
+	uint64_t pinned = 0, cap;
+	for (uint32_t i = 0; i < v->nobj_hw; i++) {
+		struct vmm_obj *q = vmm_obj_at(v, i);
+		if (q->live && q->c[p].has_mem && (q->c[p].pins || q->x.active))
+			pinned += p < v->ndev ? q->dev_bytes : q->bytes;
+	}
+	if (p < v->ndev && o->stable)
+		cap = v->pl[p].stable_cap;
+	else
+		cap = v->pl[p].pool.size;
+	sp_counter_add(&v->st.enomem, 1);
+	return sp_error(-ENOMEM,
+	                "vmm: object '%s' needs %s on %s%s, which holds %s: %s are pinned or in "
+	                "flight and nothing else can be evicted",
+	                o->name,
+	                sp_format_size(p < v->ndev ? o->dev_bytes : o->bytes, a, sizeof(a)),
+	                place_name(v, p, pn, sizeof(pn)),
+	                p < v->ndev && o->stable ? " (stable-address budget)" : "",
+	                sp_format_size(cap, b, sizeof(b)), sp_format_size(pinned, c, sizeof(c)));
+}
+
+int vmm_swap_make_space(struct vmm *v, uint32_t idx, int p)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	int stable_side = p < v->ndev && o->stable;
+	int rc;
+	for (;;) {
+		rc = try_alloc(v, idx, p);
+		if (rc != -ENOMEM)
+			return rc;
+		(void)vmm_swap_progress(v, 0);
+		rc = try_alloc(v, idx, p);
+		if (rc != -ENOMEM)
+			return rc;
+		int victim = -1;
+		if (!stable_side) {
+			struct vmm_pool *pool = &v->pl[p].pool;
+			uint64_t need =
+			    vmm_pool_round(pool, p == P_HOST(v) ? o->bytes : o->dev_bytes);
+			if (pool->size - pool->used >= need) {
+				/* enough bytes, no hole: evict the cheapest window */
+				struct window_arg wa = {v, p};
+				int n = vmm_pool_window(pool, need, window_cost, &wa, v->owners,
+				                        (int)v->cfg.max_objects);
+				for (int k = 0; k < n; k++) {
+					sp_counter_add(&v->st.frag_evictions, 1);
+					SP_CHECK(vmm_swap_evict(v, v->owners[k], p));
+					SP_CHECK(vmm_swap_retire(v, v->owners[k], 1));
+				}
+				if (n > 0)
+					continue;
+			}
+		}
+		victim = pick_victim(v, p, stable_side);
+		if (victim >= 0) {
+			SP_CHECK(vmm_swap_evict(v, (uint32_t)victim, p));
+			/* a written-down copy frees its space when the write completes */
+			SP_CHECK(vmm_swap_retire(v, (uint32_t)victim, 1));
+			continue;
+		}
+		/* nothing to evict: wait for a transfer that will free space here */
+		int32_t w = -1;
+		for (int32_t i = v->xfer_head; i >= 0; i = vmm_obj_at(v, (uint32_t)i)->x.next) {
+			struct vmm_obj *q = vmm_obj_at(v, (uint32_t)i);
+			if (q->x.drop_src && q->x.src == p) {
+				w = i;
+				break;
+			}
+		}
+		if (w < 0)
+			return enomem(v, idx, p);
+		SP_CHECK(vmm_swap_retire(v, (uint32_t)w, 1));
+	}
+}
+
+/* Brings obj to host (p == host) from a device or disk. nonblock: leave a disk
+ * read in flight. */
+static int bring_host(struct vmm *v, uint32_t idx, int *started, int nonblock)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	int h = P_HOST(v);
+	int src = -1;
+	for (int d = 0; d < v->ndev; d++)
+		if (o->c[d].valid) {
+			src = d;
+			break;
+		}
+	SP_CHECK(vmm_swap_make_space(v, idx, h));
+	if (src >= 0) {
+		SP_CHECK(start_copy(v, idx, src, h, 0));
+		*started = 1;
+		return 0;
+	}
+	if (o->disk_valid) {
+		SP_CHECK(start_disk_read(v, idx));
+		*started = 1;
+		if (!nonblock)
+			SP_CHECK(vmm_swap_retire(v, idx, 1));
+		return 0;
+	}
+	o->c[h].valid = 1; /* no data yet: the new copy is the object */
+	return 0;
+}
+
+int vmm_swap_bring(struct vmm *v, uint32_t idx, int p, int *started)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	struct vmm_copy *c = &o->c[p];
+	int h = P_HOST(v);
+	int rc = 0;
+	*started = 0;
+	if (c->valid)
+		return 0;
+	if (o->x.active)
+		SP_CHECK(vmm_swap_retire(v, idx, 1));
+	if (c->valid)
+		return 0;
+	o->busy = 1;
+	if (p == h) {
+		rc = bring_host(v, idx, started, 0);
+		goto out;
+	}
+	/* device p: from a peer (p2p link), else the host, else disk -> host first */
+	int peer = -1, any_dev = -1;
+	for (int d = 0; d < v->ndev; d++) {
+		if (d == p || !o->c[d].valid)
+			continue;
+		if (any_dev < 0)
+			any_dev = d;
+		if (peer < 0 && dev_p2p_possible(v->ctx, d, p))
+			peer = d;
+	}
+	int src = peer >= 0 ? peer : o->c[h].valid ? h : any_dev;
+	if (src < 0 && o->disk_valid) {
+		int s2 = 0;
+		SP_CHECK_GOTO(bring_host(v, idx, &s2, 0), rc, out);
+		src = h;
+	}
+	SP_CHECK_GOTO(vmm_swap_make_space(v, idx, p), rc, out);
+	if (src < 0) {
+		c->valid = 1; /* no data yet */
+		goto out;
+	}
+	SP_CHECK_GOTO(start_copy(v, idx, src, p, 0), rc, out);
+	*started = 1;
+out:
+	o->busy = 0;
+	return rc;
+}
+
+int vmm_swap_writeback(struct vmm *v, uint32_t idx, int to_disk)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	int h = P_HOST(v), started = 0;
+	if (o->x.active)
+		SP_CHECK(vmm_swap_retire(v, idx, 1));
+	if (!to_disk && (o->c[h].valid || o->disk_valid))
+		return 0;
+	if (to_disk && o->disk_valid)
+		return 0;
+	if (!o->c[h].valid) {
+		int any = 0;
+		for (int d = 0; d < v->ndev; d++)
+			any |= o->c[d].valid;
+		if (!any)
+			return 0; /* no data at all */
+		o->busy = 1;
+		int rc = bring_host(v, idx, &started, 0);
+		o->busy = 0;
+		if (rc < 0)
+			return rc;
+		if (!to_disk)
+			return 0;
+		SP_CHECK(vmm_swap_retire(v, idx, 1));
+	}
+	return start_disk_write(v, idx, 0);
+}
+
+int vmm_swap_prefetch(struct vmm *v, uint32_t idx, int p, int *started);
+int vmm_swap_prefetch(struct vmm *v, uint32_t idx, int p, int *started)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	int h = P_HOST(v);
+	*started = 0;
+	if (o->c[p].valid)
+		return 0;
+	if (o->x.active) {
+		int rc = vmm_swap_retire(v, idx, 0);
+		if (rc == -EAGAIN) {
+			if (o->x.dst == h && p != h)
+				o->pending_dev = p; /* continue when the disk read lands */
+			return 0;
+		}
+		if (rc < 0)
+			return rc;
+	}
+	if (p != h && !o->c[h].valid && o->disk_valid) {
+		int any = 0;
+		for (int d = 0; d < v->ndev; d++)
+			any |= o->c[d].valid;
+		if (!any) {
+			o->busy = 1;
+			int rc = bring_host(v, idx, started, 1);
+			o->busy = 0;
+			if (rc == 0)
+				o->pending_dev = p;
+			return rc;
+		}
+	}
+	return vmm_swap_bring(v, idx, p, started);
+}

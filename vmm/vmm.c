@@ -1,0 +1,665 @@
+/* vmm/vmm.c — open/close, objects and the public API (acquire, release, ...).
+ *
+ * Each public function takes vmm->lock once and calls the swap engine
+ * (swap.c). Objects live in an arena sized at open (config max_objects); an id
+ * is (generation << 32) | (index + 1), so a destroyed or made-up id is caught
+ * (-EINVAL) instead of touching freed state. The residency state of an object
+ * is its copies' valid/filling flags plus the one transfer in flight; see
+ * docs/vmm.md for the table of states and transitions.
+ */
+#include "vmm/internal.h"
+
+#include "common/log.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int vmm_config_from_params(const struct sp_params *p, struct vmm_config *cfg)
+{
+	struct vmm_config c;
+	memset(&c, 0, sizeof(c));
+	SP_CHECK(vmm_policy_parse(p->vmm_policy, &c.policy));
+	c.ndevices = (int)p->devices;
+	c.device_mem = p->vmm_device_mem;
+	c.stable_mem = p->vmm_stable_mem;
+	c.host_mem = p->host_mem;
+	if (!c.host_mem) {
+		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+		c.host_mem =
+		    pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : (1ull << 30);
+	}
+	c.use_disk = p->disk_path && p->disk_path[0];
+	if (c.use_disk)
+		vmm_disk_config_from_params(p, &c.disk);
+	if (p->vmm_max_objects <= 0 || p->vmm_max_objects > (1l << 24))
+		return sp_error(-EINVAL, "SPILL_VMM_MAX_OBJECTS=%ld is not in 1..16777216",
+		                p->vmm_max_objects);
+	c.max_objects = (unsigned)p->vmm_max_objects;
+	c.trace_cap = (unsigned)p->vmm_trace;
+	c.align = 256;
+	c.stats_at_close = p->stats;
+	*cfg = c;
+	return 0;
+}
+
+static struct vmm_obj *lookup(struct vmm *v, uint64_t id, uint32_t *idx)
+{
+	uint32_t i = (uint32_t)(id & 0xffffffffu);
+	if (i == 0 || i > v->nobj_hw)
+		return NULL;
+	struct vmm_obj *o = vmm_obj_at(v, i - 1);
+	if (!o->live || o->gen != (uint32_t)(id >> 32))
+		return NULL;
+	*idx = i - 1;
+	return o;
+}
+
+static int bad_id(uint64_t id)
+{
+	return sp_error(-EINVAL, "vmm: object id %#" PRIx64 " is unknown or destroyed", id);
+}
+
+static int bad_place(int place)
+{
+	return sp_error(-EINVAL, "vmm: place %d is not a device of this vmm nor VMM_HOST", place);
+}
+
+void vmm_close(struct vmm *v)
+{
+	if (!v)
+		return;
+	pthread_mutex_lock(&v->lock);
+	if (vmm_swap_progress(v, 1) < 0)
+		SP_WARN(VMM, "close: %s", sp_last_error());
+	if (v->cfg.stats_at_close) {
+		pthread_mutex_unlock(&v->lock);
+		vmm_stats_print(v, stderr, 0);
+		pthread_mutex_lock(&v->lock);
+	}
+	for (uint32_t i = 0; v->objs && i < v->nobj_hw; i++) {
+		struct vmm_obj *o = vmm_obj_at(v, i);
+		if (!o->live)
+			continue;
+		for (int p = 0; p <= P_HOST(v); p++) {
+			vmm_swap_free_copy(v, i, p);
+			vmm_event_put(v, o->c[p].ev);
+			vmm_event_put(v, o->c[p].fence);
+		}
+		vmm_swap_free_disk(v, i);
+		vmm_event_put(v, o->xev);
+		if (o->va && dev_va_release(v->ctx, o->va, o->dev_bytes) < 0)
+			SP_WARN(VMM, "va release: %s", sp_last_error());
+	}
+	for (uint32_t i = 0; i < v->nev_free; i++)
+		if (dev_event_destroy(v->ev_free[i]) < 0)
+			SP_WARN(VMM, "event destroy: %s", sp_last_error());
+	for (int p = 0; p <= v->ndev; p++) {
+		struct vmm_place *pl = &v->pl[p];
+		struct dev_stream *ss[3] = {pl->in, pl->out, pl->fence};
+		for (int k = 0; k < 3; k++)
+			if (ss[k] && dev_stream_destroy(ss[k]) < 0)
+				SP_WARN(VMM, "stream destroy: %s", sp_last_error());
+		if (pl->base) {
+			int rc = p == P_HOST(v) ? dev_host_free(v->ctx, pl->base)
+			                        : dev_mem_free(v->ctx, p, pl->base);
+			if (rc < 0)
+				SP_WARN(VMM, "pool free: %s", sp_last_error());
+		}
+		vmm_pool_fini(&pl->pool);
+	}
+	if (v->disk)
+		vmm_disk_close(v->disk);
+	pthread_mutex_unlock(&v->lock);
+	pthread_mutex_destroy(&v->lock);
+	free(v->objs);
+	free(v->free_idx);
+	free(v->ev_free);
+	free(v->link);
+	free(v->trace);
+	free(v->cand);
+	free(v->owners);
+	free(v);
+}
+
+int vmm_open(struct dev_ctx *ctx, const struct vmm_config *cfg, struct vmm **out)
+{
+	struct vmm *v = NULL;
+	int rc = 0;
+	char a[32], b[32];
+	SP_CHECK_ARG(ctx && cfg && out, "vmm_open: NULL argument");
+	SP_CHECK_ARG(cfg->host_mem > 0, "vmm: the host pool needs bytes (SPILL_HOST_MEM)");
+	SP_CHECK_ARG(cfg->max_objects > 0 && cfg->max_objects <= (1u << 24),
+	             "vmm: max_objects=%u is not in 1..16777216", cfg->max_objects);
+	SP_CHECK_ARG(!cfg->align || !(cfg->align & (cfg->align - 1)),
+	             "vmm: alignment %zu is not a power of two", cfg->align);
+	int n = dev_count(ctx);
+	SP_CHECK_ARG(cfg->ndevices >= 0 && cfg->ndevices <= n,
+	             "vmm: %d devices asked, the context has %d", cfg->ndevices, n);
+	v = calloc(1, sizeof(*v));
+	if (!v)
+		return sp_error(-ENOMEM, "vmm: out of memory");
+	v->ctx = ctx;
+	v->cfg = *cfg;
+	if (!v->cfg.align)
+		v->cfg.align = 256;
+	v->ndev = cfg->ndevices ? cfg->ndevices : n;
+	v->xfer_head = -1;
+	pthread_mutex_init(&v->lock, NULL);
+	for (int p = 0; p <= DEV_MAX; p++)
+		v->pl[p].pool.head = -1;
+	uint32_t maxo = cfg->max_objects;
+	uint32_t max_blocks = 2 * maxo + 2;
+	for (int d = 0; d < v->ndev; d++) {
+		struct dev_info inf;
+		struct vmm_place *pl = &v->pl[d];
+		SP_CHECK_GOTO(dev_info(ctx, d, &inf), rc, fail);
+		size_t g = inf.granularity ? inf.granularity : 4096;
+		v->granularity[d] = g;
+		uint64_t budget = cfg->device_mem ? cfg->device_mem : inf.capacity / 10 * 9;
+		uint64_t avail = inf.capacity > inf.used ? inf.capacity - inf.used : 0;
+		if (budget > avail) {
+			rc = sp_error(-ENOMEM,
+			              "vmm: device %d: a budget of %s does not fit, %s free", d,
+			              sp_format_size(budget, a, sizeof(a)),
+			              sp_format_size(avail, b, sizeof(b)));
+			goto fail;
+		}
+		pl->stable_cap = (cfg->stable_mem + g - 1) / g * g;
+		if (pl->stable_cap > budget) {
+			rc = sp_error(
+			    -EINVAL,
+			    "vmm: stable budget %s exceeds the device budget %s on device %d",
+			    sp_format_size(pl->stable_cap, a, sizeof(a)),
+			    sp_format_size(budget, b, sizeof(b)), d);
+			goto fail;
+		}
+		uint64_t pool = (budget - pl->stable_cap) & ~(uint64_t)(v->cfg.align - 1);
+		SP_CHECK_GOTO(vmm_pool_init(&pl->pool, pool, v->cfg.align, max_blocks), rc, fail);
+		if (pool)
+			SP_CHECK_GOTO(dev_mem_alloc(ctx, d, pool, &pl->base), rc, fail);
+		SP_CHECK_GOTO(dev_stream_create(ctx, d, &pl->in), rc, fail);
+		SP_CHECK_GOTO(dev_stream_create(ctx, d, &pl->out), rc, fail);
+		SP_CHECK_GOTO(dev_stream_create(ctx, d, &pl->fence), rc, fail);
+	}
+	{
+		struct vmm_place *h = &v->pl[v->ndev];
+		uint64_t hb = cfg->host_mem & ~(uint64_t)(v->cfg.align - 1);
+		SP_CHECK_GOTO(vmm_pool_init(&h->pool, hb, v->cfg.align, max_blocks), rc, fail);
+		SP_CHECK_GOTO(dev_host_alloc(ctx, hb, &h->base), rc, fail);
+		if (v->ndev == 0) /* host-only vmm: fences still need a stream */
+			rc = -EINVAL;
+	}
+	if (rc < 0) {
+		rc = sp_error(-EINVAL, "vmm: the context has no devices");
+		goto fail;
+	}
+	if (cfg->use_disk)
+		SP_CHECK_GOTO(vmm_disk_open(&cfg->disk, &v->disk), rc, fail);
+	v->obj_stride =
+	    (sizeof(struct vmm_obj) + (size_t)(v->ndev + 1) * sizeof(struct vmm_copy) + 7) &
+	    ~(size_t)7;
+	v->objs = calloc(maxo, v->obj_stride);
+	v->free_idx = malloc(sizeof(*v->free_idx) * maxo);
+	v->ev_cap = maxo * (uint32_t)(v->ndev + 3);
+	v->ev_free = malloc(sizeof(*v->ev_free) * v->ev_cap);
+	size_t np = (size_t)(v->ndev + 2);
+	v->link = calloc(np * np * VMM_KINDS, sizeof(*v->link));
+	v->trace = cfg->trace_cap ? calloc(cfg->trace_cap, sizeof(*v->trace)) : NULL;
+	v->cand = malloc(sizeof(*v->cand) * maxo);
+	v->owners = malloc(sizeof(*v->owners) * maxo);
+	if (!v->objs || !v->free_idx || !v->ev_free || !v->link || (cfg->trace_cap && !v->trace) ||
+	    !v->cand || !v->owners) {
+		rc = sp_error(-ENOMEM, "vmm: metadata for %u objects", maxo);
+		goto fail;
+	}
+	for (uint32_t i = 0; i < maxo; i++)
+		v->free_idx[i] = maxo - 1 - i;
+	v->nfree = maxo;
+	*out = v;
+	return 0;
+fail:
+	vmm_close(v);
+	return rc;
+}
+
+int vmm_obj_create(struct vmm *v, const struct vmm_obj_desc *desc, uint64_t *out)
+{
+	char a[32], b[32];
+	int rc = 0;
+	SP_CHECK_ARG(v && desc && out, "vmm_obj_create: NULL argument");
+	SP_CHECK_ARG(desc->bytes > 0, "vmm: object '%s' has zero bytes",
+	             desc->name ? desc->name : "?");
+	SP_CHECK_ARG((unsigned)desc->kind < VMM_KINDS, "vmm: object kind %d is not a vmm_kind",
+	             (int)desc->kind);
+	SP_CHECK_ARG(!(desc->flags & ~VMM_OBJ_STABLE), "vmm: unknown object flags %#x",
+	             desc->flags);
+	pthread_mutex_lock(&v->lock);
+	int stable = !!(desc->flags & VMM_OBJ_STABLE);
+	uint64_t host_cap = v->pl[P_HOST(v)].pool.size;
+	if (stable && (desc->home < 0 || desc->home >= v->ndev)) {
+		rc = sp_error(-EINVAL, "vmm: stable object '%s': home device %d is not in 0..%d",
+		              desc->name ? desc->name : "?", desc->home, v->ndev - 1);
+		goto out;
+	}
+	if (desc->bytes > host_cap) {
+		rc = sp_error(-ENOMEM, "vmm: object '%s' of %s is larger than the host pool (%s)",
+		              desc->name ? desc->name : "?", sp_format_size(desc->bytes, a, 32),
+		              sp_format_size(host_cap, b, 32));
+		goto out;
+	}
+	if (!v->nfree) {
+		rc = sp_error(-ENOMEM,
+		              "vmm: %u objects are live, the most this vmm holds "
+		              "(SPILL_VMM_MAX_OBJECTS)",
+		              v->cfg.max_objects);
+		goto out;
+	}
+	uint64_t dev_bytes;
+	if (stable) {
+		size_t g = v->granularity[desc->home];
+		dev_bytes = (desc->bytes + g - 1) / g * g;
+		if (dev_bytes > v->pl[desc->home].stable_cap) {
+			rc = sp_error(
+			    -ENOMEM,
+			    "vmm: stable object '%s' of %s is larger than the stable budget "
+			    "of device %d (%s, SPILL_VMM_STABLE_MEM)",
+			    desc->name ? desc->name : "?", sp_format_size(desc->bytes, a, 32),
+			    desc->home, sp_format_size(v->pl[desc->home].stable_cap, b, 32));
+			goto out;
+		}
+	} else {
+		dev_bytes = (desc->bytes + v->cfg.align - 1) & ~(uint64_t)(v->cfg.align - 1);
+	}
+	void *va = NULL;
+	if (stable)
+		SP_CHECK_GOTO(dev_va_reserve(v->ctx, desc->home, dev_bytes, &va), rc, out);
+	uint32_t idx = v->free_idx[--v->nfree];
+	if (idx >= v->nobj_hw)
+		v->nobj_hw = idx + 1;
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	uint32_t gen = o->gen + 1;
+	if (!gen)
+		gen = 1;
+	/* keep the object's cached events across reuse of the slot */
+	memset(o, 0, v->obj_stride);
+	o->gen = gen;
+	o->live = 1;
+	o->kind = (uint8_t)desc->kind;
+	o->stable = (uint8_t)stable;
+	o->home = (int8_t)(stable ? desc->home : -1);
+	o->bytes = desc->bytes;
+	o->dev_bytes = dev_bytes;
+	o->va = va;
+	o->next_use = VMM_NO_HINT;
+	o->pending_dev = -1;
+	o->x.prev = o->x.next = -1;
+	for (int p = 0; p <= P_HOST(v); p++)
+		o->c[p].blk = -1;
+	uint64_t id = ((uint64_t)gen << 32) | (idx + 1);
+	if (desc->name)
+		snprintf(o->name, sizeof(o->name), "%s", desc->name);
+	else
+		snprintf(o->name, sizeof(o->name), "obj%u", idx);
+	sp_count_add(&v->st.objects, 1);
+	*out = id;
+out:
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
+int vmm_obj_destroy(struct vmm *v, uint64_t id)
+{
+	uint32_t idx;
+	int rc = 0;
+	SP_CHECK_ARG(v, "vmm_obj_destroy: NULL vmm");
+	pthread_mutex_lock(&v->lock);
+	struct vmm_obj *o = lookup(v, id, &idx);
+	if (!o) {
+		rc = bad_id(id);
+		goto out;
+	}
+	for (int p = 0; p <= P_HOST(v); p++)
+		if (o->c[p].pins) {
+			rc = sp_error(-EBUSY, "vmm: object '%s' is still acquired (%u times on %d)",
+			              o->name, o->c[p].pins, vmm_place_public(v, p));
+			goto out;
+		}
+	if (o->x.active && vmm_swap_retire(v, idx, 1) < 0)
+		SP_INFO(VMM, "destroy '%s': %s", o->name, sp_last_error());
+	for (int p = 0; p <= P_HOST(v); p++) {
+		vmm_swap_free_copy(v, idx, p);
+		vmm_event_put(v, o->c[p].ev);
+		vmm_event_put(v, o->c[p].fence);
+		o->c[p].ev = o->c[p].fence = NULL;
+	}
+	vmm_swap_free_disk(v, idx);
+	vmm_event_put(v, o->xev);
+	o->xev = NULL;
+	if (o->va && dev_va_release(v->ctx, o->va, o->dev_bytes) < 0)
+		SP_WARN(VMM, "va release of '%s': %s", o->name, sp_last_error());
+	o->va = NULL;
+	o->live = 0;
+	v->free_idx[v->nfree++] = idx;
+	sp_count_add(&v->st.objects, -1);
+out:
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
+/* Common prologue: lock, find the object and the place. */
+#define VMM_ENTER(v, id, place, idx, o, p)                         \
+	do {                                                       \
+		if (!(v))                                          \
+			return sp_error(-EINVAL, "vmm: NULL vmm"); \
+		pthread_mutex_lock(&(v)->lock);                    \
+		(o) = lookup((v), (id), &(idx));                   \
+		if (!(o)) {                                        \
+			rc = bad_id(id);                           \
+			goto out;                                  \
+		}                                                  \
+		(p) = vmm_place_index((v), (place));               \
+		if ((p) < 0 || (p) == P_DISK(v)) {                 \
+			rc = bad_place(place);                     \
+			goto out;                                  \
+		}                                                  \
+	} while (0)
+
+int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, void **ptr,
+                struct dev_event **ready)
+{
+	uint32_t idx;
+	int p, rc = 0, started = 0;
+	struct vmm_obj *o;
+	SP_CHECK_ARG(ptr && ready, "vmm_acquire: NULL out-parameter");
+	VMM_ENTER(v, id, place, idx, o, p);
+	struct vmm_copy *c = &o->c[p];
+	/* fast path: resident, nothing in flight */
+	if (access == VMM_READ && c->valid && !c->filling && !o->x.active) {
+		c->pins++;
+		c->last_use = ++v->clock;
+		sp_counter_add(&v->st.hits, 1);
+		goto done;
+	}
+	if (access != VMM_READ && access != VMM_WRITE && access != VMM_OVERWRITE) {
+		rc = sp_error(-EINVAL, "vmm: access %d is not VMM_READ, VMM_WRITE or VMM_OVERWRITE",
+		              (int)access);
+		goto out;
+	}
+	if (o->stable && p < v->ndev && p != o->home) {
+		rc = sp_error(-EINVAL, "vmm: stable object '%s' lives on device %d, not %d",
+		              o->name, o->home, p);
+		goto out;
+	}
+	if (p < v->ndev && o->dev_bytes > (o->stable ? v->pl[p].stable_cap : v->pl[p].pool.size)) {
+		char a[32], b[32];
+		sp_counter_add(&v->st.enomem, 1);
+		rc = sp_error(
+		    -ENOMEM, "vmm: object '%s' needs %s on device %d, whose pool holds %s", o->name,
+		    sp_format_size(o->dev_bytes, a, 32), p,
+		    sp_format_size(o->stable ? v->pl[p].stable_cap : v->pl[p].pool.size, b, 32));
+		goto out;
+	}
+	if (access != VMM_READ) {
+		for (int q = 0; q <= P_HOST(v); q++)
+			if (q != p && o->c[q].pins) {
+				rc = sp_error(-EBUSY,
+				              "vmm: object '%s' is acquired on place %d; it cannot "
+				              "be acquired for writing on place %d",
+				              o->name, vmm_place_public(v, q), place);
+				goto out;
+			}
+		if (o->x.active && vmm_swap_retire(v, idx, 1) < 0)
+			SP_INFO(VMM, "%s", sp_last_error());
+		int was = c->valid;
+		if (access == VMM_WRITE) {
+			SP_CHECK_GOTO(vmm_swap_bring(v, idx, p, &started), rc, out);
+			if (started)
+				SP_CHECK_GOTO(vmm_swap_retire(v, idx, 1), rc, out);
+		} else if (!c->has_mem) {
+			o->busy = 1;
+			rc = vmm_swap_make_space(v, idx, p);
+			o->busy = 0;
+			if (rc < 0)
+				goto out;
+		}
+		c->valid = 1;
+		for (int q = 0; q <= P_HOST(v); q++)
+			if (q != p)
+				vmm_swap_free_copy(v, idx, q);
+		vmm_swap_free_disk(v, idx);
+		sp_counter_add(was ? &v->st.hits : &v->st.misses, 1);
+	} else {
+		if (o->x.active && o->x.dst == p && p != P_HOST(v)) {
+			/* arriving: the caller waits on its event */
+		} else if (o->x.active && o->x.src == p && o->x.drop_src) {
+			o->x.drop_src = 0; /* being evicted from here: keep it */
+		} else {
+			if (o->x.active) {
+				rc = vmm_swap_retire(v, idx, 1);
+				if (rc < 0 && !c->valid && vmm_obj_nvalid(v, o) == 0)
+					goto out;
+				rc = 0;
+			}
+			int was = c->valid;
+			SP_CHECK_GOTO(vmm_swap_bring(v, idx, p, &started), rc, out);
+			if (p == P_HOST(v) && o->x.active) /* host copies are used at once */
+				SP_CHECK_GOTO(vmm_swap_retire(v, idx, 1), rc, out);
+			sp_counter_add(was ? &v->st.hits : &v->st.misses, 1);
+		}
+	}
+	c->pins++;
+	c->last_use = ++v->clock;
+done:
+	sp_count_add(&v->st.pinned, 1);
+	sp_counter_add(&v->st.acquires, 1);
+	*ptr = c->ptr;
+	*ready = c->filling ? c->ev : NULL;
+out:
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
+int vmm_release(struct vmm *v, uint64_t id, int place, struct dev_event *done)
+{
+	uint32_t idx;
+	int p, rc = 0;
+	struct vmm_obj *o;
+	VMM_ENTER(v, id, place, idx, o, p);
+	struct vmm_copy *c = &o->c[p];
+	if (!c->pins) {
+		rc = sp_error(-EINVAL, "vmm: object '%s' is not acquired on place %d", o->name,
+		              place);
+		goto out;
+	}
+	if (done) {
+		struct dev_stream *fs = v->pl[p < v->ndev ? p : 0].fence;
+		if (!c->fence)
+			SP_CHECK_GOTO(vmm_event_get(v, &c->fence), rc, out);
+		SP_CHECK_GOTO(dev_stream_wait_event(fs, done), rc, out);
+		SP_CHECK_GOTO(dev_event_record(c->fence, fs), rc, out);
+		c->fenced = 1;
+	}
+	c->pins--;
+	sp_count_add(&v->st.pinned, -1);
+out:
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
+int vmm_swap_prefetch(struct vmm *v, uint32_t idx, int p, int *started);
+
+int vmm_prefetch(struct vmm *v, uint64_t id, int place)
+{
+	uint32_t idx;
+	int p, rc = 0, started = 0;
+	struct vmm_obj *o;
+	VMM_ENTER(v, id, place, idx, o, p);
+	if (o->stable && p < v->ndev && p != o->home) {
+		rc = sp_error(-EINVAL, "vmm: stable object '%s' lives on device %d, not %d",
+		              o->name, o->home, p);
+		goto out;
+	}
+	if (p < v->ndev && o->dev_bytes > (o->stable ? v->pl[p].stable_cap : v->pl[p].pool.size)) {
+		rc = sp_error(-ENOMEM, "vmm: object '%s' (%" PRIu64 " bytes) never fits device %d",
+		              o->name, o->bytes, p);
+		goto out;
+	}
+	rc = vmm_swap_prefetch(v, idx, p, &started);
+	if (rc == 0 && started)
+		sp_counter_add(&v->st.prefetches, 1);
+out:
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
+int vmm_hint(struct vmm *v, uint64_t id, uint64_t next_use)
+{
+	uint32_t idx;
+	int rc = 0;
+	SP_CHECK_ARG(v, "vmm_hint: NULL vmm");
+	pthread_mutex_lock(&v->lock);
+	struct vmm_obj *o = lookup(v, id, &idx);
+	if (o)
+		o->next_use = next_use;
+	else
+		rc = bad_id(id);
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
+int vmm_evict(struct vmm *v, uint64_t id, int place)
+{
+	uint32_t idx;
+	int p, rc = 0;
+	struct vmm_obj *o;
+	VMM_ENTER(v, id, place, idx, o, p);
+	rc = vmm_swap_evict(v, idx, p);
+out:
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
+int vmm_writeback(struct vmm *v, uint64_t id, int to_disk)
+{
+	uint32_t idx;
+	int rc = 0;
+	SP_CHECK_ARG(v, "vmm_writeback: NULL vmm");
+	pthread_mutex_lock(&v->lock);
+	struct vmm_obj *o = lookup(v, id, &idx);
+	if (!o)
+		rc = bad_id(id);
+	else if (to_disk && !v->disk)
+		rc = sp_error(-EINVAL, "vmm: write-back of '%s' to disk: there is no disk tier",
+		              o->name);
+	else
+		rc = vmm_swap_writeback(v, idx, to_disk);
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
+int vmm_obj_wait(struct vmm *v, uint64_t id)
+{
+	uint32_t idx;
+	int rc = 0;
+	SP_CHECK_ARG(v, "vmm_obj_wait: NULL vmm");
+	pthread_mutex_lock(&v->lock);
+	struct vmm_obj *o = lookup(v, id, &idx);
+	if (!o)
+		rc = bad_id(id);
+	else
+		rc = vmm_swap_retire(v, idx, 1);
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
+int vmm_progress(struct vmm *v)
+{
+	SP_CHECK_ARG(v, "vmm_progress: NULL vmm");
+	pthread_mutex_lock(&v->lock);
+	(void)vmm_swap_progress(v, 0);
+	/* prefetch chains: disk reads that landed go on to their device */
+	for (uint32_t i = 0; i < v->nobj_hw; i++) {
+		struct vmm_obj *o = vmm_obj_at(v, i);
+		if (!o->live || o->pending_dev < 0 || o->x.active)
+			continue;
+		int d = o->pending_dev, started;
+		o->pending_dev = -1;
+		if (vmm_swap_bring(v, i, d, &started) < 0)
+			SP_INFO(VMM, "prefetch of '%s': %s", o->name, sp_last_error());
+	}
+	pthread_mutex_unlock(&v->lock);
+	return 0;
+}
+
+int vmm_sync(struct vmm *v)
+{
+	SP_CHECK_ARG(v, "vmm_sync: NULL vmm");
+	pthread_mutex_lock(&v->lock);
+	int rc = vmm_swap_progress(v, 1);
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
+int vmm_obj_info(struct vmm *v, uint64_t id, struct vmm_obj_info *out)
+{
+	uint32_t idx;
+	int rc = 0;
+	SP_CHECK_ARG(v && out, "vmm_obj_info: NULL argument");
+	pthread_mutex_lock(&v->lock);
+	struct vmm_obj *o = lookup(v, id, &idx);
+	if (!o) {
+		rc = bad_id(id);
+		goto out;
+	}
+	struct vmm_obj_info inf;
+	memset(&inf, 0, sizeof(inf));
+	inf.bytes = o->bytes;
+	inf.kind = (enum vmm_kind)o->kind;
+	memcpy(inf.name, o->name, sizeof(inf.name));
+	int nvalid = vmm_obj_nvalid(v, o);
+	for (int p = 0; p <= P_HOST(v); p++) {
+		uint32_t bit = p == P_HOST(v) ? VMM_INFO_HOST : 1u << p;
+		if (o->c[p].valid)
+			inf.valid_mask |= bit;
+		if (o->c[p].valid && nvalid == 1)
+			inf.dirty_mask |= bit;
+		if (o->c[p].pins)
+			inf.pinned_mask |= bit;
+	}
+	if (o->disk_valid)
+		inf.valid_mask |= VMM_INFO_DISK;
+	inf.in_flight = o->x.active ? o->x.kind : -1;
+	inf.next_use = o->next_use;
+	memcpy(inf.bytes_moved, o->moved, sizeof(inf.bytes_moved));
+	memcpy(inf.moves, o->nmoves, sizeof(inf.moves));
+	*out = inf;
+out:
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
+int vmm_place_usage(struct vmm *v, int place, uint64_t *used, uint64_t *capacity)
+{
+	SP_CHECK_ARG(v && used && capacity, "vmm_place_usage: NULL argument");
+	int p = vmm_place_index(v, place);
+	if (p < 0)
+		return bad_place(place);
+	pthread_mutex_lock(&v->lock);
+	if (p == P_DISK(v)) {
+		struct vmm_disk_stats_snapshot s = {0};
+		if (v->disk)
+			vmm_disk_stats(v->disk, &s);
+		*used = s.used;
+		*capacity = s.capacity;
+	} else if (p == P_HOST(v)) {
+		*used = v->pl[p].pool.used;
+		*capacity = v->pl[p].pool.size;
+	} else {
+		*used = v->pl[p].pool.used + v->pl[p].stable_used;
+		*capacity = v->pl[p].pool.size + v->pl[p].stable_cap;
+	}
+	pthread_mutex_unlock(&v->lock);
+	return 0;
+}

@@ -1,0 +1,219 @@
+/* vmm/vmm.h — the virtual memory manager over GPU, pinned host and disk memory.
+ *
+ * An object is a byte range with a kind. It has at most one copy per place
+ * (each device, the pinned host pool, the disk tier); all valid copies hold the
+ * same bytes. A copy whose object has no other valid copy is dirty: evicting it
+ * writes it down one tier (device -> host -> disk); a clean copy is dropped.
+ * Callers use an object on a place only between vmm_acquire() and vmm_release();
+ * an acquired copy is pinned (never a victim). Transfers are asynchronous and
+ * complete through events; the vmm never synchronizes a whole device.
+ * Handles are 64-bit ids (index + generation): a stale or unknown id is -EINVAL,
+ * never a crash. Thread-safety: every function may be called from any thread
+ * (one internal lock; transfers run on the device layer's streams).
+ */
+#ifndef SP_VMM_VMM_H
+#define SP_VMM_VMM_H
+
+#include "common/error.h"
+#include "common/params.h"
+#include "common/stats.h"
+#include "device/device.h"
+#include "vmm/disk.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct vmm;
+
+/* What an object holds; accounting is kept per kind. */
+enum vmm_kind {
+	VMM_KIND_WEIGHT,
+	VMM_KIND_GRAD,
+	VMM_KIND_OPTIM,
+	VMM_KIND_STASH, /* stashed activation */
+	VMM_KIND_INTERMEDIATE,
+	VMM_KIND_INPUT,
+	VMM_KIND_WORKSPACE,
+	VMM_KINDS
+};
+
+/* Victim choice: AUTO is Belady (farthest next use) among the candidates when
+ * any candidate carries a next-use hint, LRU otherwise. */
+enum vmm_policy { VMM_POLICY_AUTO, VMM_POLICY_BELADY, VMM_POLICY_LRU };
+
+/* How an acquired copy is used. WRITE keeps the contents (read-modify-write);
+ * OVERWRITE promises to overwrite every byte, so nothing is brought in. Both
+ * write modes make the acquired copy the only valid one (others are dropped). */
+enum vmm_access { VMM_READ = 1, VMM_WRITE = 2, VMM_OVERWRITE = 3 };
+
+/* Places: a device index 0..n-1, VMM_HOST (pinned host pool), VMM_DISK. */
+#define VMM_HOST    DEV_HOST
+#define VMM_DISK    DEV_DISK
+#define VMM_NO_HINT UINT64_MAX /* next use unknown (or never) */
+
+/* Object flags. */
+#define VMM_OBJ_STABLE 1u /* device address never changes (bound to a reserved range) */
+
+/* Transfer kinds (the per-object counters and the trace use them). */
+enum vmm_xfer_kind {
+	VMM_XFER_H2D,
+	VMM_XFER_D2H,
+	VMM_XFER_P2P,
+	VMM_XFER_H2DISK,
+	VMM_XFER_DISK2H,
+	VMM_XFER_KINDS
+};
+
+struct vmm_config {
+	int ndevices;        /* devices of the context to use, 0 = all */
+	uint64_t device_mem; /* vmm budget per device, 0 = 90% of its capacity */
+	uint64_t stable_mem; /* part of device_mem for VMM_OBJ_STABLE objects */
+	uint64_t host_mem;   /* pinned host pool bytes (must be > 0) */
+	int use_disk;        /* 1: open the disk tier with cfg.disk */
+	struct vmm_disk_config disk;
+	enum vmm_policy policy;
+	unsigned max_objects; /* live objects at most (metadata sized at open) */
+	unsigned trace_cap;   /* transfers kept in the trace ring, 0 = no trace */
+	size_t align;         /* pool allocation alignment, power of two (0 = 256) */
+	int stats_at_close;   /* print the stats table at vmm_close (SPILL_STATS) */
+};
+
+/* Fills cfg from SPILL_HOST_MEM, SPILL_DISK_*, SPILL_IO_*, SPILL_VMM_*, SPILL_STATS.
+ * Returns 0, or -EINVAL naming the bad value. */
+int vmm_config_from_params(const struct sp_params *p, struct vmm_config *cfg) SP_MUST_CHECK;
+
+/* Carves a pool from each device (one dev_mem_alloc each), the pinned host pool
+ * and opens the disk tier. The vmm does not own ctx (close the vmm first).
+ * Returns 0, -ENOMEM with the numbers when a pool does not fit, -EINVAL for a
+ * bad config, or the disk tier's error. */
+int vmm_open(struct dev_ctx *ctx, const struct vmm_config *cfg, struct vmm **out) SP_MUST_CHECK;
+/* Waits for every transfer, prints stats if asked, frees everything. NULL ok. */
+void vmm_close(struct vmm *v);
+
+struct vmm_obj_desc {
+	size_t bytes;
+	enum vmm_kind kind;
+	const char *name; /* copied (first 31 chars); NULL = "obj<id>" */
+	unsigned flags;   /* VMM_OBJ_STABLE */
+	int home;         /* device of a stable object's reserved range */
+};
+
+/* Creates an object with no data (its first acquire must be a write mode, or
+ * reads unspecified bytes). Returns 0 and the id, -EINVAL for zero bytes, a bad
+ * kind or home device, -ENOMEM when it can never fit a device or the host pool,
+ * or when max_objects are live. */
+int vmm_obj_create(struct vmm *v, const struct vmm_obj_desc *desc, uint64_t *out) SP_MUST_CHECK;
+/* Waits for the object's transfers and frees its copies. Returns 0, -EINVAL for
+ * a stale id (double destroy), -EBUSY while acquired. */
+int vmm_obj_destroy(struct vmm *v, uint64_t obj) SP_MUST_CHECK;
+
+/* Makes obj usable on place (device index or VMM_HOST) and pins it there.
+ * *ptr receives its address there; *ready receives an event to wait on before
+ * touching the bytes (dev_stream_wait_event / dev_event_sync), or NULL when the
+ * copy is already there. The event belongs to the vmm and stays valid until the
+ * matching release. May evict other objects (Belady/LRU) and wait for their
+ * transfers. Device copies come by P2P from another device when one holds the
+ * object, by H2D otherwise (disk -> host first when needed).
+ * Returns 0; -EINVAL (bad id, place or access; a stable object off its home);
+ * -EBUSY (a write access while another place holds it acquired); -ENOMEM naming
+ * the object, the place and the bytes when it does not fit even after evicting
+ * everything unpinned; -ENOSPC/-EIO from the disk tier (nothing is lost). */
+int vmm_acquire(struct vmm *v, uint64_t obj, int place, enum vmm_access access, void **ptr,
+                struct dev_event **ready) SP_MUST_CHECK;
+/* Unpins one acquire of obj on place. done (may be NULL) is an event recorded
+ * after the caller's last use of the bytes: the vmm makes later transfers of
+ * this copy wait for it (the caller may re-record it right after). NULL means
+ * every use has completed. Returns 0, or -EINVAL if obj is not acquired there. */
+int vmm_release(struct vmm *v, uint64_t obj, int place, struct dev_event *done) SP_MUST_CHECK;
+
+/* Starts bringing obj to place without pinning it (returns without waiting for
+ * the copy; a later acquire finds it there or in flight). Same errors as
+ * vmm_acquire. */
+int vmm_prefetch(struct vmm *v, uint64_t obj, int place) SP_MUST_CHECK;
+/* Sets the logical time of obj's next use (VMM_NO_HINT = unknown). Belady
+ * evicts the candidate whose next use is farthest. */
+int vmm_hint(struct vmm *v, uint64_t obj, uint64_t next_use) SP_MUST_CHECK;
+/* Evicts obj's copy from place (a device, or VMM_HOST to push it to disk): a
+ * clean copy is dropped, a dirty one written down first (asynchronously).
+ * Returns 0 (also when there is no copy there), -EBUSY if pinned there. */
+int vmm_evict(struct vmm *v, uint64_t obj, int place) SP_MUST_CHECK;
+/* Makes sure a copy below the devices is valid: device -> host (to_disk=0) or
+ * further to disk (to_disk=1). Asynchronous; vmm_obj_wait() waits for it. */
+int vmm_writeback(struct vmm *v, uint64_t obj, int to_disk) SP_MUST_CHECK;
+/* Waits for obj's transfer in flight, if any. Returns 0 or the transfer's error. */
+int vmm_obj_wait(struct vmm *v, uint64_t obj) SP_MUST_CHECK;
+/* Retires completed transfers without blocking. Returns 0. */
+int vmm_progress(struct vmm *v) SP_MUST_CHECK;
+/* Waits for every transfer the vmm started. Returns 0 or the first error. */
+int vmm_sync(struct vmm *v) SP_MUST_CHECK;
+
+/* A snapshot of one object. */
+struct vmm_obj_info {
+	size_t bytes;
+	enum vmm_kind kind;
+	char name[32];
+	uint32_t valid_mask;  /* bit d: device d valid; VMM_INFO_HOST, VMM_INFO_DISK */
+	uint32_t dirty_mask;  /* same bits: copies that are the only valid one */
+	uint32_t pinned_mask; /* places where it is acquired */
+	int in_flight;        /* -1 none, else an enum vmm_xfer_kind */
+	uint64_t next_use;
+	uint64_t bytes_moved[VMM_XFER_KINDS];
+	uint64_t moves[VMM_XFER_KINDS];
+};
+#define VMM_INFO_HOST (1u << 30)
+#define VMM_INFO_DISK (1u << 31)
+int vmm_obj_info(struct vmm *v, uint64_t obj, struct vmm_obj_info *out) SP_MUST_CHECK;
+
+/* ---- accounting ---- */
+/* Bytes moved from place src to place dst (device, VMM_HOST, VMM_DISK) for
+ * objects of kind (VMM_KINDS = all kinds). */
+uint64_t vmm_link_bytes(struct vmm *v, int src, int dst, int kind);
+/* Bytes moved per transfer kind, all objects. */
+uint64_t vmm_xfer_bytes(struct vmm *v, enum vmm_xfer_kind kind);
+const char *vmm_xfer_kind_name(enum vmm_xfer_kind kind);
+const char *vmm_kind_name(enum vmm_kind kind);
+
+/* Bytes in use / capacity of a place (device pool + stable, host pool, disk). */
+int vmm_place_usage(struct vmm *v, int place, uint64_t *used, uint64_t *capacity) SP_MUST_CHECK;
+
+/* One completed transfer; times on dev_now()'s clock. */
+struct vmm_trace_rec {
+	double t_start, t_end;
+	uint64_t obj;
+	uint64_t bytes;
+	int src, dst; /* places */
+	int xfer;     /* enum vmm_xfer_kind */
+	int kind;     /* enum vmm_kind */
+};
+/* Copies up to max of the most recent transfers (oldest first) into out and
+ * returns how many; *total gets the count ever recorded. */
+size_t vmm_trace_get(struct vmm *v, struct vmm_trace_rec *out, size_t max, uint64_t *total);
+
+/* Counters of the whole vmm. */
+#define VMM_STATS(X)                                                                \
+	X(COUNT, device_bytes, "bytes of device copies (all devices)")              \
+	X(COUNT, host_bytes, "bytes in the pinned host pool")                       \
+	X(COUNT, disk_bytes, "bytes of disk extents")                               \
+	X(COUNT, objects, "live objects")                                           \
+	X(COUNT, pinned, "acquired copies")                                         \
+	X(COUNTER, acquires, "acquire calls that succeeded")                        \
+	X(COUNTER, hits, "acquires that found the copy resident")                   \
+	X(COUNTER, misses, "acquires that had to bring the copy")                   \
+	X(COUNTER, prefetches, "prefetches that started a transfer")                \
+	X(COUNTER, evictions, "copies evicted (dropped or written down)")           \
+	X(COUNTER, drops, "clean copies dropped with nothing written")              \
+	X(COUNTER, writebacks, "dirty copies written down a tier")                  \
+	X(COUNTER, frag_evictions, "evictions made to open a contiguous hole")      \
+	X(COUNTER, enomem, "requests that did not fit after evicting all unpinned") \
+	X(COUNTER, disk_errors, "disk allocations or I/Os that failed")             \
+	X(COUNTER, waits, "blocking waits on one transfer's event or ticket")
+SP_STATS_DECLARE(vmm_stats, VMM_STATS)
+
+/* A snapshot of the counters. */
+void vmm_stats_get(struct vmm *v, struct vmm_stats *out);
+/* Prints the stats table, the (link x kind) matrix and the totals per transfer
+ * kind, as text (json=0) or as one JSON object (json=1). */
+void vmm_stats_print(struct vmm *v, FILE *f, int json);
+
+#endif
