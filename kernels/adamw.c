@@ -1,0 +1,29 @@
+/* kernels/adamw.c — AdamW, CPU, with torch.optim.AdamW's order of operations
+ * (decoupled decay first, then moments, then the bias-corrected step), so one
+ * step matches torch to rounding. Scalars are formed in double as torch does. */
+#include "kernels/internal.h"
+
+#include <math.h>
+
+void kn_adamw_cpu(const struct kn_adamw_args *a)
+{
+	float *p = a->params, *m = a->m, *v = a->v;
+	const float *g = a->grads;
+	double bc1 = 1.0 - pow((double)a->beta1, a->t);
+	double bc2 = 1.0 - pow((double)a->beta2, a->t);
+	float decay = (float)(1.0 - (double)a->lr * a->weight_decay);
+	float step = (float)((double)a->lr / bc1);
+	float bc2_sqrt = (float)sqrt(bc2);
+	float b1 = a->beta1, b2 = a->beta2, eps = a->eps;
+	float c1 = (float)(1.0 - (double)a->beta1), c2 = (float)(1.0 - (double)a->beta2);
+	for (long i = 0; i < a->N; i++) {
+		float gi = g[i];
+		float pi = p[i] * decay;
+		float mi = m[i] * b1 + c1 * gi;
+		float vi = v[i] * b2 + c2 * gi * gi;
+		float denom = sqrtf(vi) / bc2_sqrt + eps;
+		p[i] = pi - step * (mi / denom);
+		m[i] = mi;
+		v[i] = vi;
+	}
+}

@@ -1,0 +1,71 @@
+/* kernels/elementwise.c — GELU (tanh approximation), residual add, gradient
+ * zero/accumulate/scale, CPU. Plain loops over N elements in index order. */
+#include "kernels/internal.h"
+
+#include <math.h>
+#include <string.h>
+
+void kn_gelu_forward_cpu(const struct kn_gelu_fwd_args *a)
+{
+	const float *x = a->inp;
+	float *y = a->out;
+	for (long i = 0; i < a->N; i++) {
+		float xi = x[i];
+		float cube = 0.044715f * xi * xi * xi;
+		y[i] = 0.5f * xi * (1.0f + tanhf(KN_GELU_SCALE * (xi + cube)));
+	}
+}
+
+void kn_gelu_backward_cpu(const struct kn_gelu_bwd_args *a)
+{
+	const float *x = a->inp, *dy = a->dout;
+	float *dx = a->dinp;
+	for (long i = 0; i < a->N; i++) {
+		float xi = x[i];
+		float cube = 0.044715f * xi * xi * xi;
+		float u = KN_GELU_SCALE * (xi + cube);
+		float th = tanhf(u);
+		float sech2 = 1.0f - th * th;
+		float g = 0.5f * (1.0f + th) +
+		          xi * 0.5f * sech2 * KN_GELU_SCALE * (1.0f + 3.0f * 0.044715f * xi * xi);
+		dx[i] += g * dy[i];
+	}
+}
+
+void kn_residual_forward_cpu(const struct kn_residual_fwd_args *a)
+{
+	const float *x = a->a, *y = a->b;
+	float *o = a->out;
+	for (long i = 0; i < a->N; i++)
+		o[i] = x[i] + y[i];
+}
+
+void kn_residual_backward_cpu(const struct kn_residual_bwd_args *a)
+{
+	const float *d = a->dout;
+	float *da = a->da, *db = a->db;
+	for (long i = 0; i < a->N; i++) {
+		da[i] += d[i];
+		db[i] += d[i];
+	}
+}
+
+void kn_grad_zero_cpu(const struct kn_grad_zero_args *a)
+{
+	memset(a->x, 0, (size_t)a->N * kn_dtype_size(a->dtype));
+}
+
+void kn_grad_accumulate_cpu(const struct kn_grad_accumulate_args *a)
+{
+	const float *s = a->src;
+	float *d = a->dst;
+	for (long i = 0; i < a->N; i++)
+		d[i] += s[i];
+}
+
+void kn_grad_scale_cpu(const struct kn_grad_scale_args *a)
+{
+	float *x = a->x;
+	for (long i = 0; i < a->N; i++)
+		x[i] *= a->scale;
+}

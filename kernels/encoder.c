@@ -1,0 +1,38 @@
+/* kernels/encoder.c — token + position embedding, CPU.
+ * out (B,T,C) = wte[inp] + wpe[t]; backward scatters serially over (b,t), so
+ * repeated tokens accumulate in a fixed order. */
+#include "kernels/internal.h"
+
+void kn_encoder_forward_cpu(const struct kn_encoder_fwd_args *a)
+{
+	float *out = a->out;
+	const float *wte = a->wte, *wpe = a->wpe;
+	int B = a->B, T = a->T, C = a->C;
+	for (int b = 0; b < B; b++) {
+		for (int t = 0; t < T; t++) {
+			float *o = out + ((size_t)b * T + t) * C;
+			const float *we = wte + (size_t)a->inp[b * T + t] * C;
+			const float *pe = wpe + (size_t)t * C;
+			for (int i = 0; i < C; i++)
+				o[i] = we[i] + pe[i];
+		}
+	}
+}
+
+void kn_encoder_backward_cpu(const struct kn_encoder_bwd_args *a)
+{
+	float *dwte = a->dwte, *dwpe = a->dwpe;
+	const float *dout = a->dout;
+	int B = a->B, T = a->T, C = a->C;
+	for (int b = 0; b < B; b++) {
+		for (int t = 0; t < T; t++) {
+			const float *d = dout + ((size_t)b * T + t) * C;
+			float *dwe = dwte + (size_t)a->inp[b * T + t] * C;
+			float *dpe = dwpe + (size_t)t * C;
+			for (int i = 0; i < C; i++) {
+				dwe[i] += d[i];
+				dpe[i] += d[i];
+			}
+		}
+	}
+}

@@ -1,0 +1,329 @@
+/* kernels/kernels.h — GPT-2 layer math: forward, backward, optimizer (prefix kn_).
+ *
+ * One args struct per operation and direction; the same struct drives two
+ * implementations with identical meaning: kn_<op>_<dir>_cpu(args) (C, OpenBLAS
+ * for GEMMs, plain loops without it) and kn_<op>_<dir>_cuda(args, cudaStream_t)
+ * (CUDA, cuBLAS; only with SPILL_HAVE_CUDA). kn_<op>_<dir>_launch(stream, args)
+ * validates the shapes and queues the kernel on a dev_stream of any backend.
+ *
+ * Layouts follow llm.c (row-major, letters B, T, C, V, NH, hs = C/NH, OC):
+ * activations (B,T,C); linear weight (OC,C) as torch.nn.Linear; qkv (B,T,3C)
+ * ordered q|k|v, head h at columns h*hs..; attention probabilities (B,NH,T,T).
+ * Tensors are void pointers of element type args->dtype (KN_F32 now; bf16 will
+ * reuse the same structs); token ids and targets are int32; layernorm
+ * statistics (mean, rstd) are always fp32.
+ *
+ * Gradient convention: every backward ACCUMULATES (+=) into all its outputs,
+ * input gradients and parameter gradients alike (llm.c's convention), so
+ * residual branches and microbatches sum without extra copies; zero them first
+ * with kn_grad_zero. Direct calls do not validate (pass valid shapes); launch
+ * calls do, and leave every output untouched on failure.
+ * CPU kernels are deterministic for a fixed thread count (kn_cpu_set_threads):
+ * fixed reduction orders, no atomics; only GEMMs are multi-threaded.
+ */
+#ifndef SP_KERNELS_KERNELS_H
+#define SP_KERNELS_KERNELS_H
+
+#include "common/error.h"
+#include "device/device.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum kn_dtype { KN_F32 = 0, KN_BF16 = 1 };
+
+/* Bytes of one element of dtype (4 for KN_F32, 2 for KN_BF16). */
+size_t kn_dtype_size(enum kn_dtype dtype);
+
+/* Sets the CPU kernels' thread count (OpenBLAS threads); 0 = number of cores.
+ * Results are bit-identical run to run for a fixed count. Not thread-safe with
+ * kernels in flight. Returns 0, or -EINVAL for a negative count. */
+int kn_cpu_set_threads(int threads) SP_MUST_CHECK;
+int kn_cpu_threads(void);
+
+/* ---- token + position embedding ------------------------------------------
+ * out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]; wte (V,C), wpe (maxT,C). */
+struct kn_encoder_fwd_args {
+	enum kn_dtype dtype;
+	void *out;       /* (B,T,C) */
+	const int *inp;  /* (B,T) token ids in [0,V) */
+	const void *wte; /* (V,C) */
+	const void *wpe; /* (maxT,C) */
+	int B, T, C, V, maxT;
+};
+/* dwte[inp[b,t]] += dout[b,t]; dwpe[t] += dout[b,t] (serial over b,t). */
+struct kn_encoder_bwd_args {
+	enum kn_dtype dtype;
+	void *dwte;       /* (V,C) */
+	void *dwpe;       /* (maxT,C) */
+	const void *dout; /* (B,T,C) */
+	const int *inp;   /* (B,T) */
+	int B, T, C, V, maxT;
+};
+
+/* ---- layernorm (eps 1e-5, biased variance, as torch) -----------------------
+ * out = (inp - mean) * rstd * weight + bias over the last dimension C. */
+struct kn_layernorm_fwd_args {
+	enum kn_dtype dtype;
+	void *out;          /* (B,T,C) */
+	float *mean;        /* (B,T) saved for backward */
+	float *rstd;        /* (B,T) saved for backward */
+	const void *inp;    /* (B,T,C) */
+	const void *weight; /* (C) */
+	const void *bias;   /* (C) */
+	int B, T, C;
+};
+struct kn_layernorm_bwd_args {
+	enum kn_dtype dtype;
+	void *dinp;         /* (B,T,C) += */
+	void *dweight;      /* (C) += */
+	void *dbias;        /* (C) += */
+	const void *dout;   /* (B,T,C) */
+	const void *inp;    /* (B,T,C) */
+	const void *weight; /* (C) */
+	const float *mean;  /* (B,T) */
+	const float *rstd;  /* (B,T) */
+	int B, T, C;
+};
+
+/* ---- linear: out = inp @ weight^T + bias ----------------------------------
+ * inp (B,T,C), weight (OC,C), bias (OC) or NULL, out (B,T,OC). */
+struct kn_matmul_fwd_args {
+	enum kn_dtype dtype;
+	void *out;
+	const void *inp;
+	const void *weight;
+	const void *bias; /* NULL: no bias */
+	int B, T, C, OC;
+};
+/* dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum over (B,T) of dout.
+ * dinp, dweight or dbias may be NULL to skip that gradient. */
+struct kn_matmul_bwd_args {
+	enum kn_dtype dtype;
+	void *dinp;       /* (B,T,C) */
+	void *dweight;    /* (OC,C) */
+	void *dbias;      /* (OC) */
+	const void *dout; /* (B,T,OC) */
+	const void *inp;  /* (B,T,C) */
+	const void *weight;
+	int B, T, C, OC;
+};
+
+/* ---- causal multi-head self-attention --------------------------------------
+ * inp (B,T,3C) = q|k|v; att (B,NH,T,T) = softmax(q k^T / sqrt(hs)) with the
+ * causal mask (att[.,.,t,t2] = 0 for t2 > t), saved for backward; out (B,T,C) =
+ * att @ v with heads concatenated. ws is scratch of kn_attention_ws_bytes(). */
+struct kn_attention_fwd_args {
+	enum kn_dtype dtype;
+	void *out;       /* (B,T,C) */
+	void *att;       /* (B,NH,T,T) saved for backward */
+	void *ws;        /* scratch, kn_attention_ws_bytes(B,T,C,NH) */
+	const void *inp; /* (B,T,3C) */
+	int B, T, C, NH;
+};
+struct kn_attention_bwd_args {
+	enum kn_dtype dtype;
+	void *dinp;       /* (B,T,3C) += */
+	void *ws;         /* scratch, kn_attention_ws_bytes(B,T,C,NH) */
+	const void *dout; /* (B,T,C) */
+	const void *inp;  /* (B,T,3C) */
+	const void *att;  /* (B,NH,T,T) from forward */
+	int B, T, C, NH;
+};
+/* Scratch bytes the attention kernels need (both directions, both backends). */
+size_t kn_attention_ws_bytes(enum kn_dtype dtype, int B, int T, int C, int NH);
+
+/* ---- GELU, tanh approximation (GPT-2; torch approximate='tanh') ----------- */
+struct kn_gelu_fwd_args {
+	enum kn_dtype dtype;
+	void *out;
+	const void *inp;
+	long N;
+};
+struct kn_gelu_bwd_args {
+	enum kn_dtype dtype;
+	void *dinp; /* += */
+	const void *inp;
+	const void *dout;
+	long N;
+};
+
+/* ---- residual: out = a + b; backward da += dout, db += dout --------------- */
+struct kn_residual_fwd_args {
+	enum kn_dtype dtype;
+	void *out;
+	const void *a;
+	const void *b;
+	long N;
+};
+struct kn_residual_bwd_args {
+	enum kn_dtype dtype;
+	void *da; /* += */
+	void *db; /* += */
+	const void *dout;
+	long N;
+};
+
+/* ---- softmax cross-entropy over the vocabulary -----------------------------
+ * probs = softmax(logits) over V; losses[b,t] = -log probs[b,t,targets[b,t]].
+ * The mean loss is the caller's sum over losses / (B*T). */
+struct kn_crossentropy_fwd_args {
+	enum kn_dtype dtype;
+	float *losses;      /* (B,T) fp32 */
+	void *probs;        /* (B,T,V) saved for backward */
+	const void *logits; /* (B,T,V) */
+	const int *targets; /* (B,T) in [0,V) */
+	int B, T, V;
+};
+/* dlogits += (probs - onehot(target)) * dloss, with dloss the gradient of the
+ * objective w.r.t. each position's loss (1/(B*T) for the mean). */
+struct kn_crossentropy_bwd_args {
+	enum kn_dtype dtype;
+	void *dlogits;     /* (B,T,V) += */
+	const void *probs; /* (B,T,V) */
+	const int *targets;
+	float dloss;
+	int B, T, V;
+};
+
+/* ---- AdamW (torch.optim.AdamW semantics) -------------------------------------
+ * p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ * p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). step t counts from 1.
+ * m and v are fp32 whatever dtype the parameters have. */
+struct kn_adamw_args {
+	enum kn_dtype dtype;
+	void *params;
+	const void *grads;
+	float *m;
+	float *v;
+	long N;
+	float lr, beta1, beta2, eps, weight_decay;
+	int t;
+};
+
+/* ---- gradient buffers -------------------------------------------------------- */
+struct kn_grad_zero_args { /* x = 0 */
+	enum kn_dtype dtype;
+	void *x;
+	long N;
+};
+struct kn_grad_accumulate_args { /* dst += src */
+	enum kn_dtype dtype;
+	void *dst;
+	const void *src;
+	long N;
+};
+struct kn_grad_scale_args { /* x *= scale */
+	enum kn_dtype dtype;
+	void *x;
+	float scale;
+	long N;
+};
+
+/* The operation list, X(name, args struct). One line each gives, per op:
+ *   void kn_<name>_cpu(const struct <args> *a);                 direct CPU call
+ *   void kn_<name>_cuda(const struct <args> *a, void *stream);  SPILL_HAVE_CUDA only
+ *   int  kn_<name>_check(const struct <args> *a);   0 or -EINVAL/-ENOTSUP + message
+ *   struct dev_cost kn_<name>_cost(const struct <args> *a);     FLOPs and bytes
+ *   extern const struct dev_kernel kn_<name>_kernel;            {name, cpu, cuda}
+ *   int  kn_<name>_launch(struct dev_stream *s, const struct <args> *a);
+ * _launch checks, then dev_launch()es with the cost; it returns the check's
+ * error (nothing queued, nothing written) or dev_launch's. The args are copied
+ * at launch; the tensors must stay valid until the kernel completes.
+ * The direct calls assume a successful check (no validation). */
+#define KN_OPS(X)                                          \
+	X(encoder_forward, kn_encoder_fwd_args)            \
+	X(encoder_backward, kn_encoder_bwd_args)           \
+	X(layernorm_forward, kn_layernorm_fwd_args)        \
+	X(layernorm_backward, kn_layernorm_bwd_args)       \
+	X(matmul_forward, kn_matmul_fwd_args)              \
+	X(matmul_backward, kn_matmul_bwd_args)             \
+	X(attention_forward, kn_attention_fwd_args)        \
+	X(attention_backward, kn_attention_bwd_args)       \
+	X(gelu_forward, kn_gelu_fwd_args)                  \
+	X(gelu_backward, kn_gelu_bwd_args)                 \
+	X(residual_forward, kn_residual_fwd_args)          \
+	X(residual_backward, kn_residual_bwd_args)         \
+	X(crossentropy_forward, kn_crossentropy_fwd_args)  \
+	X(crossentropy_backward, kn_crossentropy_bwd_args) \
+	X(adamw, kn_adamw_args)                            \
+	X(grad_zero, kn_grad_zero_args)                    \
+	X(grad_accumulate, kn_grad_accumulate_args)        \
+	X(grad_scale, kn_grad_scale_args)
+
+#define KN_DECLARE_OP_(name, args)                                 \
+	struct args;                                               \
+	void kn_##name##_cpu(const struct args *a);                \
+	void kn_##name##_cuda(const struct args *a, void *stream); \
+	int kn_##name##_check(const struct args *a) SP_MUST_CHECK; \
+	struct dev_cost kn_##name##_cost(const struct args *a);    \
+	extern const struct dev_kernel kn_##name##_kernel;         \
+	int kn_##name##_launch(struct dev_stream *s, const struct args *a) SP_MUST_CHECK;
+KN_OPS(KN_DECLARE_OP_)
+#undef KN_DECLARE_OP_
+
+/* ---- CUDA support (SPILL_HAVE_CUDA builds only) ---------------------------------
+ * The cuBLAS handle used for a stream: one handle per (device, stream), created on
+ * first use and kept in a small cache (KN_CUBLAS_CACHE entries, then -ENOSPC).
+ * Thread-safe. Returns 0 and *out (a cublasHandle_t), or -EIO with cuBLAS's error. */
+#define KN_CUBLAS_CACHE 64
+int kn_cuda_cublas_handle(void *stream, void **out) SP_MUST_CHECK;
+/* Destroys every cached handle (call after the streams are done). */
+void kn_cuda_cublas_release(void);
+/* The last error seen by a CUDA kernel launcher on this thread (0 if none):
+ * launchers return void (dev_kernel's shape), so they park errors here. */
+int kn_cuda_last_error(void);
+
+/* ---- layer descriptors for the task graph ------------------------------------ */
+enum kn_layer_kind {
+	KN_LAYER_EMBEDDING, /* token + position embedding: params wte (V,C), wpe (maxT,C) */
+	KN_LAYER_BLOCK,     /* one GPT-2 transformer block (pre-LN, attention + MLP 4C) */
+	KN_LAYER_HEAD,      /* final layernorm + LM head tied to wte + softmax cross-entropy */
+	KN_LAYER_KINDS
+};
+
+/* What one layer (a task graph node) costs. Bytes are for the layer's own
+ * tensors; activation bytes are per microbatch of B sequences of T tokens. */
+struct kn_layer_desc {
+	enum kn_layer_kind kind;
+	const char *name;
+	uint64_t param_bytes;
+	uint64_t grad_bytes;
+	uint64_t optim_bytes;           /* AdamW m and v (fp32) */
+	uint64_t stash_bytes;           /* activations forward keeps for backward */
+	uint64_t recompute_stash_bytes; /* stash when backward recomputes (input only) */
+	uint64_t output_bytes;          /* the layer's output, passed to the next layer */
+	uint64_t work_bytes;            /* scratch alive during one kernel (forward or backward) */
+	double fwd_flops;
+	double bwd_flops;
+	/* Names of the stashed activations, comma-separated, in stash order. */
+	const char *stash_names;
+};
+
+/* Model hyper-parameters (llm.c's GPT2Config). */
+struct kn_model_config {
+	int maxT; /* position table length */
+	int V;    /* vocabulary */
+	int L;    /* layers */
+	int NH;   /* heads */
+	int C;    /* channels */
+	enum kn_dtype dtype;
+};
+
+/* Fills *out for a layer of this kind at microbatch (B,T). The embedding's
+ * parameters are shared with the head (weight tying): the head reports wte as 0
+ * parameter bytes but reads it (the caller ties the two). Returns 0, or -EINVAL for
+ * bad shapes (same rules as the kernels' checks). */
+int kn_layer_describe(const struct kn_model_config *cfg, enum kn_layer_kind kind, int B, int T,
+                      struct kn_layer_desc *out) SP_MUST_CHECK;
+/* Checks a model config: positive sizes, NH divides C. Returns 0 or -EINVAL. */
+int kn_model_config_check(const struct kn_model_config *cfg) SP_MUST_CHECK;
+
+/* The parameter tensors of one block in the order kn_block_param_sizes lists
+ * them (llm.c's order): ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b,
+ * fcw, fcb, fcprojw, fcprojb. */
+#define KN_BLOCK_NPARAMS 12
+/* Element counts of a block's parameters. */
+void kn_block_param_sizes(int C, size_t out[KN_BLOCK_NPARAMS]);
+
+#endif

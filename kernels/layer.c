@@ -1,0 +1,105 @@
+/* kernels/layer.c — layer descriptors for the task graph: bytes of parameters,
+ * gradients, AdamW state, stashed activations, outputs and scratch, and FLOPs,
+ * for the three GPT-2 layer kinds at microbatch (B, T).
+ *
+ * The byte counts are exactly the buffers the reference composition
+ * (tests/kernels/gpt2.h) allocates per layer; FLOPs count GEMMs (2 per
+ * multiply-add, attention over the full T x T as the kernels compute it) plus
+ * the elementwise ops' small terms. Backward = 2x forward GEMMs.
+ */
+#include "kernels/internal.h"
+
+void kn_block_param_sizes(int C, size_t out[KN_BLOCK_NPARAMS])
+{
+	size_t c = (size_t)C;
+	size_t sizes[KN_BLOCK_NPARAMS] = {c, c, 3 * c * c, 3 * c, c * c,     c,
+	                                  c, c, 4 * c * c, 4 * c, 4 * c * c, c};
+	for (int i = 0; i < KN_BLOCK_NPARAMS; i++)
+		out[i] = sizes[i];
+}
+
+int kn_model_config_check(const struct kn_model_config *cfg)
+{
+	if (!cfg)
+		return sp_error(-EINVAL, "kn_model_config: NULL config");
+	if (cfg->maxT <= 0 || cfg->V <= 0 || cfg->L <= 0 || cfg->NH <= 0 || cfg->C <= 0)
+		return sp_error(
+		    -EINVAL,
+		    "kn_model_config: sizes must be > 0, got maxT = %d, V = %d, L = %d, "
+		    "NH = %d, C = %d",
+		    cfg->maxT, cfg->V, cfg->L, cfg->NH, cfg->C);
+	if (cfg->C % cfg->NH != 0)
+		return sp_error(-EINVAL, "kn_model_config: NH = %d does not divide C = %d", cfg->NH,
+		                cfg->C);
+	if (cfg->dtype != KN_F32 && cfg->dtype != KN_BF16)
+		return sp_error(-EINVAL, "kn_model_config: unknown dtype %d", (int)cfg->dtype);
+	return 0;
+}
+
+int kn_layer_describe(const struct kn_model_config *cfg, enum kn_layer_kind kind, int B, int T,
+                      struct kn_layer_desc *out)
+{
+	SP_CHECK(kn_model_config_check(cfg));
+	if (B <= 0 || T <= 0)
+		return sp_error(-EINVAL, "kn_layer_describe: B = %d and T = %d must be > 0", B, T);
+	if (T > cfg->maxT)
+		return sp_error(-EINVAL,
+		                "kn_layer_describe: T = %d exceeds the position table (maxT = %d)",
+		                T, cfg->maxT);
+	double e = (double)kn_dtype_size(cfg->dtype);
+	double C = cfg->C, V = cfg->V, NH = cfg->NH, bt = (double)B * T, btc = bt * C;
+	double att = (double)B * NH * T * T;
+	struct kn_layer_desc d = {.kind = kind};
+	double params = 0;
+	switch (kind) {
+	case KN_LAYER_EMBEDDING:
+		d.name = "embedding";
+		params = (V + cfg->maxT) * C;
+		d.stash_bytes = (uint64_t)(4 * bt); /* token ids */
+		d.recompute_stash_bytes = d.stash_bytes;
+		d.output_bytes = (uint64_t)(btc * e);
+		d.work_bytes = 0;
+		d.fwd_flops = btc;
+		d.bwd_flops = 2 * btc;
+		d.stash_names = "tokens";
+		break;
+	case KN_LAYER_BLOCK: {
+		d.name = "block";
+		params = 12 * C * C + 13 * C;
+		/* input, ln1, qkv(3), atty, res2, ln2, fch(4), fch_gelu(4) = 16 BTC; att;
+		 * ln1/ln2 mean and rstd (fp32) */
+		d.stash_bytes = (uint64_t)((16 * btc + att) * e + 4 * 4 * bt);
+		d.recompute_stash_bytes = (uint64_t)(btc * e);
+		d.output_bytes = (uint64_t)(btc * e);
+		/* forward: attention ws + attproj/fcproj outputs; backward: ws and the
+		 * activation gradients dres, dln, dqkv(3), datty, dfch(4), dfch_gelu(4) */
+		double ws = 7 * btc + att;
+		d.work_bytes = (uint64_t)((ws + 14 * btc) * e);
+		double gemm = 24 * btc * C; /* qkv 6, proj 2, fc 8, fcproj 8 (x BTC^2) */
+		double attn = 4 * btc * T;  /* q k^T and att v over the full T x T */
+		double elem = 60 * btc + 5 * att;
+		d.fwd_flops = gemm + attn + elem;
+		d.bwd_flops = 2 * gemm + 2 * attn + 2 * elem;
+		d.stash_names = "input,ln1,ln1_mean,ln1_rstd,qkv,att,atty,residual2,ln2,ln2_mean,"
+		                "ln2_rstd,fch,fch_gelu";
+		break;
+	}
+	case KN_LAYER_HEAD:
+		d.name = "head";
+		params = 2 * C; /* lnf; the LM head is wte, owned by the embedding */
+		d.stash_bytes = (uint64_t)((2 * btc + bt * V) * e + 2 * 4 * bt + 4 * bt);
+		d.recompute_stash_bytes = (uint64_t)(btc * e + 4 * bt);
+		d.output_bytes = (uint64_t)(4 * bt);           /* per-position losses */
+		d.work_bytes = (uint64_t)((bt * V + btc) * e); /* logits / dlogits, dlnf */
+		d.fwd_flops = 2 * btc * V + 5 * bt * V + 8 * btc;
+		d.bwd_flops = 4 * btc * V + 3 * bt * V + 16 * btc;
+		d.stash_names = "input,lnf,lnf_mean,lnf_rstd,probs,targets";
+		break;
+	default: return sp_error(-EINVAL, "kn_layer_describe: unknown layer kind %d", (int)kind);
+	}
+	d.param_bytes = (uint64_t)(params * e);
+	d.grad_bytes = d.param_bytes;
+	d.optim_bytes = (uint64_t)(params * 8); /* m and v, fp32 */
+	*out = d;
+	return 0;
+}

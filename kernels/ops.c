@@ -1,0 +1,455 @@
+/* kernels/ops.c — per-operation shape checks, cost functions and the
+ * struct dev_kernel tables that tie each op's CPU and CUDA implementations.
+ *
+ * A check reads only the args struct (never the tensors) and returns 0 or
+ * -EINVAL (bad dims, NH not dividing C, T beyond the position table, NULL
+ * tensor) / -ENOTSUP (a dtype not implemented yet) with a message naming the op,
+ * the field and its value. Costs count FLOPs and device-memory bytes moved.
+ */
+#include "kernels/internal.h"
+
+#include <limits.h>
+
+#define KN_MAX_ROWS INT_MAX
+
+static int kn_check_dtype(const char *op, enum kn_dtype dtype)
+{
+	if (dtype == KN_F32)
+		return 0;
+	if (dtype == KN_BF16)
+		return sp_error(-ENOTSUP, "kn_%s: dtype bf16 is not implemented yet (fp32 only)",
+		                op);
+	return sp_error(-EINVAL, "kn_%s: unknown dtype %d", op, (int)dtype);
+}
+
+#define KN_POS(op, a, f)                                                                \
+	do {                                                                            \
+		if ((a)->f <= 0)                                                        \
+			return sp_error(-EINVAL, "kn_%s: %s = %ld must be > 0", op, #f, \
+			                (long)(a)->f);                                  \
+	} while (0)
+#define KN_PTR(op, a, f)                                                              \
+	do {                                                                          \
+		if (!(a)->f)                                                          \
+			return sp_error(-EINVAL, "kn_%s: tensor %s is NULL", op, #f); \
+	} while (0)
+#define KN_ROWS(op, a)                                                              \
+	do {                                                                        \
+		if ((long)(a)->B * (a)->T > KN_MAX_ROWS)                            \
+			return sp_error(-EINVAL, "kn_%s: B*T = %ld exceeds %d", op, \
+			                (long)(a)->B * (a)->T, KN_MAX_ROWS);        \
+	} while (0)
+
+static int kn_check_btc(const char *op, int B, int T, int C)
+{
+	if (B <= 0 || T <= 0 || C <= 0)
+		return sp_error(-EINVAL, "kn_%s: dims must be > 0, got B = %d, T = %d, C = %d", op,
+		                B, T, C);
+	if ((long)B * T > KN_MAX_ROWS || (long)T * C > KN_MAX_ROWS)
+		return sp_error(-EINVAL, "kn_%s: B*T = %ld or T*C = %ld exceeds %d", op,
+		                (long)B * T, (long)T * C, KN_MAX_ROWS);
+	return 0;
+}
+
+static double fsz(enum kn_dtype d)
+{
+	return (double)kn_dtype_size(d);
+}
+
+/* ---- encoder ---- */
+static int kn_check_encoder(const char *op, enum kn_dtype dt, int B, int T, int C, int V, int maxT)
+{
+	SP_CHECK(kn_check_dtype(op, dt));
+	SP_CHECK(kn_check_btc(op, B, T, C));
+	if (V <= 0 || maxT <= 0)
+		return sp_error(-EINVAL, "kn_%s: V = %d and maxT = %d must be > 0", op, V, maxT);
+	if (T > maxT)
+		return sp_error(-EINVAL,
+		                "kn_%s: T = %d exceeds the position table (maxT = %d) by %d", op, T,
+		                maxT, T - maxT);
+	return 0;
+}
+
+int kn_encoder_forward_check(const struct kn_encoder_fwd_args *a)
+{
+	const char *op = "encoder_forward";
+	SP_CHECK(kn_check_encoder(op, a->dtype, a->B, a->T, a->C, a->V, a->maxT));
+	KN_PTR(op, a, out);
+	KN_PTR(op, a, inp);
+	KN_PTR(op, a, wte);
+	KN_PTR(op, a, wpe);
+	return 0;
+}
+
+struct dev_cost kn_encoder_forward_cost(const struct kn_encoder_fwd_args *a)
+{
+	double n = (double)a->B * a->T * a->C;
+	return (struct dev_cost){n, 3 * n * fsz(a->dtype) + 4.0 * a->B * a->T};
+}
+
+int kn_encoder_backward_check(const struct kn_encoder_bwd_args *a)
+{
+	const char *op = "encoder_backward";
+	SP_CHECK(kn_check_encoder(op, a->dtype, a->B, a->T, a->C, a->V, a->maxT));
+	KN_PTR(op, a, dwte);
+	KN_PTR(op, a, dwpe);
+	KN_PTR(op, a, dout);
+	KN_PTR(op, a, inp);
+	return 0;
+}
+
+struct dev_cost kn_encoder_backward_cost(const struct kn_encoder_bwd_args *a)
+{
+	double n = (double)a->B * a->T * a->C;
+	return (struct dev_cost){2 * n, 5 * n * fsz(a->dtype) + 4.0 * a->B * a->T};
+}
+
+/* ---- layernorm ---- */
+int kn_layernorm_forward_check(const struct kn_layernorm_fwd_args *a)
+{
+	const char *op = "layernorm_forward";
+	SP_CHECK(kn_check_dtype(op, a->dtype));
+	SP_CHECK(kn_check_btc(op, a->B, a->T, a->C));
+	KN_PTR(op, a, out);
+	KN_PTR(op, a, mean);
+	KN_PTR(op, a, rstd);
+	KN_PTR(op, a, inp);
+	KN_PTR(op, a, weight);
+	KN_PTR(op, a, bias);
+	return 0;
+}
+
+struct dev_cost kn_layernorm_forward_cost(const struct kn_layernorm_fwd_args *a)
+{
+	double n = (double)a->B * a->T * a->C;
+	return (struct dev_cost){8 * n, 2 * n * fsz(a->dtype) + 8.0 * a->B * a->T};
+}
+
+int kn_layernorm_backward_check(const struct kn_layernorm_bwd_args *a)
+{
+	const char *op = "layernorm_backward";
+	SP_CHECK(kn_check_dtype(op, a->dtype));
+	SP_CHECK(kn_check_btc(op, a->B, a->T, a->C));
+	KN_PTR(op, a, dinp);
+	KN_PTR(op, a, dweight);
+	KN_PTR(op, a, dbias);
+	KN_PTR(op, a, dout);
+	KN_PTR(op, a, inp);
+	KN_PTR(op, a, weight);
+	KN_PTR(op, a, mean);
+	KN_PTR(op, a, rstd);
+	return 0;
+}
+
+struct dev_cost kn_layernorm_backward_cost(const struct kn_layernorm_bwd_args *a)
+{
+	double n = (double)a->B * a->T * a->C;
+	return (struct dev_cost){16 * n, 4 * n * fsz(a->dtype) + 8.0 * a->B * a->T};
+}
+
+/* ---- matmul ---- */
+static int kn_check_matmul(const char *op, enum kn_dtype dt, int B, int T, int C, int OC)
+{
+	SP_CHECK(kn_check_dtype(op, dt));
+	SP_CHECK(kn_check_btc(op, B, T, C));
+	if (OC <= 0)
+		return sp_error(-EINVAL, "kn_%s: OC = %d must be > 0", op, OC);
+	if ((long)T * OC > KN_MAX_ROWS)
+		return sp_error(-EINVAL, "kn_%s: T*OC = %ld exceeds %d", op, (long)T * OC,
+		                KN_MAX_ROWS);
+	return 0;
+}
+
+int kn_matmul_forward_check(const struct kn_matmul_fwd_args *a)
+{
+	const char *op = "matmul_forward";
+	SP_CHECK(kn_check_matmul(op, a->dtype, a->B, a->T, a->C, a->OC));
+	KN_PTR(op, a, out);
+	KN_PTR(op, a, inp);
+	KN_PTR(op, a, weight);
+	return 0;
+}
+
+struct dev_cost kn_matmul_forward_cost(const struct kn_matmul_fwd_args *a)
+{
+	double bt = (double)a->B * a->T;
+	return (struct dev_cost){2 * bt * a->C * a->OC,
+	                         (bt * a->C + (double)a->OC * a->C + bt * a->OC + a->OC) *
+	                             fsz(a->dtype)};
+}
+
+int kn_matmul_backward_check(const struct kn_matmul_bwd_args *a)
+{
+	const char *op = "matmul_backward";
+	SP_CHECK(kn_check_matmul(op, a->dtype, a->B, a->T, a->C, a->OC));
+	KN_PTR(op, a, dout);
+	if (a->dinp)
+		KN_PTR(op, a, weight);
+	if (a->dweight)
+		KN_PTR(op, a, inp);
+	return 0;
+}
+
+struct dev_cost kn_matmul_backward_cost(const struct kn_matmul_bwd_args *a)
+{
+	double bt = (double)a->B * a->T, c = a->C, oc = a->OC, f = 0, by = bt * oc;
+	if (a->dinp) {
+		f += 2 * bt * c * oc;
+		by += oc * c + 2 * bt * c;
+	}
+	if (a->dweight) {
+		f += 2 * bt * c * oc;
+		by += bt * c + 2 * oc * c;
+	}
+	if (a->dbias) {
+		f += bt * oc;
+		by += 2 * oc;
+	}
+	return (struct dev_cost){f, by * fsz(a->dtype)};
+}
+
+/* ---- attention ---- */
+static int kn_check_attention(const char *op, enum kn_dtype dt, int B, int T, int C, int NH)
+{
+	SP_CHECK(kn_check_dtype(op, dt));
+	SP_CHECK(kn_check_btc(op, B, T, 3 * (long)C > INT_MAX ? -1 : C));
+	if (NH <= 0)
+		return sp_error(-EINVAL, "kn_%s: NH = %d must be > 0", op, NH);
+	if (C % NH != 0)
+		return sp_error(-EINVAL, "kn_%s: NH = %d does not divide C = %d (remainder %d)", op,
+		                NH, C, C % NH);
+	if ((long)T * T > KN_MAX_ROWS)
+		return sp_error(-EINVAL, "kn_%s: T*T = %ld exceeds %d", op, (long)T * T,
+		                KN_MAX_ROWS);
+	return 0;
+}
+
+int kn_attention_forward_check(const struct kn_attention_fwd_args *a)
+{
+	const char *op = "attention_forward";
+	SP_CHECK(kn_check_attention(op, a->dtype, a->B, a->T, a->C, a->NH));
+	KN_PTR(op, a, out);
+	KN_PTR(op, a, att);
+	KN_PTR(op, a, ws);
+	KN_PTR(op, a, inp);
+	return 0;
+}
+
+struct dev_cost kn_attention_forward_cost(const struct kn_attention_fwd_args *a)
+{
+	double btc = (double)a->B * a->T * a->C, att = (double)a->B * a->NH * a->T * a->T;
+	return (struct dev_cost){4 * btc * a->T + 5 * att,
+	                         (3 * btc + btc + 2 * att + 8 * btc) * fsz(a->dtype)};
+}
+
+int kn_attention_backward_check(const struct kn_attention_bwd_args *a)
+{
+	const char *op = "attention_backward";
+	SP_CHECK(kn_check_attention(op, a->dtype, a->B, a->T, a->C, a->NH));
+	KN_PTR(op, a, dinp);
+	KN_PTR(op, a, ws);
+	KN_PTR(op, a, dout);
+	KN_PTR(op, a, inp);
+	KN_PTR(op, a, att);
+	return 0;
+}
+
+struct dev_cost kn_attention_backward_cost(const struct kn_attention_bwd_args *a)
+{
+	double btc = (double)a->B * a->T * a->C, att = (double)a->B * a->NH * a->T * a->T;
+	return (struct dev_cost){8 * btc * a->T + 4 * att,
+	                         (3 * btc + btc + 6 * btc + 3 * att + 14 * btc) * fsz(a->dtype)};
+}
+
+/* ---- elementwise ---- */
+#define KN_CHECK_N(op, a)                                 \
+	do {                                              \
+		SP_CHECK(kn_check_dtype(op, (a)->dtype)); \
+		KN_POS(op, a, N);                         \
+	} while (0)
+
+int kn_gelu_forward_check(const struct kn_gelu_fwd_args *a)
+{
+	KN_CHECK_N("gelu_forward", a);
+	KN_PTR("gelu_forward", a, out);
+	KN_PTR("gelu_forward", a, inp);
+	return 0;
+}
+
+struct dev_cost kn_gelu_forward_cost(const struct kn_gelu_fwd_args *a)
+{
+	return (struct dev_cost){8.0 * a->N, 2.0 * a->N * fsz(a->dtype)};
+}
+
+int kn_gelu_backward_check(const struct kn_gelu_bwd_args *a)
+{
+	KN_CHECK_N("gelu_backward", a);
+	KN_PTR("gelu_backward", a, dinp);
+	KN_PTR("gelu_backward", a, inp);
+	KN_PTR("gelu_backward", a, dout);
+	return 0;
+}
+
+struct dev_cost kn_gelu_backward_cost(const struct kn_gelu_bwd_args *a)
+{
+	return (struct dev_cost){16.0 * a->N, 4.0 * a->N * fsz(a->dtype)};
+}
+
+int kn_residual_forward_check(const struct kn_residual_fwd_args *a)
+{
+	KN_CHECK_N("residual_forward", a);
+	KN_PTR("residual_forward", a, out);
+	KN_PTR("residual_forward", a, a);
+	KN_PTR("residual_forward", a, b);
+	return 0;
+}
+
+struct dev_cost kn_residual_forward_cost(const struct kn_residual_fwd_args *a)
+{
+	return (struct dev_cost){1.0 * a->N, 3.0 * a->N * fsz(a->dtype)};
+}
+
+int kn_residual_backward_check(const struct kn_residual_bwd_args *a)
+{
+	KN_CHECK_N("residual_backward", a);
+	KN_PTR("residual_backward", a, da);
+	KN_PTR("residual_backward", a, db);
+	KN_PTR("residual_backward", a, dout);
+	return 0;
+}
+
+struct dev_cost kn_residual_backward_cost(const struct kn_residual_bwd_args *a)
+{
+	return (struct dev_cost){2.0 * a->N, 5.0 * a->N * fsz(a->dtype)};
+}
+
+/* ---- cross-entropy ---- */
+static int kn_check_ce(const char *op, enum kn_dtype dt, int B, int T, int V)
+{
+	SP_CHECK(kn_check_dtype(op, dt));
+	if (B <= 0 || T <= 0 || V <= 0)
+		return sp_error(-EINVAL, "kn_%s: dims must be > 0, got B = %d, T = %d, V = %d", op,
+		                B, T, V);
+	if ((long)B * T > KN_MAX_ROWS)
+		return sp_error(-EINVAL, "kn_%s: B*T = %ld exceeds %d", op, (long)B * T,
+		                KN_MAX_ROWS);
+	return 0;
+}
+
+int kn_crossentropy_forward_check(const struct kn_crossentropy_fwd_args *a)
+{
+	const char *op = "crossentropy_forward";
+	SP_CHECK(kn_check_ce(op, a->dtype, a->B, a->T, a->V));
+	KN_PTR(op, a, losses);
+	KN_PTR(op, a, probs);
+	KN_PTR(op, a, logits);
+	KN_PTR(op, a, targets);
+	return 0;
+}
+
+struct dev_cost kn_crossentropy_forward_cost(const struct kn_crossentropy_fwd_args *a)
+{
+	double n = (double)a->B * a->T * a->V;
+	return (struct dev_cost){5 * n, 2 * n * fsz(a->dtype) + 8.0 * a->B * a->T};
+}
+
+int kn_crossentropy_backward_check(const struct kn_crossentropy_bwd_args *a)
+{
+	const char *op = "crossentropy_backward";
+	SP_CHECK(kn_check_ce(op, a->dtype, a->B, a->T, a->V));
+	KN_PTR(op, a, dlogits);
+	KN_PTR(op, a, probs);
+	KN_PTR(op, a, targets);
+	return 0;
+}
+
+struct dev_cost kn_crossentropy_backward_cost(const struct kn_crossentropy_bwd_args *a)
+{
+	double n = (double)a->B * a->T * a->V;
+	return (struct dev_cost){3 * n, 3 * n * fsz(a->dtype) + 4.0 * a->B * a->T};
+}
+
+/* ---- optimizer and gradient buffers ---- */
+int kn_adamw_check(const struct kn_adamw_args *a)
+{
+	const char *op = "adamw";
+	KN_CHECK_N(op, a);
+	KN_PTR(op, a, params);
+	KN_PTR(op, a, grads);
+	KN_PTR(op, a, m);
+	KN_PTR(op, a, v);
+	KN_POS(op, a, t);
+	if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1))
+		return sp_error(-EINVAL, "kn_adamw: betas (%g, %g) must be in [0, 1)",
+		                (double)a->beta1, (double)a->beta2);
+	if (!(a->lr >= 0) || !(a->eps >= 0) || !(a->weight_decay >= 0))
+		return sp_error(-EINVAL,
+		                "kn_adamw: lr = %g, eps = %g, weight_decay = %g must be >= 0",
+		                (double)a->lr, (double)a->eps, (double)a->weight_decay);
+	return 0;
+}
+
+struct dev_cost kn_adamw_cost(const struct kn_adamw_args *a)
+{
+	return (struct dev_cost){12.0 * a->N, a->N * (3 * fsz(a->dtype) + 16.0)};
+}
+
+int kn_grad_zero_check(const struct kn_grad_zero_args *a)
+{
+	KN_CHECK_N("grad_zero", a);
+	KN_PTR("grad_zero", a, x);
+	return 0;
+}
+
+struct dev_cost kn_grad_zero_cost(const struct kn_grad_zero_args *a)
+{
+	return (struct dev_cost){0, a->N * fsz(a->dtype)};
+}
+
+int kn_grad_accumulate_check(const struct kn_grad_accumulate_args *a)
+{
+	KN_CHECK_N("grad_accumulate", a);
+	KN_PTR("grad_accumulate", a, dst);
+	KN_PTR("grad_accumulate", a, src);
+	return 0;
+}
+
+struct dev_cost kn_grad_accumulate_cost(const struct kn_grad_accumulate_args *a)
+{
+	return (struct dev_cost){1.0 * a->N, 3.0 * a->N * fsz(a->dtype)};
+}
+
+int kn_grad_scale_check(const struct kn_grad_scale_args *a)
+{
+	KN_CHECK_N("grad_scale", a);
+	KN_PTR("grad_scale", a, x);
+	return 0;
+}
+
+struct dev_cost kn_grad_scale_cost(const struct kn_grad_scale_args *a)
+{
+	return (struct dev_cost){1.0 * a->N, 2.0 * a->N * fsz(a->dtype)};
+}
+
+/* ---- dev_kernel tables: {name, cpu entry, cuda entry (NULL without CUDA)} ---- */
+#if SPILL_HAVE_CUDA
+#define KN_CUDA_ENTRY_(name, args)                                       \
+	static void kn_##name##_cuda_entry_(const void *a, void *stream) \
+	{                                                                \
+		kn_##name##_cuda(a, stream);                             \
+	}
+#define KN_CUDA_PTR_(name) kn_##name##_cuda_entry_
+#else
+#define KN_CUDA_ENTRY_(name, args)
+#define KN_CUDA_PTR_(name) NULL
+#endif
+
+#define KN_KERNEL_TABLE_(name, args)                                                       \
+	static void kn_##name##_cpu_entry_(const void *a)                                  \
+	{                                                                                  \
+		kn_##name##_cpu(a);                                                        \
+	}                                                                                  \
+	KN_CUDA_ENTRY_(name, args)                                                         \
+	const struct dev_kernel kn_##name##_kernel = {"kn_" #name, kn_##name##_cpu_entry_, \
+	                                              KN_CUDA_PTR_(name)};
+KN_OPS(KN_KERNEL_TABLE_)
