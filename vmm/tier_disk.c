@@ -506,7 +506,7 @@ static void disk_complete(struct vmm_disk *d, struct disk_req *r)
 	d->active--;
 	if (r->err) {
 		d->errors++;
-		SP_WARN(IO, "disk tier: %s of %zu bytes at file offset %" PRIu64 " failed: %s%s",
+		SP_INFO(IO, "disk tier: %s of %zu bytes at file offset %" PRIu64 " failed: %s%s",
 		        r->op == DISK_WRITE ? "write" : "read", r->bytes, r->fail_off,
 		        strerror(-r->err), r->injected ? " (injected fault)" : "");
 	} else if (r->op == DISK_WRITE) {
@@ -941,8 +941,16 @@ void vmm_disk_close(struct vmm_disk *d)
 		pthread_mutex_unlock(&d->lock);
 		pthread_join(d->thread, NULL);
 	}
-	if (d->ring_inited)
+	if (d->ring_inited) {
+		/* Unregistering is synchronous, while the ring's teardown is deferred in
+		 * the kernel: drop the file reference now so the filesystem can be
+		 * unmounted as soon as we return. */
+		if (d->fixed_file)
+			(void)io_uring_unregister_files(&d->ring);
+		if (d->fixed_bufs)
+			(void)io_uring_unregister_buffers(&d->ring);
 		io_uring_queue_exit(&d->ring);
+	}
 	if (d->fd >= 0)
 		close(d->fd); /* the file is unnamed: closing it removes it */
 	if (d->bounce)
