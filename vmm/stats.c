@@ -171,3 +171,12 @@ void vmm_stats_print(struct vmm *v, FILE *f, int json)
 	fprintf(f, "\n");
 	pthread_mutex_unlock(&v->lock);
 }
+
+void vmm_disk_stats_get(struct vmm *v, struct vmm_disk_stats_snapshot *out)
+{
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&v->lock);
+	if (v->disk)
+		vmm_disk_stats(v->disk, out);
+	pthread_mutex_unlock(&v->lock);
+}

@@ -202,6 +202,9 @@ static int evictable(struct vmm *v, const struct vmm_obj *o, int p, int stable_s
 		return 0;
 	if (p < v->ndev && (int)o->stable != stable_side)
 		return 0;
+	/* no disk tier: only host copies with another copy above can go */
+	if (p == P_HOST(v) && !v->disk && c->valid && vmm_obj_nvalid(v, (struct vmm_obj *)o) < 2)
+		return 0;
 	return 1;
 }
 
@@ -452,7 +455,12 @@ int vmm_swap_evict(struct vmm *v, uint32_t idx, int p)
 			return 0;
 	}
 	sp_counter_add(&v->st.evictions, 1);
-	if (!c->valid || vmm_obj_nvalid(v, o) >= 2) {
+	/* A host copy is dropped only when the disk holds the object: dropping it
+	 * while a device copy remains would turn that clean copy into the only one
+	 * and force a D2H later (weights must never go back). */
+	int others = vmm_obj_nvalid(v, o) - c->valid;
+	int droppable = p == P_HOST(v) ? o->disk_valid || (!v->disk && others > 0) : others > 0;
+	if (!c->valid || droppable) {
 		sp_counter_add(&v->st.drops, c->valid);
 		vmm_swap_free_copy(v, idx, p);
 		return 0;

@@ -623,7 +623,7 @@ int vmm_obj_info(struct vmm *v, uint64_t id, struct vmm_obj_info *out)
 		uint32_t bit = p == P_HOST(v) ? VMM_INFO_HOST : 1u << p;
 		if (o->c[p].valid)
 			inf.valid_mask |= bit;
-		if (o->c[p].valid && nvalid == 1)
+		if (o->c[p].valid && (p == P_HOST(v) ? !o->disk_valid : nvalid == 1))
 			inf.dirty_mask |= bit;
 		if (o->c[p].pins)
 			inf.pinned_mask |= bit;

@@ -2,8 +2,9 @@
  *
  * An object is a byte range with a kind. It has at most one copy per place
  * (each device, the pinned host pool, the disk tier); all valid copies hold the
- * same bytes. A copy whose object has no other valid copy is dirty: evicting it
- * writes it down one tier (device -> host -> disk); a clean copy is dropped.
+ * same bytes. A device copy whose object has no other valid copy, or a host
+ * copy with no valid disk copy, is dirty: evicting it writes it down one tier
+ * (device -> host -> disk); a clean copy is dropped with nothing written.
  * Callers use an object on a place only between vmm_acquire() and vmm_release();
  * an acquired copy is pinned (never a victim). Transfers are asynchronous and
  * complete through events; the vmm never synchronizes a whole device.
@@ -176,6 +177,9 @@ const char *vmm_kind_name(enum vmm_kind kind);
 
 /* Bytes in use / capacity of a place (device pool + stable, host pool, disk). */
 int vmm_place_usage(struct vmm *v, int place, uint64_t *used, uint64_t *capacity) SP_MUST_CHECK;
+
+/* The disk tier's own counters (zeros without a disk tier). */
+void vmm_disk_stats_get(struct vmm *v, struct vmm_disk_stats_snapshot *out);
 
 /* One completed transfer; times on dev_now()'s clock. */
 struct vmm_trace_rec {
