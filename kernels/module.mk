@@ -3,3 +3,29 @@
 # The CUDA objects are linked by gcc (no libstdc++): build them without C++
 # exceptions and thread-safe statics so they need no C++ runtime.
 $(O)/obj/kernels/%.cu.o: NVCCFLAGS += -Xcompiler -fno-exceptions,-fno-threadsafe-statics
+
+# ---- benches -------------------------------------------------------------------
+# make bench-gemm: CPU GEMM through kn_ vs cblas_sgemm direct -> bench/results/gemm.json
+# make bench-block-gpu: one block forward+backward, CUDA kernels vs PyTorch eager on
+#   the same GPU -> bench/results/block_gpu.json (exits 77 without a CUDA device)
+KN_BENCH_LIBS := $(call mod_libs,kernels)
+
+$(O)/bench/gemm: $(O)/obj/bench/gemm.c.o $(KN_BENCH_LIBS)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(KN_BENCH_LIBS) $(LDLIBS)
+
+$(O)/bench/block_gpu: $(O)/obj/bench/block_gpu.c.o $(KN_BENCH_LIBS)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(KN_BENCH_LIBS) $(LDLIBS)
+
+bench-gemm: $(O)/bench/gemm
+	@mkdir -p bench/results
+	$(O)/bench/gemm bench/results/gemm.json
+
+bench-block-gpu: $(O)/bench/block_gpu
+	@mkdir -p bench/results
+	$(O)/bench/block_gpu bench/results/block_gpu.json
+
+.PHONY: bench-gemm bench-block-gpu
