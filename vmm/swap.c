@@ -255,6 +255,7 @@ static int start_copy(struct vmm *v, uint32_t idx, int src, int dst, int drop_sr
 		st = v->pl[dst].in;
 		evp = &d->ev;
 	}
+	double t0 = dev_now(v->ctx);
 	if (!*evp)
 		SP_CHECK(vmm_event_get(v, evp));
 	if (s->fenced)
@@ -267,7 +268,7 @@ static int start_copy(struct vmm *v, uint32_t idx, int src, int dst, int drop_sr
 	                         .dst = dst,
 	                         .drop_src = drop_src,
 	                         .bytes = o->bytes,
-	                         .t_start = dev_now(v->ctx),
+	                         .t_start = t0,
 	                         .ev = *evp};
 	xfer_link(v, idx);
 	d->valid = 1;

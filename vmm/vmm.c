@@ -282,7 +282,7 @@ int vmm_obj_create(struct vmm *v, const struct vmm_obj_desc *desc, uint64_t *out
 	uint32_t gen = o->gen + 1;
 	if (!gen)
 		gen = 1;
-	/* keep the object's cached events across reuse of the slot */
+	/* the slot's events went back to the free list at destroy */
 	memset(o, 0, v->obj_stride);
 	o->gen = gen;
 	o->live = 1;
@@ -431,14 +431,19 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 		vmm_swap_free_disk(v, idx);
 		sp_counter_add(was ? &v->st.hits : &v->st.misses, 1);
 	} else {
-		if (o->x.active && o->x.dst == p && p != P_HOST(v)) {
+		if (c->valid && !c->filling) {
+			/* resident; a transfer of another copy does not matter, and an
+			 * eviction of this one in flight keeps it */
+			if (o->x.active && o->x.src == p)
+				o->x.drop_src = 0;
+			sp_counter_add(&v->st.hits, 1);
+		} else if (c->valid && p != P_HOST(v)) {
 			/* arriving: the caller waits on its event */
-		} else if (o->x.active && o->x.src == p && o->x.drop_src) {
-			o->x.drop_src = 0; /* being evicted from here: keep it */
+			sp_counter_add(&v->st.hits, 1);
 		} else {
 			if (o->x.active) {
 				rc = vmm_swap_retire(v, idx, 1);
-				if (rc < 0 && !c->valid && vmm_obj_nvalid(v, o) == 0)
+				if (rc < 0 && vmm_obj_nvalid(v, o) == 0)
 					goto out;
 				rc = 0;
 			}
