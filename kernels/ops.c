@@ -212,7 +212,10 @@ struct dev_cost kn_matmul_backward_cost(const struct kn_matmul_bwd_args *a)
 static int kn_check_attention(const char *op, enum kn_dtype dt, int B, int T, int C, int NH)
 {
 	SP_CHECK(kn_check_dtype(op, dt));
-	SP_CHECK(kn_check_btc(op, B, T, 3 * (long)C > INT_MAX ? -1 : C));
+	SP_CHECK(kn_check_btc(op, B, T, C));
+	if (3L * T * C > KN_MAX_ROWS)
+		return sp_error(-EINVAL, "kn_%s: T*3C = %ld exceeds %d", op, 3L * T * C,
+		                KN_MAX_ROWS);
 	if (NH <= 0)
 		return sp_error(-EINVAL, "kn_%s: NH = %d must be > 0", op, NH);
 	if (C % NH != 0)
