@@ -44,8 +44,15 @@ int main(void)
 		g[i] = malloc(np * 4);
 		CHECK(p[i] && g[i]);
 	}
+	float *p1 = malloc(np * 4);
+	CHECK(p1);
 	for (int threads = 1; threads <= 2; threads++) {
 		run(threads, l[0], p[0], g[0], np);
+		if (threads == 1)
+			memcpy(p1, p[0], np * 4);
+		else /* information only: the contract is per thread count */
+			printf("1 vs 2 threads: parameters %s\n",
+			       memcmp(p1, p[0], np * 4) == 0 ? "identical" : "differ");
 		run(threads, l[1], p[1], g[1], np);
 		printf("threads %d: losses %.7f %.7f / %.7f %.7f\n", threads, l[0][0], l[0][1],
 		       l[1][0], l[1][1]);
@@ -57,5 +64,6 @@ int main(void)
 	}
 	for (int i = 0; i < 2; i++)
 		free(p[i]), free(g[i]);
+	free(p1);
 	TEST_PASS();
 }
