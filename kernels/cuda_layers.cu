@@ -54,15 +54,33 @@ __global__ void kn_encoder_bwd_wpe_kernel(float *dwpe, const float *dout, int B,
 	}
 }
 
-/* one thread per channel walks all (b,t) in order: deterministic scatter */
+/* dwte[inp[bt]] += dout[bt]: a thread owns channel c of the tokens in its
+ * vocabulary slice [v0, v1) (grid y) and walks all (b,t) in order through
+ * shared-memory tiles of token ids, so each dwte element is updated by one
+ * thread in (b,t) order: deterministic, the same order as the CPU kernel. */
+#define KN_ENC_TILE    1024
+#define KN_ENC_VSLICES 64
 __global__ void kn_encoder_bwd_wte_kernel(float *dwte, const float *dout, const int *inp, int BT,
-                                          int C)
+                                          int C, int V)
 {
+	__shared__ int tok[KN_ENC_TILE];
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
-	if (c >= C)
-		return;
-	for (int bt = 0; bt < BT; bt++)
-		dwte[(size_t)inp[bt] * C + c] += dout[(size_t)bt * C + c];
+	int v0 = (int)((long)blockIdx.y * V / gridDim.y);
+	int v1 = (int)((long)(blockIdx.y + 1) * V / gridDim.y);
+	for (int base = 0; base < BT; base += KN_ENC_TILE) {
+		int n = BT - base < KN_ENC_TILE ? BT - base : KN_ENC_TILE;
+		__syncthreads();
+		for (int i = threadIdx.x; i < n; i += blockDim.x)
+			tok[i] = inp[base + i];
+		__syncthreads();
+		if (c >= C)
+			continue;
+		for (int i = 0; i < n; i++) {
+			int v = tok[i];
+			if (v >= v0 && v < v1)
+				dwte[(size_t)v * C + c] += dout[(size_t)(base + i) * C + c];
+		}
+	}
 }
 
 extern "C" void kn_encoder_forward_cuda(const struct kn_encoder_fwd_args *a, void *stream)
@@ -80,8 +98,9 @@ extern "C" void kn_encoder_backward_cuda(const struct kn_encoder_bwd_args *a, vo
 	long n = (long)a->T * a->C;
 	kn_encoder_bwd_wpe_kernel<<<kn_blocks(n, 256), 256, 0, s>>>(
 	    (float *)a->dwpe, (const float *)a->dout, a->B, a->T, a->C);
-	kn_encoder_bwd_wte_kernel<<<(a->C + 127) / 128, 128, 0, s>>>(
-	    (float *)a->dwte, (const float *)a->dout, a->inp, a->B * a->T, a->C);
+	dim3 grid((a->C + 127) / 128, a->V < KN_ENC_VSLICES ? a->V : KN_ENC_VSLICES);
+	kn_encoder_bwd_wte_kernel<<<grid, 128, 0, s>>>((float *)a->dwte, (const float *)a->dout,
+	                                               a->inp, a->B * a->T, a->C, a->V);
 	kn_cuda_check_launch("encoder_backward");
 }
 
