@@ -5,7 +5,8 @@
  * given out first-fit from a sorted list of free ranges; an extent's range is
  * preallocated (fallocate) on its first write and its space punched out on free.
  * I/O: a request (ticket) is split into `block`-byte chunks; each chunk owns one
- * of `queue_depth` registered, 4 KiB-aligned bounce buffers and is issued with
+ * of 2 x `queue_depth` registered, 4 KiB-aligned bounce buffers (at most
+ * queue_depth in the kernel, the spares let copies overlap I/O) and is issued with
  * write_fixed/read_fixed on the registered file. One I/O thread per tier does all
  * of it: it starts chunks while buffers are free, copies user data in and out of
  * the bounce buffers (without the lock), resubmits short I/Os and completes
@@ -172,11 +173,15 @@ struct vmm_disk {
 	char *dir;
 	unsigned qd;
 	size_t block;
-	uint8_t *bounce; /* qd * block bytes, DISK_ALIGN aligned (mmap) */
+	uint8_t *bounce; /* nslots * block bytes, DISK_ALIGN aligned (mmap) */
 	size_t bounce_bytes;
+	void *bounce_map; /* the mapping bounce lies in (2 MiB aligned inside) */
+	size_t bounce_map_bytes;
 	struct disk_chunk *chunks;
+	unsigned nslots; /* bounce buffers: 2 x qd, so copies overlap with I/O */
 	uint32_t free_chunk;
-	unsigned chunks_busy;
+	unsigned chunks_busy; /* slots in use (in flight or being copied) */
+	unsigned ios;         /* chunk I/Os in flight in the kernel, <= qd */
 	/* Scratch of the I/O thread, ncqes entries each. */
 	struct io_uring_cqe **cqes;
 	unsigned ncqes;
@@ -588,72 +593,58 @@ static void disk_chunk_prep(struct vmm_disk *d, uint32_t slot)
 	io_uring_sqe_set_data64(sqe, slot);
 }
 
-/* Starts chunks while bounce buffers are free. Lock held on entry and exit; it
- * is dropped while user data is copied into the bounce buffers. */
+/* Starts chunks while a bounce buffer is free and fewer than queue_depth I/Os
+ * are in flight. Lock held on entry and exit; it is dropped while write data is
+ * copied into a bounce buffer (reads queued before the copy are submitted
+ * first, so the drive is not kept waiting). */
 static void disk_issue(struct vmm_disk *d)
 {
-	uint32_t batch[64];
-	for (;;) {
-		unsigned n = 0;
-		while (d->pend_head != DISK_NONE && n < SP_ARRAY_SIZE(batch)) {
-			struct disk_req *r = &d->reqs[d->pend_head];
-			if (r->err || r->issued >= r->io_bytes) {
-				disk_pend_pop(d);
-				if (r->inflight == 0)
-					disk_complete(d, r);
-				continue;
-			}
-			if (d->free_chunk == DISK_NONE)
-				break;
-			uint32_t slot = d->free_chunk;
-			struct disk_chunk *c = &d->chunks[slot];
-			d->free_chunk = c->next_free;
-			d->chunks_busy++;
-			c->req = d->pend_head;
-			c->req_off = r->issued;
-			c->len =
-			    r->io_bytes - r->issued < d->block ? r->io_bytes - r->issued : d->block;
-			c->done = 0;
-			r->issued += c->len;
-			r->inflight++;
-			batch[n++] = slot;
+	bool unsubmitted = false;
+	while (d->pend_head != DISK_NONE) {
+		uint32_t ri = d->pend_head;
+		struct disk_req *r = &d->reqs[ri];
+		if (r->err || r->issued >= r->io_bytes) {
+			disk_pend_pop(d);
+			if (r->inflight == 0)
+				disk_complete(d, r);
+			continue;
 		}
-		if (n == 0)
-			return;
-		/* Copy write data in without the lock: the chunks and their requests
-		 * cannot go away while the chunks are in flight; only reqs[] may move. */
-		struct {
-			uint8_t *dst;
-			const uint8_t *src;
-			size_t copy, pad;
-		} cp[SP_ARRAY_SIZE(batch)];
-		unsigned ncp = 0;
-		for (unsigned i = 0; i < n; i++) {
-			struct disk_chunk *c = &d->chunks[batch[i]];
-			struct disk_req *r = &d->reqs[c->req];
-			if (r->op != DISK_WRITE)
-				continue;
+		if (d->free_chunk == DISK_NONE || d->ios >= d->qd)
+			break;
+		uint32_t slot = d->free_chunk;
+		struct disk_chunk *c = &d->chunks[slot];
+		d->free_chunk = c->next_free;
+		d->chunks_busy++;
+		c->req = ri;
+		c->req_off = r->issued;
+		c->len = r->io_bytes - r->issued < d->block ? r->io_bytes - r->issued : d->block;
+		c->done = 0;
+		r->issued += c->len;
+		r->inflight++;
+		d->ios++;
+		if (r->op == DISK_WRITE) {
+			/* The chunk (and so its request) stays alive while it is in
+			 * flight; only reqs[] may move while the lock is dropped. */
 			size_t copy = c->req_off >= r->bytes           ? 0
 			              : r->bytes - c->req_off < c->len ? r->bytes - c->req_off
 			                                               : c->len;
-			cp[ncp].dst = d->bounce + (size_t)batch[i] * d->block;
-			cp[ncp].src = r->user + c->req_off;
-			cp[ncp].copy = copy;
-			cp[ncp].pad = c->len - copy;
-			ncp++;
-		}
-		if (ncp) {
-			pthread_mutex_unlock(&d->lock);
-			for (unsigned i = 0; i < ncp; i++) {
-				memcpy(cp[i].dst, cp[i].src, cp[i].copy);
-				memset(cp[i].dst + cp[i].copy, 0, cp[i].pad);
+			uint8_t *dst = d->bounce + (size_t)slot * d->block;
+			const uint8_t *src = r->user + c->req_off;
+			size_t pad = c->len - copy;
+			if (unsubmitted) {
+				(void)disk_submit(d);
+				unsubmitted = false;
 			}
+			pthread_mutex_unlock(&d->lock);
+			memcpy(dst, src, copy);
+			memset(dst + copy, 0, pad);
 			pthread_mutex_lock(&d->lock);
 		}
-		for (unsigned i = 0; i < n; i++)
-			disk_chunk_prep(d, batch[i]);
-		(void)disk_submit(d);
+		disk_chunk_prep(d, slot);
+		unsubmitted = true;
 	}
+	if (unsubmitted)
+		(void)disk_submit(d);
 }
 
 static void disk_chunk_release(struct vmm_disk *d, uint32_t slot)
@@ -692,6 +683,7 @@ static bool disk_cqe_handle(struct vmm_disk *d, uint64_t tag, int res)
 	if (res == 0 && r->op == DISK_WRITE)
 		res = -EIO; /* a write that makes no progress would loop forever */
 	if (res < 0) {
+		d->ios--;
 		if (!r->err) {
 			r->err = res;
 			r->fail_off = r->file_off + c->req_off + c->done;
@@ -712,6 +704,7 @@ static bool disk_cqe_handle(struct vmm_disk *d, uint64_t tag, int res)
 		(void)disk_submit(d);
 		return false;
 	}
+	d->ios--;
 	if (r->op == DISK_READ && !r->err)
 		return true;
 	disk_chunk_release(d, slot);
@@ -763,6 +756,8 @@ static void *disk_thread_main(void *arg)
 			}
 		}
 		if (ncopy) {
+			/* Refill the queue from the spare buffers first, then copy out. */
+			disk_issue(d);
 			pthread_mutex_unlock(&d->lock);
 			for (unsigned i = 0; i < ncopy; i++)
 				memcpy(cp[i].dst, cp[i].src, cp[i].n);
@@ -802,11 +797,10 @@ int vmm_disk_open(const struct vmm_disk_config *cfg, struct vmm_disk **out)
 	             "vmm_disk_open: block %zu bytes is not a multiple of 4096 in 4K..64M "
 	             "(SPILL_IO_BLOCK)",
 	             cfg->block);
-	SP_CHECK_ARG((uint64_t)cfg->queue_depth * cfg->block <= (1ull << 30),
-	             "vmm_disk_open: queue depth %u x block %zu = %llu bytes of bounce buffers, "
-	             "max 1 GiB",
-	             cfg->queue_depth, cfg->block,
-	             (unsigned long long)cfg->queue_depth * cfg->block);
+	SP_CHECK_ARG(2ull * cfg->queue_depth * cfg->block <= (1ull << 30),
+	             "vmm_disk_open: 2 x queue depth %u x block %zu = %llu bytes of bounce "
+	             "buffers, max 1 GiB",
+	             cfg->queue_depth, cfg->block, 2ull * cfg->queue_depth * cfg->block);
 	int rc = 0;
 	struct vmm_disk *d = calloc(1, sizeof(*d));
 	if (!d)
@@ -856,21 +850,30 @@ int vmm_disk_open(const struct vmm_disk_config *cfg, struct vmm_disk **out)
 		SP_INFO(IO, "disk tier: capacity %" PRIu64 " exceeds free space %" PRIu64 " of %s",
 		        cfg->capacity, free_bytes, d->dir);
 
-	d->bounce_bytes = (size_t)d->qd * d->block;
-	void *m = mmap(NULL, d->bounce_bytes, PROT_READ | PROT_WRITE,
-	               MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	d->nslots = 2 * d->qd;
+	d->bounce_bytes = (size_t)d->nslots * d->block;
+	/* Bounce buffers in transparent huge pages, 2 MiB aligned: a block then spans
+	 * few physical segments, so the block layer does not split a request that a
+	 * 4 KiB-page buffer would (virtio-blk allows ~254 segments: < 1 MiB). */
+	size_t huge = 2u << 20;
+	d->bounce_map_bytes = d->bounce_bytes + huge;
+	void *m = mmap(NULL, d->bounce_map_bytes, PROT_READ | PROT_WRITE,
+	               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED) {
 		rc = sp_error(-errno, "disk tier: cannot map %zu bytes of bounce buffers: %s",
 		              d->bounce_bytes, strerror(errno));
 		goto fail;
 	}
-	d->bounce = m;
-	d->chunks = calloc(d->qd, sizeof(*d->chunks));
+	d->bounce_map = m;
+	d->bounce = (uint8_t *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
+	(void)madvise(d->bounce, d->bounce_bytes, MADV_HUGEPAGE); /* a hint: may fail */
+	memset(d->bounce, 0, d->bounce_bytes);                    /* populate now */
+	d->chunks = calloc(d->nslots, sizeof(*d->chunks));
 	if (!d->chunks) {
 		rc = sp_error(-ENOMEM, "vmm_disk_open: out of memory");
 		goto fail;
 	}
-	for (unsigned i = d->qd; i-- > 0;) {
+	for (unsigned i = d->nslots; i-- > 0;) {
 		d->chunks[i].req = DISK_NONE;
 		d->chunks[i].next_free = d->free_chunk;
 		d->free_chunk = i;
@@ -895,14 +898,14 @@ int vmm_disk_open(const struct vmm_disk_config *cfg, struct vmm_disk **out)
 		rc = sp_error(-ENOMEM, "vmm_disk_open: out of memory");
 		goto fail;
 	}
-	struct iovec *iov = calloc(d->qd, sizeof(*iov));
+	struct iovec *iov = calloc(d->nslots, sizeof(*iov));
 	if (!iov) {
 		rc = sp_error(-ENOMEM, "vmm_disk_open: out of memory");
 		goto fail;
 	}
-	for (unsigned i = 0; i < d->qd; i++)
+	for (unsigned i = 0; i < d->nslots; i++)
 		iov[i] = (struct iovec){d->bounce + (size_t)i * d->block, d->block};
-	ret = io_uring_register_buffers(&d->ring, iov, d->qd);
+	ret = io_uring_register_buffers(&d->ring, iov, d->nslots);
 	free(iov);
 	d->fixed_bufs = ret == 0;
 	if (ret)
@@ -953,8 +956,8 @@ void vmm_disk_close(struct vmm_disk *d)
 	}
 	if (d->fd >= 0)
 		close(d->fd); /* the file is unnamed: closing it removes it */
-	if (d->bounce)
-		munmap(d->bounce, d->bounce_bytes);
+	if (d->bounce_map)
+		munmap(d->bounce_map, d->bounce_map_bytes);
 	free(d->cqes);
 	free(d->scratch_tags);
 	free(d->scratch_res);
