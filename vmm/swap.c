@@ -525,10 +525,13 @@ int vmm_swap_make_space(struct vmm *v, uint32_t idx, int p)
 				struct window_arg wa = {v, p};
 				int n = vmm_pool_window(pool, need, window_cost, &wa, v->owners,
 				                        (int)v->cfg.max_objects);
-				for (int k = 0; k < n; k++) {
+				/* one at a time: evicting may search the host pool with
+				 * the same scratch array; the next round searches again */
+				if (n > 0) {
+					uint32_t victim_idx = v->owners[0];
 					sp_counter_add(&v->st.frag_evictions, 1);
-					SP_CHECK(vmm_swap_evict(v, v->owners[k], p));
-					SP_CHECK(vmm_swap_retire(v, v->owners[k], 1));
+					SP_CHECK(vmm_swap_evict(v, victim_idx, p));
+					SP_CHECK(vmm_swap_retire(v, victim_idx, 1));
 				}
 				if (n > 0)
 					continue;
