@@ -4,8 +4,9 @@
  * reads a fresh file (io_uring engine, --direct=1, registered files and buffers,
  * same directory, block size, queue depth and total bytes), and the disk tier
  * writes then reads the same total through vmm_disk_write_async/read_async in
- * extents of --extent bytes, all tickets queued at once. The best rate of each
- * side is kept. Prints a table and ends with `disk_vs_fio read=R write=W`;
+ * extents of --extent bytes, all tickets queued at once. Each side's figure is
+ * the median of its repetitions (a shared virtual disk is noisy; every rate goes
+ * to the JSON). Prints a table and ends with `disk_vs_fio read=R write=W`;
  * writes JSON with the machine (--json). Knobs: SPILL_DISK_PATH (default
  * build/bench-disk), SPILL_IO_QUEUE_DEPTH, SPILL_IO_BLOCK; flags below.
  */
@@ -38,6 +39,23 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* Median of column col of the reps x 4 table (mean of the middle two if even). */
+static double median(const double *all, int reps, int col)
+{
+	double v[64];
+	int n = reps < 64 ? reps : 64;
+	for (int i = 0; i < n; i++)
+		v[i] = all[i * 4 + col];
+	qsort(v, (size_t)n, sizeof(v[0]), cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static void die(const char *what)
@@ -180,7 +198,8 @@ static const char *fs_name(const char *path)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: bench-disk [--bytes SIZE] [--extent SIZE] [--reps N] [--json FILE] "
+	fprintf(stderr, "usage: bench-disk [--bytes SIZE] [--extent SIZE] [--reps N] "
+	                "[--read-passes N] [--json FILE] "
 	                "[--no-fio]\n  directory: SPILL_DISK_PATH (default build/bench-disk); "
 	                "SPILL_IO_QUEUE_DEPTH, SPILL_IO_BLOCK\n");
 	exit(2);
@@ -194,7 +213,7 @@ int main(int argc, char **argv)
 	struct opts o = {.path = *p.disk_path ? p.disk_path : "build/bench-disk",
 	                 .bytes = 2ull << 30,
 	                 .extent = 64ull << 20,
-	                 .reps = 3,
+	                 .reps = 5,
 	                 .json = NULL,
 	                 .fio = 1,
 	                 .read_passes = 1};
@@ -257,18 +276,18 @@ int main(int argc, char **argv)
 		printf("\n");
 		fflush(stdout);
 		all[r * 4 + 0] = w, all[r * 4 + 1] = rd, all[r * 4 + 2] = a, all[r * 4 + 3] = b;
-		tw = w > tw ? w : tw;
-		tr = rd > tr ? rd : tr;
-		fw = a > fw ? a : fw;
-		fr = b > fr ? b : fr;
 	}
+	tw = median(all, o.reps, 0);
+	tr = median(all, o.reps, 1);
+	fw = median(all, o.reps, 2);
+	fr = median(all, o.reps, 3);
 	if (o.fio) {
 		char file[1200];
 		snprintf(file, sizeof(file), "%s/fio-bench.dat", o.path);
 		unlink(file);
 	}
 
-	printf("\n%-8s %14s %14s\n", "", "write MiB/s", "read MiB/s");
+	printf("\n%-8s %14s %14s   (median of %d reps)\n", "", "write MiB/s", "read MiB/s", o.reps);
 	printf("%-8s %14.1f %14.1f\n", "tier", tw / 1048576, tr / 1048576);
 	double rw = 0, rr = 0;
 	if (o.fio && fw > 0 && fr > 0) {

@@ -5,7 +5,7 @@
 # depth and bytes, side by side; ends with `disk_vs_fio read=R write=W` and
 # writes bench/results/disk.json. SPILL_DISK_PATH (default build/bench-disk),
 # SPILL_IO_QUEUE_DEPTH and SPILL_IO_BLOCK apply; BENCH_DISK_ARGS adds flags
-# (--bytes 2G --extent 64M --reps 3 --no-fio).
+# (--bytes 2G --extent 64M --reps 5 --read-passes 1 --no-fio).
 BENCH_DISK_ARGS ?=
 
 $(O)/bench/disk: $(O)/obj/bench/disk.c.o $(call mod_libs,vmm)
