@@ -282,8 +282,16 @@ enum kn_layer_kind {
 	KN_LAYER_KINDS
 };
 
-/* What one layer (a task graph node) costs. Bytes are for the layer's own
- * tensors; activation bytes are per microbatch of B sequences of T tokens. */
+/* What one layer (a task graph node) holds and costs, at a microbatch of B
+ * sequences of T tokens. A layer's memory is five contiguous ranges the vmm can
+ * place independently (struct kn_layer_mem): params, grads, optim (AdamW m then
+ * v, fp32), stash (activations forward leaves for backward) and work (scratch
+ * used only during one forward or backward call). Besides its stash, backward
+ * reads the layer's input (needs_input): the previous layer's output (or the
+ * token ids), which the caller keeps alive until then. With recomputation the
+ * stash need not survive between forward and backward: backward is preceded by
+ * forward again on the kept input (recompute_stash_bytes is what must survive
+ * then: 0, the input alone suffices). */
 struct kn_layer_desc {
 	enum kn_layer_kind kind;
 	const char *name;
@@ -291,9 +299,11 @@ struct kn_layer_desc {
 	uint64_t grad_bytes;
 	uint64_t optim_bytes;           /* AdamW m and v (fp32) */
 	uint64_t stash_bytes;           /* activations forward keeps for backward */
-	uint64_t recompute_stash_bytes; /* stash when backward recomputes (input only) */
-	uint64_t output_bytes;          /* the layer's output, passed to the next layer */
-	uint64_t work_bytes;            /* scratch alive during one kernel (forward or backward) */
+	uint64_t recompute_stash_bytes; /* what must survive with recomputation (0) */
+	uint64_t input_bytes;           /* the input (tokens, or the previous output) */
+	uint64_t output_bytes;          /* output: block activations, or head losses */
+	uint64_t work_bytes;            /* scratch of one forward or backward call */
+	int needs_input;                /* backward reads the input (all three kinds) */
 	double fwd_flops;
 	double bwd_flops;
 	/* Names of the stashed activations, comma-separated, in stash order. */
@@ -325,5 +335,77 @@ int kn_model_config_check(const struct kn_model_config *cfg) SP_MUST_CHECK;
 #define KN_BLOCK_NPARAMS 12
 /* Element counts of a block's parameters. */
 void kn_block_param_sizes(int C, size_t out[KN_BLOCK_NPARAMS]);
+
+/* ---- running a layer ------------------------------------------------------------
+ * The memory of one layer, each range as kn_layer_describe sizes it, on the
+ * device the layer runs on. params layout: embedding wte (V,C) then wpe
+ * (maxT,C); block its 12 tensors (kn_block_param_sizes order); head lnfw, lnfb.
+ * grads and optim (m, then v) mirror params. The head also reads wte and adds
+ * to dwte (weight tying): pass the embedding's params/grads as tied/tied_grad. */
+struct kn_layer_mem {
+	void *params;
+	void *grads;
+	float *optim;
+	void *stash;
+	void *work;
+	const void *tied;
+	void *tied_grad;
+};
+
+/* What the layer functions take besides the memory.
+ *   in       token ids (int32, (B,T)) for the embedding, else the previous
+ *            layer's output (B,T,C); forward reads it, backward reads it again.
+ *   out      forward's output: (B,T,C), or the head's per-position fp32 losses (B,T).
+ *   targets  the head's target ids (B,T).
+ *   dout     backward: the gradient of out (embedding, block); the head ignores
+ *            it, its objective being the losses scaled by dloss.
+ *   din      backward ADDS the gradient of in here (block, head; zero it
+ *            first); unused by the embedding.
+ *   dloss    the head's gradient per position loss (1/(B*T) for the mean). */
+struct kn_layer_io {
+	const void *in;
+	void *out;
+	const int *targets;
+	const void *dout;
+	void *din;
+	float dloss;
+};
+
+/* Forward, backward and update of one layer, as a sequence of kernels. The
+ * _cpu variants call the CPU kernels on this thread; the _launch variants queue
+ * them on stream s (any backend) and return once queued. Parameter gradients
+ * accumulate (zero them with kn_layer_zero_grad at the start of a step).
+ * Returns 0, or -EINVAL (bad config/shape, a NULL range the call needs) with
+ * nothing run, or a launch's error. */
+int kn_layer_forward_cpu(const struct kn_model_config *cfg, enum kn_layer_kind kind, int B, int T,
+                         const struct kn_layer_mem *mem,
+                         const struct kn_layer_io *io) SP_MUST_CHECK;
+int kn_layer_backward_cpu(const struct kn_model_config *cfg, enum kn_layer_kind kind, int B, int T,
+                          const struct kn_layer_mem *mem,
+                          const struct kn_layer_io *io) SP_MUST_CHECK;
+int kn_layer_forward_launch(struct dev_stream *s, const struct kn_model_config *cfg,
+                            enum kn_layer_kind kind, int B, int T, const struct kn_layer_mem *mem,
+                            const struct kn_layer_io *io) SP_MUST_CHECK;
+int kn_layer_backward_launch(struct dev_stream *s, const struct kn_model_config *cfg,
+                             enum kn_layer_kind kind, int B, int T, const struct kn_layer_mem *mem,
+                             const struct kn_layer_io *io) SP_MUST_CHECK;
+
+/* AdamW hyper-parameters; weight decay applies to matrices and embeddings only
+ * (wte, wpe, qkvw, attprojw, fcw, fcprojw), as GPT-2 trains. */
+struct kn_adamw_hparams {
+	float lr, beta1, beta2, eps, weight_decay;
+	int t; /* step, from 1 */
+};
+int kn_layer_update_cpu(const struct kn_model_config *cfg, enum kn_layer_kind kind,
+                        const struct kn_layer_mem *mem,
+                        const struct kn_adamw_hparams *h) SP_MUST_CHECK;
+int kn_layer_update_launch(struct dev_stream *s, const struct kn_model_config *cfg,
+                           enum kn_layer_kind kind, const struct kn_layer_mem *mem,
+                           const struct kn_adamw_hparams *h) SP_MUST_CHECK;
+int kn_layer_zero_grad_cpu(const struct kn_model_config *cfg, enum kn_layer_kind kind,
+                           const struct kn_layer_mem *mem) SP_MUST_CHECK;
+int kn_layer_zero_grad_launch(struct dev_stream *s, const struct kn_model_config *cfg,
+                              enum kn_layer_kind kind,
+                              const struct kn_layer_mem *mem) SP_MUST_CHECK;
 
 #endif

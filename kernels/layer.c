@@ -2,10 +2,10 @@
  * gradients, AdamW state, stashed activations, outputs and scratch, and FLOPs,
  * for the three GPT-2 layer kinds at microbatch (B, T).
  *
- * The byte counts are exactly the buffers the reference composition
- * (tests/kernels/gpt2.h) allocates per layer; FLOPs count GEMMs (2 per
- * multiply-add, attention over the full T x T as the kernels compute it) plus
- * the elementwise ops' small terms. Backward = 2x forward GEMMs.
+ * The byte counts are exactly the ranges kn_layer_forward/backward use
+ * (layer_exec.c lays them out); FLOPs count GEMMs (2 per multiply-add,
+ * attention over the full T x T as the kernels compute it) plus the elementwise
+ * ops' small terms. Backward = 2x forward GEMMs.
  */
 #include "kernels/internal.h"
 
@@ -49,51 +49,48 @@ int kn_layer_describe(const struct kn_model_config *cfg, enum kn_layer_kind kind
 	double e = (double)kn_dtype_size(cfg->dtype);
 	double C = cfg->C, V = cfg->V, NH = cfg->NH, bt = (double)B * T, btc = bt * C;
 	double att = (double)B * NH * T * T;
-	struct kn_layer_desc d = {.kind = kind};
+	struct kn_layer_desc d = {.kind = kind, .needs_input = 1};
 	double params = 0;
 	switch (kind) {
 	case KN_LAYER_EMBEDDING:
 		d.name = "embedding";
 		params = (V + cfg->maxT) * C;
-		d.stash_bytes = (uint64_t)(4 * bt); /* token ids */
-		d.recompute_stash_bytes = d.stash_bytes;
+		d.input_bytes = (uint64_t)(4 * bt); /* token ids */
 		d.output_bytes = (uint64_t)(btc * e);
-		d.work_bytes = 0;
 		d.fwd_flops = btc;
 		d.bwd_flops = 2 * btc;
-		d.stash_names = "tokens";
+		d.stash_names = "";
 		break;
 	case KN_LAYER_BLOCK: {
 		d.name = "block";
 		params = 12 * C * C + 13 * C;
-		/* input, ln1, qkv(3), atty, res2, ln2, fch(4), fch_gelu(4) = 16 BTC; att;
-		 * ln1/ln2 mean and rstd (fp32) */
-		d.stash_bytes = (uint64_t)((16 * btc + att) * e + 4 * 4 * bt);
-		d.recompute_stash_bytes = (uint64_t)(btc * e);
+		/* ln1, qkv(3), att, atty, res2, ln2, fch(4), fch_gelu(4) = 15 BTC + att,
+		 * then ln1/ln2 mean and rstd (fp32) */
+		d.stash_bytes = (uint64_t)((15 * btc + att) * e + 4 * 4 * bt);
+		d.input_bytes = (uint64_t)(btc * e);
 		d.output_bytes = (uint64_t)(btc * e);
-		/* forward: attention ws + attproj/fcproj outputs; backward: ws and the
-		 * activation gradients dres, dln, dqkv(3), datty, dfch(4), dfch_gelu(4) */
-		double ws = 7 * btc + att;
-		d.work_bytes = (uint64_t)((ws + 14 * btc) * e);
+		/* attention ws; forward attproj, fcproj; backward 16 BTC of gradients */
+		d.work_bytes = kn_attention_ws_bytes(cfg->dtype, B, T, cfg->C, cfg->NH) +
+		               (uint64_t)(16 * btc * e);
 		double gemm = 24 * btc * C; /* qkv 6, proj 2, fc 8, fcproj 8 (x BTC^2) */
 		double attn = 4 * btc * T;  /* q k^T and att v over the full T x T */
 		double elem = 60 * btc + 5 * att;
 		d.fwd_flops = gemm + attn + elem;
 		d.bwd_flops = 2 * gemm + 2 * attn + 2 * elem;
-		d.stash_names = "input,ln1,ln1_mean,ln1_rstd,qkv,att,atty,residual2,ln2,ln2_mean,"
-		                "ln2_rstd,fch,fch_gelu";
+		d.stash_names = "ln1,qkv,att,atty,residual2,ln2,fch,fch_gelu,ln1_mean,ln1_rstd,"
+		                "ln2_mean,ln2_rstd";
 		break;
 	}
 	case KN_LAYER_HEAD:
 		d.name = "head";
 		params = 2 * C; /* lnf; the LM head is wte, owned by the embedding */
-		d.stash_bytes = (uint64_t)((2 * btc + bt * V) * e + 2 * 4 * bt + 4 * bt);
-		d.recompute_stash_bytes = (uint64_t)(btc * e + 4 * bt);
-		d.output_bytes = (uint64_t)(4 * bt);           /* per-position losses */
-		d.work_bytes = (uint64_t)((bt * V + btc) * e); /* logits / dlogits, dlnf */
+		d.stash_bytes = (uint64_t)((btc + bt * V) * e + 2 * 4 * bt);
+		d.input_bytes = (uint64_t)(btc * e);
+		d.output_bytes = (uint64_t)(4 * bt);           /* per-position losses, fp32 */
+		d.work_bytes = (uint64_t)((bt * V + btc) * e); /* logits; dlogits + dlnf */
 		d.fwd_flops = 2 * btc * V + 5 * bt * V + 8 * btc;
 		d.bwd_flops = 4 * btc * V + 3 * bt * V + 16 * btc;
-		d.stash_names = "input,lnf,lnf_mean,lnf_rstd,probs,targets";
+		d.stash_names = "lnf,probs,lnf_mean,lnf_rstd";
 		break;
 	default: return sp_error(-EINVAL, "kn_layer_describe: unknown layer kind %d", (int)kind);
 	}
