@@ -198,6 +198,7 @@ struct vmm_disk {
 	uint32_t next_ext, cap_ext, free_ext;
 	struct disk_range *holes; /* free ranges below file_end, sorted by offset */
 	uint32_t nholes, cap_holes;
+	uint32_t nlive; /* extents allocated */
 	uint64_t file_end;
 
 	struct disk_fault_rule faults[DISK_MAX_FAULTS];
@@ -434,8 +435,9 @@ int vmm_disk_alloc(struct vmm_disk *d, size_t bytes, uint64_t *extent)
 		    sp_format_size(d->capacity, c, sizeof(c)), d->dir);
 		goto out;
 	}
-	/* One hole more than now may be needed when this extent is freed. */
-	if (d->nholes + 2 > d->cap_holes &&
+	/* Free ranges never outnumber live extents + 1: reserve room for that bound
+	 * now, so freeing never allocates. */
+	if (d->nlive + 2 > d->cap_holes &&
 	    (rc = disk_grow((void **)&d->holes, &d->cap_holes, sizeof(*d->holes), "holes")))
 		goto out;
 	uint32_t idx;
@@ -456,6 +458,7 @@ int vmm_disk_alloc(struct vmm_disk *d, size_t bytes, uint64_t *extent)
 	e->used = true;
 	e->prealloc = false;
 	d->used += size;
+	d->nlive++;
 	*extent = disk_handle(idx, e->gen);
 	SP_TRACE(IO, "disk alloc extent %#" PRIx64 ": %" PRIu64 " bytes at %" PRIu64, *extent, size,
 	         e->off);
@@ -490,6 +493,7 @@ int vmm_disk_free(struct vmm_disk *d, uint64_t extent)
 		        e->off, strerror(errno));
 	disk_range_put(d, e->off, e->size);
 	d->used -= e->size;
+	d->nlive--;
 	e->used = false;
 	e->gen++;
 	if (e->gen == 0)
@@ -723,6 +727,8 @@ static void *disk_thread_main(void *arg)
 		disk_issue(d);
 		if (d->stopping && d->active == 0 && d->chunks_busy == 0 && !d->wake_posted)
 			break;
+		if (io_uring_sq_ready(&d->ring))
+			(void)disk_submit(d); /* an earlier submit failed: retry before sleeping */
 		pthread_mutex_unlock(&d->lock);
 		struct io_uring_cqe *cqe = NULL;
 		int ret = io_uring_wait_cqe(&d->ring, &cqe);
@@ -937,9 +943,9 @@ void vmm_disk_close(struct vmm_disk *d)
 		return;
 	if (d->thread_started) {
 		pthread_mutex_lock(&d->lock);
+		d->stopping = true; /* new I/O is refused; the I/O thread drains */
 		while (d->active)
 			pthread_cond_wait(&d->done_cv, &d->lock);
-		d->stopping = true;
 		disk_wake(d);
 		pthread_mutex_unlock(&d->lock);
 		pthread_join(d->thread, NULL);

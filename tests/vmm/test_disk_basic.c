@@ -220,6 +220,51 @@ static void test_capacity(void)
 	vmm_disk_close(d); /* extents still allocated: close frees them */
 }
 
+/* Many extents freed in a checkerboard: the free-range list grows past its
+ * first allocation, ranges coalesce, and the space is reused exactly. */
+static void test_fragmentation(void)
+{
+	struct vmm_disk *d = open_disk(1000 * 8192, 2, 4096);
+	enum { K = 1000 };
+	static uint64_t e[K];
+	for (int i = 0; i < K; i++)
+		CHECK_OK(vmm_disk_alloc(d, 1 + (size_t)(i % 2) * 8191, &e[i]));
+	for (int i = 0; i < K; i += 2)
+		CHECK_OK(vmm_disk_free(d, e[i])); /* 500 one-page holes */
+	uint64_t big;
+	CHECK(vmm_disk_alloc(d, 8192 * 300, &big) == 0); /* fits only at the end */
+	CHECK_OK(vmm_disk_free(d, big));
+	for (int i = 0; i < K; i += 2)
+		CHECK_OK(vmm_disk_alloc(d, 4096, &e[i])); /* refills the holes */
+	struct vmm_disk_stats_snapshot st;
+	vmm_disk_stats(d, &st);
+	CHECK(st.used == (K / 2) * 4096 + (K / 2) * 8192);
+	/* Write the neighbours of a refilled hole and check nothing overlaps. */
+	uint8_t a[8192], b[4096], c[8192];
+	memset(a, 0xaa, sizeof(a));
+	memset(b, 0xbb, sizeof(b));
+	uint64_t t;
+	CHECK_OK(vmm_disk_write_async(d, e[1], a, sizeof(a), &t));
+	CHECK_OK(vmm_disk_wait(d, t));
+	vmm_disk_ticket_release(d, t);
+	CHECK_OK(vmm_disk_write_async(d, e[2], b, sizeof(b), &t));
+	CHECK_OK(vmm_disk_wait(d, t));
+	vmm_disk_ticket_release(d, t);
+	CHECK_OK(vmm_disk_read_async(d, e[1], c, sizeof(c), &t));
+	CHECK_OK(vmm_disk_wait(d, t));
+	vmm_disk_ticket_release(d, t);
+	CHECK(memcmp(a, c, sizeof(a)) == 0);
+	for (int i = 1; i < K; i += 2)
+		CHECK_OK(vmm_disk_free(d, e[i]));
+	for (int i = 0; i < K; i += 2)
+		CHECK_OK(vmm_disk_free(d, e[i]));
+	vmm_disk_stats(d, &st);
+	CHECK(st.used == 0);
+	CHECK_OK(vmm_disk_alloc(d, 1000 * 8192, &big)); /* everything coalesced */
+	CHECK_OK(vmm_disk_free(d, big));
+	vmm_disk_close(d);
+}
+
 static void test_bad_input(void)
 {
 	struct vmm_disk_config cfg = {.path = dir, .queue_depth = 4, .block = 4096, .fault = ""};
@@ -316,6 +361,7 @@ int main(void)
 	test_roundtrip();
 	test_threads();
 	test_capacity();
+	test_fragmentation();
 	test_bad_input();
 	test_close_inflight();
 	CHECK_MSG(rmdir(dir) == 0, "%s not empty after close", dir);
