@@ -1,6 +1,7 @@
 /* bench/block_gpu.c — one GPT-2 block (B=8, T=1024, C=768, NH=12 by default)
- * forward + backward with spill's CUDA kernels, timed with CUDA events on a
- * created stream, next to the same block in PyTorch eager on the same GPU
+ * forward + backward with spill's CUDA kernels through the layer API
+ * (kn_layer_forward/backward_cuda on the ranges kn_layer_describe sizes), timed
+ * with CUDA events on a created stream, next to the same block in PyTorch eager on the same GPU
  * (bench/block_gpu.py, run through /usr/bin/python3). Prints ms per iteration,
  * achieved TFLOP/s (FLOPs from kn_layer_describe) and the time ratio spill /
  * PyTorch (target <= 1.25); writes JSON to argv[1]. Exits 77 without a CUDA
@@ -18,11 +19,6 @@ static void die(const char *what)
 {
 	fprintf(stderr, "block_gpu: %s: %s\n", what, sp_last_error());
 	exit(1);
-}
-
-static void gpu_run(void *ctx, const struct dev_kernel *k, const void *args)
-{
-	k->cuda(args, ctx);
 }
 
 static void *gpu_alloc(void *ctx, size_t bytes)
@@ -57,42 +53,44 @@ int main(int argc, char **argv)
 	cudaStream_t s;
 	if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
 		return 1;
-	struct g2_exec ex = {gpu_run, gpu_alloc, gpu_free, s};
 	struct kn_model_config cfg = {.maxT = T, .V = 1, .L = 1, .NH = NH, .C = C};
 	struct kn_layer_desc d;
 	if (kn_layer_describe(&cfg, KN_LAYER_BLOCK, B, T, &d) != 0)
 		die("describe");
 	size_t np = g2_block_nparams(C), btc = (size_t)B * T * C;
-	float *params = gpu_alloc(NULL, np * 4), *grads = gpu_alloc(NULL, np * 4);
+	/* the layer's five ranges, sized by its descriptor, as the runtime places them */
+	struct kn_layer_mem mem = {
+	    .params = gpu_alloc(NULL, d.param_bytes),
+	    .grads = gpu_alloc(NULL, d.grad_bytes),
+	    .optim = NULL,
+	    .stash = gpu_alloc(NULL, d.stash_bytes),
+	    .work = gpu_alloc(NULL, d.work_bytes),
+	};
 	float *x = gpu_alloc(NULL, btc * 4), *dy = gpu_alloc(NULL, btc * 4);
-	float *dx = gpu_alloc(NULL, btc * 4);
-	struct g2_block_acts acts;
-	struct g2_scratch sc;
-	if (!params || !grads || !x || !dy || !dx || g2_block_acts_alloc(&ex, &acts, B, T, C, NH) ||
-	    g2_scratch_alloc(&ex, &sc, B, T, C, NH)) {
+	float *dx = gpu_alloc(NULL, btc * 4), *y = gpu_alloc(NULL, btc * 4);
+	if (!mem.params || !mem.grads || !mem.stash || !mem.work || !x || !dy || !dx || !y) {
 		fprintf(stderr, "block_gpu: out of GPU memory\n");
 		return 1;
 	}
 	float *h = malloc(np > btc ? np * 4 : btc * 4);
 	for (size_t i = 0; i < np; i++)
 		h[i] = 0.02f * (float)((int)(i * 7919 % 2001) - 1000) / 1000.0f;
-	cudaMemcpy(params, h, np * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(mem.params, h, np * 4, cudaMemcpyHostToDevice);
 	for (size_t i = 0; i < btc; i++)
 		h[i] = (float)((int)(i * 104729 % 2001) - 1000) / 1000.0f;
 	cudaMemcpy(x, h, btc * 4, cudaMemcpyHostToDevice);
 	cudaMemcpy(dy, h, btc * 4, cudaMemcpyHostToDevice);
-	float *p[KN_BLOCK_NPARAMS], *g[KN_BLOCK_NPARAMS];
-	g2_block_split(params, C, p);
-	g2_block_split(grads, C, g);
+	struct kn_layer_io io = {.in = x, .out = y, .dout = dy, .din = dx};
 	cudaEvent_t e0, e1;
 	cudaEventCreate(&e0);
 	cudaEventCreate(&e1);
 	for (int it = 0; it < iters + 3; it++) {
 		if (it == 3)
 			cudaEventRecord(e0, s);
-		g2_block_forward(&ex, p, &acts, &sc, x, B, T, C, NH);
-		g2_zero(&ex, dx, btc);
-		g2_block_backward(&ex, p, g, &acts, &sc, x, dy, dx, B, T, C, NH);
+		if (kn_layer_forward_cuda(s, &cfg, KN_LAYER_BLOCK, B, T, &mem, &io) ||
+		    cudaMemsetAsync(dx, 0, btc * 4, s) != cudaSuccess ||
+		    kn_layer_backward_cuda(s, &cfg, KN_LAYER_BLOCK, B, T, &mem, &io))
+			die("block");
 	}
 	cudaEventRecord(e1, s);
 	if (cudaEventSynchronize(e1) != cudaSuccess || kn_cuda_last_error() != 0)
@@ -137,10 +135,9 @@ int main(int argc, char **argv)
 		fclose(js);
 	}
 	free(h);
-	g2_block_acts_free(&ex, &acts);
-	g2_scratch_free(&ex, &sc);
-	gpu_free(NULL, params), gpu_free(NULL, grads), gpu_free(NULL, x), gpu_free(NULL, dy);
-	gpu_free(NULL, dx);
+	gpu_free(NULL, mem.params), gpu_free(NULL, mem.grads), gpu_free(NULL, mem.stash);
+	gpu_free(NULL, mem.work), gpu_free(NULL, x), gpu_free(NULL, dy), gpu_free(NULL, dx);
+	gpu_free(NULL, y);
 	kn_cuda_cublas_release();
 	cudaStreamDestroy(s);
 	return 0;

@@ -390,6 +390,16 @@ int kn_layer_backward_launch(struct dev_stream *s, const struct kn_model_config 
                              enum kn_layer_kind kind, int B, int T, const struct kn_layer_mem *mem,
                              const struct kn_layer_io *io) SP_MUST_CHECK;
 
+/* The same on a cudaStream_t directly, without the device layer (benches,
+ * tests): kernels run k->cuda on stream (NULL, the default stream, is refused);
+ * returns the first CUDA error seen (kn_cuda_last_error), -ENODEV without CUDA. */
+int kn_layer_forward_cuda(void *stream, const struct kn_model_config *cfg, enum kn_layer_kind kind,
+                          int B, int T, const struct kn_layer_mem *mem,
+                          const struct kn_layer_io *io) SP_MUST_CHECK;
+int kn_layer_backward_cuda(void *stream, const struct kn_model_config *cfg, enum kn_layer_kind kind,
+                           int B, int T, const struct kn_layer_mem *mem,
+                           const struct kn_layer_io *io) SP_MUST_CHECK;
+
 /* AdamW hyper-parameters; weight decay applies to matrices and embeddings only
  * (wte, wpe, qkvw, attprojw, fcw, fcprojw), as GPT-2 trains. */
 struct kn_adamw_hparams {
@@ -407,5 +417,10 @@ int kn_layer_zero_grad_cpu(const struct kn_model_config *cfg, enum kn_layer_kind
 int kn_layer_zero_grad_launch(struct dev_stream *s, const struct kn_model_config *cfg,
                               enum kn_layer_kind kind,
                               const struct kn_layer_mem *mem) SP_MUST_CHECK;
+int kn_layer_update_cuda(void *stream, const struct kn_model_config *cfg, enum kn_layer_kind kind,
+                         const struct kn_layer_mem *mem,
+                         const struct kn_adamw_hparams *h) SP_MUST_CHECK;
+int kn_layer_zero_grad_cuda(void *stream, const struct kn_model_config *cfg,
+                            enum kn_layer_kind kind, const struct kn_layer_mem *mem) SP_MUST_CHECK;
 
 #endif

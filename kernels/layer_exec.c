@@ -538,3 +538,49 @@ int kn_layer_zero_grad_cpu(const struct kn_model_config *cfg, enum kn_layer_kind
 {
 	return kn_layer_zero_grad_run(&kn_cpu, cfg, kind, mem);
 }
+
+/* ---- direct CUDA runner (no device layer): kernels on a cudaStream_t ---- */
+static int kn_cuda_runner(void *ctx, const struct dev_kernel *k, const void *args, size_t size,
+                          struct dev_cost cost)
+{
+	(void)size, (void)cost;
+#if SPILL_HAVE_CUDA
+	if (!ctx)
+		return sp_error(-EINVAL, "%s: refusing the default CUDA stream", k->name);
+	k->cuda(args, ctx);
+	return kn_cuda_last_error();
+#else
+	(void)ctx, (void)args;
+	return sp_error(-ENODEV, "%s: built without CUDA", k->name);
+#endif
+}
+
+int kn_layer_forward_cuda(void *stream, const struct kn_model_config *cfg, enum kn_layer_kind kind,
+                          int B, int T, const struct kn_layer_mem *mem,
+                          const struct kn_layer_io *io)
+{
+	struct kn_runner r = {kn_cuda_runner, stream};
+	return kn_layer_forward_run(&r, cfg, kind, B, T, mem, io);
+}
+
+int kn_layer_backward_cuda(void *stream, const struct kn_model_config *cfg, enum kn_layer_kind kind,
+                           int B, int T, const struct kn_layer_mem *mem,
+                           const struct kn_layer_io *io)
+{
+	struct kn_runner r = {kn_cuda_runner, stream};
+	return kn_layer_backward_run(&r, cfg, kind, B, T, mem, io);
+}
+
+int kn_layer_update_cuda(void *stream, const struct kn_model_config *cfg, enum kn_layer_kind kind,
+                         const struct kn_layer_mem *mem, const struct kn_adamw_hparams *h)
+{
+	struct kn_runner r = {kn_cuda_runner, stream};
+	return kn_layer_update_run(&r, cfg, kind, mem, h);
+}
+
+int kn_layer_zero_grad_cuda(void *stream, const struct kn_model_config *cfg,
+                            enum kn_layer_kind kind, const struct kn_layer_mem *mem)
+{
+	struct kn_runner r = {kn_cuda_runner, stream};
+	return kn_layer_zero_grad_run(&r, cfg, kind, mem);
+}

@@ -2,7 +2,7 @@
  * a 2-layer GPT-2, 3 training steps (forward, backward, AdamW) on both, every
  * loss, gradient and parameter compared to max|a-b|/max|b| < 1e-5; the CUDA
  * run repeated must be bit-identical (no atomics); all work runs on a created
- * non-blocking stream. Skips (77) without a CUDA device. */
+ * non-blocking stream. Also one block through the layer API on CUDA vs CPU. Skips (77) without a CUDA device. */
 #include "tests/kernels/util.h"
 #include "tests/test.h"
 
@@ -110,6 +110,58 @@ static void train(const struct g2_exec *ex, int on_gpu, const struct g2_model *i
 	g2_model_destroy(ex, &m);
 }
 
+/* One block through the layer API: kn_layer_*_cuda vs kn_layer_*_cpu. */
+static void layer_api(cudaStream_t st)
+{
+	struct kn_model_config cfg = {.maxT = 64, .V = 1, .L = 1, .NH = 4, .C = 64};
+	const int B = 2, T = 40;
+	struct kn_layer_desc d;
+	CHECK_OK(kn_layer_describe(&cfg, KN_LAYER_BLOCK, B, T, &d));
+	size_t btc = (size_t)B * T * cfg.C, np = d.param_bytes / 4;
+	struct tk_rng r = {5};
+	float *hp = malloc(d.param_bytes), *hx = malloc(btc * 4), *hdy = malloc(btc * 4);
+	CHECK(hp && hx && hdy);
+	tk_init_block(&r, hp, cfg.C);
+	tk_fill(&r, hx, btc, 1, 0);
+	tk_fill(&r, hdy, btc, 1, 0);
+	struct kn_layer_mem mc = {.params = hp,
+	                          .grads = calloc(1, d.grad_bytes),
+	                          .stash = calloc(1, d.stash_bytes),
+	                          .work = calloc(1, d.work_bytes)};
+	float *yc = calloc(btc, 4), *dxc = calloc(btc, 4);
+	struct kn_layer_io ioc = {.in = hx, .out = yc, .dout = hdy, .din = dxc};
+	CHECK_OK(kn_layer_forward_cpu(&cfg, KN_LAYER_BLOCK, B, T, &mc, &ioc));
+	CHECK_OK(kn_layer_backward_cpu(&cfg, KN_LAYER_BLOCK, B, T, &mc, &ioc));
+	struct kn_layer_mem mg = {.params = gpu_alloc(NULL, d.param_bytes),
+	                          .grads = gpu_alloc(NULL, d.grad_bytes),
+	                          .stash = gpu_alloc(NULL, d.stash_bytes),
+	                          .work = gpu_alloc(NULL, d.work_bytes)};
+	float *x = gpu_alloc(NULL, btc * 4), *dy = gpu_alloc(NULL, btc * 4);
+	float *y = gpu_alloc(NULL, btc * 4), *dx = gpu_alloc(NULL, btc * 4);
+	CHECK(mg.params && mg.grads && mg.stash && mg.work && x && dy && y && dx);
+	CHECK(cudaMemcpy(mg.params, hp, d.param_bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+	CHECK(cudaMemcpy(x, hx, btc * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+	CHECK(cudaMemcpy(dy, hdy, btc * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+	struct kn_layer_io iog = {.in = x, .out = y, .dout = dy, .din = dx};
+	CHECK_OK(kn_layer_forward_cuda(st, &cfg, KN_LAYER_BLOCK, B, T, &mg, &iog));
+	CHECK_OK(kn_layer_backward_cuda(st, &cfg, KN_LAYER_BLOCK, B, T, &mg, &iog));
+	CHECK(kn_layer_forward_cuda(NULL, &cfg, KN_LAYER_BLOCK, B, T, &mg, &iog) == -EINVAL);
+	CHECK(cudaStreamSynchronize(st) == cudaSuccess);
+	float *gy = malloc(btc * 4), *gdx = malloc(btc * 4), *gg = malloc(d.grad_bytes);
+	CHECK(gy && gdx && gg);
+	down(gy, y, btc);
+	down(gdx, dx, btc);
+	down(gg, mg.grads, np);
+	cmp("layer API block y", gy, yc, btc);
+	cmp("layer API block dx", gdx, dxc, btc);
+	cmp("layer API block grads", gg, mc.grads, np);
+	free(hp), free(hx), free(hdy), free(mc.grads), free(mc.stash), free(mc.work);
+	free(yc), free(dxc), free(gy), free(gdx), free(gg);
+	gpu_free(NULL, mg.params), gpu_free(NULL, mg.grads), gpu_free(NULL, mg.stash);
+	gpu_free(NULL, mg.work), gpu_free(NULL, x), gpu_free(NULL, dy), gpu_free(NULL, y);
+	gpu_free(NULL, dx);
+}
+
 int main(void)
 {
 	int n = 0;
@@ -172,6 +224,7 @@ int main(void)
 	for (int i = 0; i < 100; i++)
 		CHECK(h[i] == 0.5f * (float)i);
 	gpu_free(NULL, d);
+	layer_api(gc.stream);
 	printf("max relative error CUDA vs CPU: %.3e\n", worst);
 	free(gc0), free(pc), free(gg0), free(pg), free(gg1), free(pg1);
 	g2_model_destroy(&tk_cpu_exec, &init);
