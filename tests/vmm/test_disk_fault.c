@@ -148,6 +148,30 @@ static void test_and_later(void)
 	free(dst);
 }
 
+/* The knob end to end: SPILL_DISK_FAULT through the params table. */
+static void test_knob(void)
+{
+	struct sp_params p;
+	sp_params_defaults(&p);
+	CHECK_OK(sp_params_set(&p, "SPILL_DISK_PATH", dir));
+	CHECK_OK(sp_params_set(&p, "SPILL_DISK_FAULT", "write:1:EIO"));
+	CHECK_OK(sp_params_set(&p, "SPILL_IO_QUEUE_DEPTH", "3"));
+	CHECK_OK(sp_params_set(&p, "SPILL_IO_BLOCK", "8K"));
+	struct vmm_disk_config cfg;
+	vmm_disk_config_from_params(&p, &cfg);
+	CHECK(cfg.queue_depth == 3 && cfg.block == 8192);
+	struct vmm_disk *d = NULL;
+	CHECK_OK(vmm_disk_open(&cfg, &d));
+	uint8_t buf[20000] = {7};
+	uint64_t e;
+	CHECK_OK(vmm_disk_alloc(d, sizeof(buf), &e));
+	int rc = write_sync(d, e, buf, sizeof(buf));
+	CHECK_MSG(rc == -EIO && strstr(sp_last_error(), "SPILL_DISK_FAULT"), "rc %d: %s", rc,
+	          sp_last_error());
+	CHECK_OK(write_sync(d, e, buf, sizeof(buf)));
+	vmm_disk_close(d);
+}
+
 /* A real file-size limit: in a child with RLIMIT_FSIZE = 1 MiB, a write whose
  * extent reaches past 1 MiB fails with EFBIG; the first extent stays readable. */
 static int fsize_child(void)
@@ -208,6 +232,7 @@ int main(void)
 	test_injected(300000, 4, 16384);       /* many chunks, some in flight at the failure */
 	test_injected((1 << 20) + 7, 1, 4096); /* queue depth 1 */
 	test_and_later();
+	test_knob();
 	test_fsize_limit();
 	CHECK_MSG(rmdir(dir) == 0, "%s not empty after close", dir);
 	TEST_PASS();
