@@ -74,6 +74,7 @@ struct vmm_copy {
 	struct dev_event *ev;    /* recorded after the transfer into this copy */
 	struct dev_event *fence; /* recorded after the caller's last use */
 	uint64_t last_use;       /* LRU stamp */
+	int32_t rprev, rnext;    /* list of objects with space on this place */
 };
 
 struct vmm_xfer {
@@ -116,6 +117,7 @@ struct vmm_place {
 	void *base;
 	uint64_t stable_cap, stable_used;
 	struct dev_stream *in, *out, *fence; /* copies into / out of the place, fences */
+	int32_t rhead;                       /* objects with space here (victim candidates) */
 };
 
 struct vmm {

@@ -100,6 +100,28 @@ static void xfer_unlink(struct vmm *v, uint32_t idx)
 	o->x.active = 0;
 }
 
+static void resident_link(struct vmm *v, uint32_t idx, int p)
+{
+	struct vmm_copy *c = &vmm_obj_at(v, idx)->c[p];
+	c->rprev = -1;
+	c->rnext = v->pl[p].rhead;
+	if (c->rnext >= 0)
+		vmm_obj_at(v, (uint32_t)c->rnext)->c[p].rprev = (int32_t)idx;
+	v->pl[p].rhead = (int32_t)idx;
+}
+
+static void resident_unlink(struct vmm *v, uint32_t idx, int p)
+{
+	struct vmm_copy *c = &vmm_obj_at(v, idx)->c[p];
+	if (c->rprev >= 0)
+		vmm_obj_at(v, (uint32_t)c->rprev)->c[p].rnext = c->rnext;
+	else
+		v->pl[p].rhead = c->rnext;
+	if (c->rnext >= 0)
+		vmm_obj_at(v, (uint32_t)c->rnext)->c[p].rprev = c->rprev;
+	c->rprev = c->rnext = -1;
+}
+
 /* Waits for the caller's last use of a copy (its fence), if any. */
 static void copy_unfence(struct vmm *v, struct vmm_copy *c)
 {
@@ -138,6 +160,7 @@ void vmm_swap_free_copy(struct vmm *v, uint32_t idx, int p)
 	}
 	c->has_mem = c->valid = c->filling = 0;
 	c->ptr = NULL;
+	resident_unlink(v, idx, p);
 }
 
 void vmm_swap_free_disk(struct vmm *v, uint32_t idx)
@@ -191,6 +214,7 @@ static int try_alloc(struct vmm *v, uint32_t idx, int p)
 	}
 	c->has_mem = 1;
 	c->valid = c->filling = 0;
+	resident_link(v, idx, p);
 	return 0;
 }
 
@@ -227,11 +251,11 @@ static double window_cost(void *arg, uint32_t owner)
 static int pick_victim(struct vmm *v, int p, int stable_side)
 {
 	int n = 0;
-	for (uint32_t i = 0; i < v->nobj_hw; i++) {
-		struct vmm_obj *o = vmm_obj_at(v, i);
+	for (int32_t i = v->pl[p].rhead; i >= 0; i = vmm_obj_at(v, (uint32_t)i)->c[p].rnext) {
+		struct vmm_obj *o = vmm_obj_at(v, (uint32_t)i);
 		if (!evictable(v, o, p, stable_side))
 			continue;
-		v->cand[n++] = (struct vmm_cand){i, o->next_use, o->c[p].last_use};
+		v->cand[n++] = (struct vmm_cand){(uint32_t)i, o->next_use, o->c[p].last_use};
 	}
 	if (!n)
 		return -1;
@@ -482,9 +506,9 @@ static int enomem(struct vmm *v, uint32_t idx, int p)
 	struct vmm_obj *o = vmm_obj_at(v, idx);
 	char pn[16], a[32], b[32], c[32];
 	uint64_t pinned = 0, cap;
-	for (uint32_t i = 0; i < v->nobj_hw; i++) {
-		struct vmm_obj *q = vmm_obj_at(v, i);
-		if (q->live && q->c[p].has_mem && (q->c[p].pins || q->x.active))
+	for (int32_t i = v->pl[p].rhead; i >= 0; i = vmm_obj_at(v, (uint32_t)i)->c[p].rnext) {
+		struct vmm_obj *q = vmm_obj_at(v, (uint32_t)i);
+		if (q->c[p].pins || q->x.active)
 			pinned += p < v->ndev ? q->dev_bytes : q->bytes;
 	}
 	if (p < v->ndev && o->stable)

@@ -118,8 +118,10 @@ int vmm_open(struct dev_ctx *ctx, const struct vmm_config *cfg, struct vmm **out
 	v->ndev = cfg->ndevices ? cfg->ndevices : n;
 	v->xfer_head = -1;
 	pthread_mutex_init(&v->lock, NULL);
-	for (int p = 0; p <= DEV_MAX; p++)
+	for (int p = 0; p <= DEV_MAX; p++) {
 		v->pl[p].pool.head = -1;
+		v->pl[p].rhead = -1;
+	}
 	uint32_t maxo = cfg->max_objects;
 	uint32_t max_blocks = 2 * maxo + 2;
 	for (int d = 0; d < v->ndev; d++) {
@@ -266,8 +268,10 @@ int vmm_obj_create(struct vmm *v, const struct vmm_obj_desc *desc, uint64_t *out
 	o->next_use = VMM_NO_HINT;
 	o->pending_dev = -1;
 	o->x.prev = o->x.next = -1;
-	for (int p = 0; p <= P_HOST(v); p++)
+	for (int p = 0; p <= P_HOST(v); p++) {
 		o->c[p].blk = -1;
+		o->c[p].rprev = o->c[p].rnext = -1;
+	}
 	uint64_t id = ((uint64_t)gen << 32) | (idx + 1);
 	if (desc->name)
 		snprintf(o->name, sizeof(o->name), "%s", desc->name);
