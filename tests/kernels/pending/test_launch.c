@@ -1,9 +1,9 @@
-/* tests/kernels/pending/test_launch.c — (not built yet: move it to tests/kernels/
- * once device/ has the host backend; it needs dev_launch to link.) the launch path: kn_<op>_launch on a host-backend
- * stream runs the same CPU kernel as the direct call (bit-identical results),
- * a bad shape returns -EINVAL before anything is queued (the output, read back
- * after a stream sync, is untouched), and a NULL stream is refused. Also runs on
- * the model backend, where launches only charge their cost. */
+/* tests/kernels/pending/test_launch.c — the launch path on the host backend:
+ * kn_<op>_launch runs the same CPU kernel as the direct call (same bytes), a bad
+ * shape returns -EINVAL before anything is queued (the output, read back after a
+ * stream sync, is untouched), a NULL stream is refused, args are copied at launch.
+ * Not built yet (it needs dev_launch to link): move it to tests/kernels/ once
+ * device/ has the host backend. */
 #include "tests/kernels/util.h"
 #include "tests/test.h"
 
