@@ -1,0 +1,705 @@
+/* taskgraph/graph.c — model + plan -> tasks, objects, dependencies, orders.
+ *
+ * Each schedule emits per-device task sequences and dependencies; a list scheduler
+ * (unit costs = FLOPs) then interleaves them into one global topological order and
+ * measures makespan, bubble and live stashed microbatches. Objects are per pack
+ * (W, G, O; one replica per device in DP modes) and per microbatch (stash, boundary
+ * output, input gradient, input, loss workspace). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "taskgraph/taskgraph.h"
+
+const char *tg_sched_name(enum tg_sched s)
+{
+	static const char *n[] = {"dp-swap", "gpipe", "1f1b", "harmony-dp", "harmony-pp"};
+	return s < TG_NSCHED ? n[s] : "?";
+}
+
+const char *tg_okind_name(int k)
+{
+	static const char *n[] = {"weight", "grad", "opt", "stash", "boundary", "input", "work"};
+	return k >= 0 && k < TG_NOKIND ? n[k] : "?";
+}
+
+struct bld {
+	struct tg_graph *g;
+	int tcap, ocap;
+	int **seq; /* per device (+1 for host at index ndev) */
+	int *seqn, *seqcap;
+};
+
+static int pool_add(struct tg_graph *g, int v)
+{
+	if (g->pool_len == g->pool_cap) {
+		int nc = g->pool_cap ? 2 * g->pool_cap : 4096;
+		int *np = realloc(g->pool, (size_t)nc * sizeof(int));
+		if (!np)
+			return sp_error(-ENOMEM, "taskgraph: pool of %d ints", nc);
+		g->pool = np;
+		g->pool_cap = nc;
+	}
+	g->pool[g->pool_len++] = v;
+	return 0;
+}
+
+static int obj_new(struct bld *b, int kind, int model, uint64_t bytes)
+{
+	struct tg_graph *g = b->g;
+	if (g->nobj == b->ocap) {
+		int nc = b->ocap ? 2 * b->ocap : 1024;
+		struct tg_obj *no = realloc(g->obj, (size_t)nc * sizeof(*no));
+		if (!no)
+			return -ENOMEM;
+		g->obj = no;
+		b->ocap = nc;
+	}
+	g->obj[g->nobj] = (struct tg_obj){.kind = kind, .model = model, .bytes = bytes};
+	return g->nobj++;
+}
+
+/* lists: reads, writes, deps as (ptr,count); stored as pool offsets first. */
+struct tspec {
+	int kind, model, pack, mb0, nmb, dev, constrained;
+	double flops;
+	int r[512], nr, w[512], nw, d[1024], nd;
+};
+
+static int task_add(struct bld *b, struct tspec *s)
+{
+	struct tg_graph *g = b->g;
+	if (g->ntask == b->tcap) {
+		int nc = b->tcap ? 2 * b->tcap : 1024;
+		struct tg_task *nt = realloc(g->task, (size_t)nc * sizeof(*nt));
+		if (!nt)
+			return -ENOMEM;
+		g->task = nt;
+		b->tcap = nc;
+	}
+	struct tg_task *t = &g->task[g->ntask];
+	memset(t, 0, sizeof(*t));
+	t->id = g->ntask;
+	t->kind = s->kind;
+	t->model = s->model;
+	t->pack = s->pack;
+	t->mb0 = s->mb0;
+	t->nmb = s->nmb;
+	t->dev = s->dev;
+	t->constrained = s->constrained;
+	t->flops = s->flops;
+	/* offsets stored in the pointers' place as indices; fixed up at the end */
+	t->nread = s->nr;
+	t->nwrite = s->nw;
+	t->ndep = s->nd;
+	int base = g->pool_len;
+	for (int i = 0; i < s->nr; i++)
+		SP_CHECK(pool_add(g, s->r[i]));
+	for (int i = 0; i < s->nw; i++)
+		SP_CHECK(pool_add(g, s->w[i]));
+	for (int i = 0; i < s->nd; i++)
+		SP_CHECK(pool_add(g, s->d[i]));
+	t->read = (int *)(intptr_t)base;
+	int q = s->dev < 0 ? g->ndev : s->dev;
+	if (b->seqn[q] == b->seqcap[q]) {
+		int nc = b->seqcap[q] ? 2 * b->seqcap[q] : 256;
+		int *ns = realloc(b->seq[q], (size_t)nc * sizeof(int));
+		if (!ns)
+			return -ENOMEM;
+		b->seq[q] = ns;
+		b->seqcap[q] = nc;
+	}
+	b->seq[q][b->seqn[q]++] = g->ntask;
+	return g->ntask++;
+}
+
+void tg_graph_free(struct tg_graph *g)
+{
+	if (!g)
+		return;
+	free(g->task);
+	free(g->obj);
+	free(g->pool);
+	free(g->order);
+	memset(g, 0, sizeof(*g));
+}
+
+/* per-model build state */
+struct mstate {
+	const struct tg_model *m;
+	int P, nrep, nmbtot;
+	int *W, *G, *O;             /* [rep*P + p] */
+	int *S, *B, *D, *X, *L;     /* [k*P + p] or [k] */
+	int *lastF, *lastB, *lastL; /* task ids [k*P+p], -1 */
+	int *lastBacc;              /* [rep*P+p] last BWD accumulating G */
+	int *lastAR, *lastU;        /* [rep*P+p] */
+	int *lastUprev;
+};
+
+static uint64_t pack_sum(const struct tg_model *m, const struct tg_plan *p, int pk, int what)
+{
+	int lo = pk ? p->pack_end[pk - 1] : 0, hi = p->pack_end[pk];
+	uint64_t s = 0;
+	for (int l = lo; l < hi; l++) {
+		const struct tg_layer *L = &m->layers[l];
+		switch (what) {
+		case 0: s += L->param_bytes; break;
+		case 1: s += L->grad_bytes; break;
+		case 2: s += L->opt_bytes; break;
+		case 3: s += L->stash_bytes_per_sample; break;
+		case 4: s = L->out_bytes_per_sample; break;
+		case 5: s += L->work_bytes; break;
+		}
+	}
+	return s;
+}
+
+static double pack_flops(const struct tg_model *m, const struct tg_plan *p, int pk, int bwd)
+{
+	int lo = pk ? p->pack_end[pk - 1] : 0, hi = p->pack_end[pk];
+	double f = 0;
+	for (int l = lo; l < hi; l++)
+		f += bwd ? m->layers[l].bwd_flops_per_sample +
+		               (p->recompute ? m->layers[l].fwd_flops_per_sample : 0)
+		         : m->layers[l].fwd_flops_per_sample;
+	return f;
+}
+
+static int is_dp(enum tg_sched s)
+{
+	return s == TG_DP_SWAP || s == TG_HARMONY_DP;
+}
+
+static int stage_dev(const struct tg_plan *p, int pk)
+{
+	return pk % p->ndev;
+}
+
+/* FWD of pack pk over microbatches k0..k0+n-1 of replica rep on device dev */
+static int emit_fwd(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int k0,
+                    int n, int rep, int dev, int constrained)
+{
+	struct tspec s = {.kind = TG_FWD,
+	                  .model = st->m->id,
+	                  .pack = pk,
+	                  .mb0 = k0,
+	                  .nmb = n,
+	                  .dev = dev,
+	                  .constrained = constrained};
+	int P = st->P;
+	s.flops = pack_flops(st->m, p, pk, 0) * p->microbatch * n;
+	s.r[s.nr++] = st->W[rep * P + pk];
+	for (int k = k0; k < k0 + n; k++) {
+		s.r[s.nr++] = pk ? st->B[k * P + pk - 1] : st->X[k];
+		s.w[s.nw++] = st->S[k * P + pk];
+		s.w[s.nw++] = st->B[k * P + pk];
+		if (pk)
+			s.d[s.nd++] = st->lastF[k * P + pk - 1];
+	}
+	if (st->lastU[rep * P + pk] >= 0)
+		s.d[s.nd++] = st->lastU[rep * P + pk];
+	int id = task_add(b, &s);
+	if (id < 0)
+		return id;
+	for (int k = k0; k < k0 + n; k++)
+		st->lastF[k * P + pk] = id;
+	return id;
+}
+
+static int emit_loss(struct bld *b, struct mstate *st, const struct tg_plan *p, int k0, int n,
+                     int dev)
+{
+	struct tspec s = {.kind = TG_LOSS,
+	                  .model = st->m->id,
+	                  .pack = st->P - 1,
+	                  .mb0 = k0,
+	                  .nmb = n,
+	                  .dev = dev,
+	                  .constrained = 1};
+	int P = st->P;
+	for (int k = k0; k < k0 + n; k++) {
+		s.r[s.nr++] = st->B[k * P + P - 1];
+		s.w[s.nw++] = st->B[k * P + P - 1]; /* output gradient, in place */
+		s.w[s.nw++] = st->L[k];             /* workspace (logits), dead after */
+		s.d[s.nd++] = st->lastF[k * P + P - 1];
+	}
+	(void)p;
+	int id = task_add(b, &s);
+	if (id < 0)
+		return id;
+	for (int k = k0; k < k0 + n; k++)
+		st->lastL[k] = id;
+	return id;
+}
+
+static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int k0,
+                    int n, int rep, int dev, int constrained)
+{
+	struct tspec s = {.kind = TG_BWD,
+	                  .model = st->m->id,
+	                  .pack = pk,
+	                  .mb0 = k0,
+	                  .nmb = n,
+	                  .dev = dev,
+	                  .constrained = constrained};
+	int P = st->P;
+	s.flops = pack_flops(st->m, p, pk, 1) * p->microbatch * n;
+	s.r[s.nr++] = st->W[rep * P + pk];
+	int acc = st->lastBacc[rep * P + pk] >= 0;
+	if (acc)
+		s.r[s.nr++] = st->G[rep * P + pk];
+	s.w[s.nw++] = st->G[rep * P + pk];
+	for (int k = k0; k < k0 + n; k++) {
+		s.r[s.nr++] = st->S[k * P + pk];
+		s.r[s.nr++] = pk == P - 1 ? st->B[k * P + pk] : st->D[k * P + pk + 1];
+		if (p->recompute)
+			s.r[s.nr++] = pk ? st->B[k * P + pk - 1] : st->X[k];
+		if (pk)
+			s.w[s.nw++] = st->D[k * P + pk];
+		s.d[s.nd++] = st->lastF[k * P + pk];
+		s.d[s.nd++] = pk == P - 1 ? st->lastL[k] : st->lastB[k * P + pk + 1];
+	}
+	if (acc)
+		s.d[s.nd++] = st->lastBacc[rep * P + pk];
+	int id = task_add(b, &s);
+	if (id < 0)
+		return id;
+	for (int k = k0; k < k0 + n; k++)
+		st->lastB[k * P + pk] = id;
+	st->lastBacc[rep * P + pk] = id;
+	return id;
+}
+
+static int emit_ar(struct bld *b, struct mstate *st, int pk, int rep, int dev)
+{
+	struct tspec s = {
+	    .kind = TG_ALLREDUCE, .model = st->m->id, .pack = pk, .dev = dev, .constrained = 1};
+	int P = st->P;
+	s.r[s.nr++] = st->G[rep * P + pk];
+	s.w[s.nw++] = st->G[rep * P + pk];
+	for (int r = 0; r < st->nrep; r++)
+		s.d[s.nd++] = st->lastBacc[r * P + pk];
+	int id = task_add(b, &s);
+	if (id >= 0)
+		st->lastAR[rep * P + pk] = id;
+	return id;
+}
+
+static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int rep,
+                    int dev)
+{
+	struct tspec s = {.kind = TG_UPD,
+	                  .model = st->m->id,
+	                  .pack = pk,
+	                  .dev = p->upd_cpu ? -1 : dev,
+	                  .constrained = 1};
+	int P = st->P, i = rep * P + pk;
+	s.flops = 0;
+	s.r[s.nr++] = st->W[i];
+	s.r[s.nr++] = st->G[i];
+	s.r[s.nr++] = st->O[i];
+	s.w[s.nw++] = st->W[i];
+	s.w[s.nw++] = st->O[i];
+	s.d[s.nd++] = st->lastAR[i] >= 0 ? st->lastAR[i] : st->lastBacc[i];
+	/* every reader of W this iteration precedes it through the accumulation chain */
+	int id = task_add(b, &s);
+	if (id >= 0)
+		st->lastU[i] = id;
+	return id;
+}
+
+static int validate_input(const struct tg_model *models, int nmodels, const struct tg_plan *p)
+{
+	SP_CHECK_ARG(models && nmodels > 0, "taskgraph: no models (nmodels = %d)", nmodels);
+	SP_CHECK_ARG(p->ndev > 0, "taskgraph: devices = %d, need at least 1", p->ndev);
+	SP_CHECK_ARG(p->sched >= 0 && p->sched < TG_NSCHED, "taskgraph: schedule %d unknown",
+	             (int)p->sched);
+	SP_CHECK_ARG(p->microbatch > 0, "taskgraph: microbatch = %d, need > 0", p->microbatch);
+	SP_CHECK_ARG(p->npacks > 0 && p->npacks <= TG_MAX_PACKS,
+	             "taskgraph: npacks = %d, need 1..%d", p->npacks, TG_MAX_PACKS);
+	for (int i = 0; i < nmodels; i++) {
+		const struct tg_model *m = &models[i];
+		SP_CHECK_ARG(m->nlayers > 0, "taskgraph: model %d has zero layers", m->id);
+		SP_CHECK_ARG(p->pack_end[p->npacks - 1] == m->nlayers,
+		             "taskgraph: packs cover %d layers, model %d has %d",
+		             p->pack_end[p->npacks - 1], m->id, m->nlayers);
+		for (int k = 0; k < p->npacks; k++)
+			SP_CHECK_ARG(p->pack_end[k] > (k ? p->pack_end[k - 1] : 0),
+			             "taskgraph: pack %d is empty or out of order (ends at %d)", k,
+			             p->pack_end[k]);
+		int per = is_dp(p->sched) ? p->ndev * p->microbatch : p->microbatch;
+		SP_CHECK_ARG(
+		    m->batch >= per && m->batch % per == 0,
+		    "taskgraph: batch %d of model %d is not a multiple of %d (microbatch %d%s)",
+		    m->batch, m->id, per, p->microbatch, is_dp(p->sched) ? " x devices" : "");
+		int mm = m->batch / per;
+		int grp = (p->sched == TG_HARMONY_DP || p->sched == TG_HARMONY_PP) ? p->group : 1;
+		SP_CHECK_ARG(grp > 0 && grp <= mm,
+		             "taskgraph: group %d larger than the %d microbatches per %s "
+		             "(by %d)",
+		             grp, mm, is_dp(p->sched) ? "device" : "iteration", grp - mm);
+		SP_CHECK_ARG(grp <= 128, "taskgraph: group %d above the limit 128", grp);
+		SP_CHECK_ARG(mm % grp == 0, "taskgraph: group %d does not divide %d microbatches",
+		             grp, mm);
+	}
+	return 0;
+}
+
+static int build_model(struct bld *b, const struct tg_model *m, const struct tg_plan *p)
+{
+	int rc = 0, P = p->npacks, N = p->ndev;
+	struct mstate st = {.m = m, .P = P};
+	int dp = is_dp(p->sched);
+	st.nrep = dp ? N : 1;
+	int mper = m->batch / (dp ? N * p->microbatch : p->microbatch);
+	st.nmbtot = mper * st.nrep;
+	b->g->m = mper;
+	b->g->npacks = P;
+	int nrp = st.nrep * P, nkp = st.nmbtot * P;
+	st.W = calloc((size_t)nrp * 7, sizeof(int));
+	st.S = calloc((size_t)nkp * 5 + (size_t)st.nmbtot * 3, sizeof(int));
+	if (!st.W || !st.S) {
+		rc = sp_error(-ENOMEM, "taskgraph: state for %d packs x %d microbatches", P,
+		              st.nmbtot);
+		goto out;
+	}
+	st.G = st.W + nrp;
+	st.O = st.G + nrp;
+	st.lastBacc = st.O + nrp;
+	st.lastAR = st.lastBacc + nrp;
+	st.lastU = st.lastAR + nrp;
+	st.B = st.S + nkp;
+	st.D = st.B + nkp;
+	st.lastF = st.D + nkp;
+	st.lastB = st.lastF + nkp;
+	st.X = st.lastB + nkp;
+	st.L = st.X + st.nmbtot;
+	st.lastL = st.L + st.nmbtot;
+	for (int i = 0; i < nrp; i++) {
+		int pk = i % P;
+		st.W[i] = obj_new(b, TG_O_WEIGHT, m->id, pack_sum(m, p, pk, 0));
+		st.G[i] = obj_new(b, TG_O_GRAD, m->id, pack_sum(m, p, pk, 1));
+		st.O[i] = obj_new(b, TG_O_OPT, m->id, pack_sum(m, p, pk, 2));
+		st.lastBacc[i] = st.lastAR[i] = st.lastU[i] = -1;
+	}
+	uint64_t mb = (uint64_t)p->microbatch;
+	for (int k = 0; k < st.nmbtot; k++) {
+		st.X[k] = obj_new(b, TG_O_INPUT, m->id, m->in_bytes_per_sample * mb);
+		st.L[k] = obj_new(b, TG_O_WORK, m->id, m->loss_bytes_per_sample * mb);
+		st.lastL[k] = -1;
+		for (int pk = 0; pk < P; pk++) {
+			uint64_t stash = p->recompute ? 0 : pack_sum(m, p, pk, 3) * mb;
+			st.S[k * P + pk] = obj_new(b, TG_O_STASH, m->id, stash);
+			st.B[k * P + pk] =
+			    obj_new(b, TG_O_BOUNDARY, m->id, pack_sum(m, p, pk, 4) * mb);
+			uint64_t din = pk ? pack_sum(m, p, pk - 1, 4) * mb : 0;
+			st.D[k * P + pk] = obj_new(b, TG_O_BOUNDARY, m->id, din);
+			st.lastF[k * P + pk] = st.lastB[k * P + pk] = -1;
+		}
+	}
+	for (int i = 0; i < b->g->nobj; i++)
+		if (b->g->obj[i].kind < 0) {
+			rc = -ENOMEM;
+			goto out;
+		}
+	int g = (p->sched == TG_HARMONY_DP || p->sched == TG_HARMONY_PP) ? p->group : 1;
+#define E(call)                   \
+	do {                      \
+		int e_ = (call);  \
+		if (e_ < 0) {     \
+			rc = e_;  \
+			goto out; \
+		}                 \
+	} while (0)
+	switch (p->sched) {
+	case TG_DP_SWAP:
+	case TG_HARMONY_DP:
+		for (int d = 0; d < N; d++) {
+			for (int j = 0; j < mper; j += g) {
+				int k0 = d * mper + j, last = j + g >= mper;
+				for (int pk = 0; pk < P; pk++)
+					E(emit_fwd(b, &st, p, pk, k0, g, d, d, 1));
+				E(emit_loss(b, &st, p, k0, g, d));
+				if (last && p->sched == TG_HARMONY_DP)
+					break; /* last group's backward is interleaved with JIT AR/UPD below */
+				for (int pk = P - 1; pk >= 0; pk--)
+					E(emit_bwd(b, &st, p, pk, k0, g, d, d, 1));
+			}
+		}
+		if (p->sched == TG_HARMONY_DP) {
+			for (int pk = P - 1; pk >= 0; pk--) {
+				for (int d = 0; d < N; d++)
+					E(emit_bwd(b, &st, p, pk, d * mper + mper - g, g, d, d, 1));
+				for (int d = 0; d < N; d++) {
+					E(emit_ar(b, &st, pk, d, d));
+					E(emit_upd(b, &st, p, pk, d, d));
+				}
+			}
+		} else {
+			for (int pk = P - 1; pk >= 0; pk--)
+				for (int d = 0; d < N; d++)
+					E(emit_ar(b, &st, pk, d, d));
+			for (int pk = 0; pk < P; pk++)
+				for (int d = 0; d < N; d++)
+					E(emit_upd(b, &st, p, pk, d, d));
+		}
+		break;
+	case TG_GPIPE:
+	case TG_1F1B:
+		/* desired per-stage sequences, emitted in a topological interleaving */
+		{
+			int *pos = calloc((size_t)P, sizeof(int)), done = 0, total = 2 * P * mper;
+			if (!pos) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			while (done < total) {
+				int progressed = 0;
+				for (int pk = 0; pk < P; pk++) {
+					int i = pos[pk], kind, k;
+					if (i >= 2 * mper)
+						continue;
+					int w = p->sched == TG_GPIPE
+					            ? mper
+					            : (P - 1 - pk < mper ? P - 1 - pk : mper);
+					if (i < w) {
+						kind = 0;
+						k = i;
+					} else if (i - w < 2 * (mper - w)) {
+						int r = i - w; /* steady state: F, B alternate */
+						kind = r % 2;
+						k = kind ? r / 2 : w + r / 2;
+					} else {
+						kind = 1;
+						k = i - mper;
+					}
+					int ok =
+					    kind == 0
+					        ? (pk == 0 || st.lastF[k * P + pk - 1] >= 0)
+					        : (st.lastF[k * P + pk] >= 0 &&
+					           (pk == P - 1 ? st.lastL[k] >= 0
+					                        : st.lastB[k * P + pk + 1] >= 0));
+					if (!ok)
+						continue;
+					int e_ = kind == 0 ? emit_fwd(b, &st, p, pk, k, 1, 0,
+					                              stage_dev(p, pk), 1)
+					                   : emit_bwd(b, &st, p, pk, k, 1, 0,
+					                              stage_dev(p, pk), 1);
+					if (e_ >= 0 && kind == 0 && pk == P - 1)
+						e_ = emit_loss(b, &st, p, k, 1, stage_dev(p, pk));
+					if (e_ < 0) {
+						free(pos);
+						rc = e_;
+						goto out;
+					}
+					pos[pk]++;
+					done++;
+					progressed = 1;
+				}
+				if (!progressed) {
+					free(pos);
+					rc = sp_error(-EINVAL,
+					              "taskgraph: pipeline order deadlocks (%d of "
+					              "%d emitted)",
+					              done, total);
+					goto out;
+				}
+			}
+			free(pos);
+			for (int pk = 0; pk < P; pk++)
+				E(emit_upd(b, &st, p, pk, 0, stage_dev(p, pk)));
+		}
+		break;
+	case TG_HARMONY_PP:
+		for (int j = 0; j < mper; j += g) {
+			for (int pk = 0; pk < P; pk++)
+				E(emit_fwd(b, &st, p, pk, j, g, 0, stage_dev(p, pk), 1));
+			E(emit_loss(b, &st, p, j, g, stage_dev(p, P - 1)));
+			for (int pk = P - 1; pk >= 0; pk--) {
+				E(emit_bwd(b, &st, p, pk, j, g, 0, stage_dev(p, pk), 1));
+				if (j + g >= mper)
+					E(emit_upd(b, &st, p, pk, 0, stage_dev(p, pk)));
+			}
+		}
+		break;
+	default: break;
+	}
+#undef E
+out:
+	free(st.W);
+	free(st.S);
+	return rc;
+}
+
+/* Interleaves per-device sequences by list scheduling with unit costs (FWD/BWD
+ * FLOPs; other tasks free), producing the global order, makespan, bubble and
+ * peak live stash count. */
+static int order_build(struct bld *b)
+{
+	struct tg_graph *g = b->g;
+	int nq = g->ndev + 1, rc = 0;
+	double *end = calloc((size_t)g->ntask, sizeof(double)),
+	       *clk = calloc((size_t)nq, sizeof(double));
+	double *busy = calloc((size_t)nq, sizeof(double));
+	int *pos = calloc((size_t)nq, sizeof(int)), *done = calloc((size_t)g->ntask, sizeof(int));
+	int *live = calloc((size_t)nq, sizeof(int));
+	g->order = malloc((size_t)g->ntask * sizeof(int) + 1);
+	if (!end || !clk || !pos || !done || !g->order || !busy || !live) {
+		rc = sp_error(-ENOMEM, "taskgraph: order of %d tasks", g->ntask);
+		goto out;
+	}
+	g->peak_stash = 0;
+	for (int n = 0; n < g->ntask; n++) {
+		int bq = -1;
+		double bst = 0;
+		for (int q = 0; q < nq; q++) {
+			if (pos[q] >= b->seqn[q])
+				continue;
+			struct tg_task *t = &g->task[b->seq[q][pos[q]]];
+			double st = clk[q];
+			int ok = 1;
+			for (int i = 0; i < t->ndep; i++) {
+				if (!done[t->dep[i]]) {
+					ok = 0;
+					break;
+				}
+				if (end[t->dep[i]] > st)
+					st = end[t->dep[i]];
+			}
+			if (ok && (bq < 0 || st < bst)) {
+				bq = q;
+				bst = st;
+			}
+		}
+		if (bq < 0) {
+			rc = sp_error(-EINVAL,
+			              "taskgraph: per-device orders deadlock after %d of %d tasks",
+			              n, g->ntask);
+			goto out;
+		}
+		struct tg_task *t = &g->task[b->seq[bq][pos[bq]++]];
+		double dur = (t->kind == TG_FWD || t->kind == TG_BWD) ? t->flops : 0;
+		end[t->id] = bst + dur;
+		clk[bq] = end[t->id];
+		busy[bq] += dur;
+		done[t->id] = 1;
+		g->order[n] = t->id;
+		if (t->kind == TG_FWD)
+			live[bq] += t->nmb;
+		if (t->kind == TG_BWD)
+			live[bq] -= t->nmb;
+		if (t->kind == TG_FWD && live[bq] > g->peak_stash && bq < g->ndev && t->pack == 0)
+			g->peak_stash = live[bq];
+	}
+	g->makespan_units = 0;
+	g->busy_units = 0;
+	for (int q = 0; q < g->ndev; q++) {
+		if (clk[q] > g->makespan_units)
+			g->makespan_units = clk[q];
+		if (busy[q] > g->busy_units)
+			g->busy_units = busy[q];
+	}
+	g->bubble = g->busy_units > 0 ? (g->makespan_units - g->busy_units) / g->busy_units : 0;
+out:
+	free(end);
+	free(clk);
+	free(busy);
+	free(pos);
+	free(done);
+	free(live);
+	return rc;
+}
+
+int tg_graph_build(const struct tg_model *models, int nmodels, const struct tg_plan *plan,
+                   struct tg_graph *out)
+{
+	SP_CHECK_ARG(plan && out, "taskgraph: null plan or graph");
+	SP_CHECK(validate_input(models, nmodels, plan));
+	struct tg_graph g = {.ndev = plan->ndev};
+	struct bld b = {.g = &g};
+	int rc = 0, nq = plan->ndev + 1;
+	b.seq = calloc((size_t)nq, sizeof(int *));
+	b.seqn = calloc((size_t)nq, sizeof(int));
+	b.seqcap = calloc((size_t)nq, sizeof(int));
+	if (!b.seq || !b.seqn || !b.seqcap) {
+		rc = sp_error(-ENOMEM, "taskgraph: %d device sequences", nq);
+		goto fail;
+	}
+	for (int i = 0; i < nmodels; i++)
+		SP_CHECK_GOTO(build_model(&b, &models[i], plan), rc, fail);
+	for (int i = 0; i < g.ntask; i++) { /* pool offsets -> pointers */
+		intptr_t off = (intptr_t)g.task[i].read;
+		g.task[i].read = g.pool + off;
+		g.task[i].write = g.task[i].read + g.task[i].nread;
+		g.task[i].dep = g.task[i].write + g.task[i].nwrite;
+	}
+	SP_CHECK_GOTO(order_build(&b), rc, fail);
+	*out = g;
+	goto done;
+fail:
+	tg_graph_free(&g);
+done:
+	for (int q = 0; b.seq && q < nq; q++)
+		free(b.seq[q]);
+	free(b.seq);
+	free(b.seqn);
+	free(b.seqcap);
+	return rc;
+}
+
+int tg_graph_validate(const struct tg_graph *g)
+{
+	int rc = 0;
+	int *at = malloc((size_t)g->ntask * sizeof(int) + 1),
+	    *written = calloc((size_t)g->nobj + 1, sizeof(int));
+	int *updc = calloc((size_t)g->nobj + 1, sizeof(int));
+	if (!at || !written || !updc) {
+		rc = sp_error(-ENOMEM, "taskgraph: validate");
+		goto out;
+	}
+	for (int n = 0; n < g->ntask; n++)
+		at[g->order[n]] = n;
+	for (int n = 0; n < g->ntask && !rc; n++) {
+		const struct tg_task *t = &g->task[g->order[n]];
+		for (int i = 0; i < t->ndep; i++)
+			if (at[t->dep[i]] >= n)
+				rc =
+				    sp_error(-EINVAL, "taskgraph: task %d depends on later task %d",
+				             t->id, t->dep[i]);
+		for (int i = 0; i < t->nread && !rc; i++) {
+			const struct tg_obj *o = &g->obj[t->read[i]];
+			int initial =
+			    o->kind == TG_O_WEIGHT || o->kind == TG_O_OPT || o->kind == TG_O_INPUT;
+			if (!initial && !written[t->read[i]])
+				rc = sp_error(
+				    -EINVAL,
+				    "taskgraph: task %d reads object %d (%s) before any write",
+				    t->id, t->read[i], tg_okind_name(o->kind));
+		}
+		for (int i = 0; i < t->nwrite; i++)
+			written[t->write[i]] = 1;
+		if (t->kind == TG_UPD) {
+			int w = t->read[0];
+			if (++updc[w] > 1)
+				rc = sp_error(-EINVAL, "taskgraph: pack %d updated twice", t->pack);
+			for (int j = n + 1; j < g->ntask && !rc; j++) {
+				const struct tg_task *u = &g->task[g->order[j]];
+				if (u->kind == TG_BWD && u->read[0] == w)
+					rc = sp_error(
+					    -EINVAL,
+					    "taskgraph: BWD task %d of pack %d after its UPD %d",
+					    u->id, u->pack, t->id);
+			}
+		}
+	}
+	for (int i = 0; i < g->nobj && !rc; i++)
+		if (g->obj[i].kind == TG_O_WEIGHT && updc[i] != 1)
+			rc = sp_error(-EINVAL,
+			              "taskgraph: weight object %d updated %d times, expected 1", i,
+			              updc[i]);
+out:
+	free(at);
+	free(written);
+	free(updc);
+	return rc;
+}

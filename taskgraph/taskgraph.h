@@ -1,0 +1,146 @@
+/* taskgraph/taskgraph.h — models, plans, task graphs, schedules and predictions.
+ *
+ * Pure logic (depends only on common/): a model is a sequence of plain layer
+ * descriptors; a plan packs layers and picks microbatch, group, schedule and update
+ * placement; tg_graph_build() turns models + plan into tasks with read/write sets of
+ * memory objects, dependencies and per-device orders. tg_sim_swap() predicts swap
+ * volume per link and object kind by replaying each device's order under a capacity
+ * (Belady eviction, dirty tracking); tg_time_predict() gives an iteration time.
+ * Invariants: every object is written before it is read; one UPD per pack per
+ * iteration, after all its BWDs; the global task order is a topological order. */
+#ifndef SP_TASKGRAPH_TASKGRAPH_H
+#define SP_TASKGRAPH_TASKGRAPH_H
+
+#include <stdint.h>
+
+#include "common/error.h"
+
+/* One layer as the taskgraph sees it (the runtime converts kernel descriptors). */
+struct tg_layer {
+	const char *name;
+	uint64_t param_bytes, grad_bytes, opt_bytes;
+	uint64_t stash_bytes_per_sample; /* kept from forward to backward */
+	uint64_t out_bytes_per_sample;   /* boundary activation (output) */
+	uint64_t work_bytes;             /* constant workspace while running */
+	double fwd_flops_per_sample, bwd_flops_per_sample;
+};
+
+struct tg_model {
+	int id;
+	int nlayers;
+	const struct tg_layer *layers;
+	int batch;                      /* samples per iteration per data-parallel replica set */
+	uint64_t in_bytes_per_sample;   /* input of layer 0 */
+	uint64_t loss_bytes_per_sample; /* LOSS task workspace (e.g. logits) */
+};
+
+/* Hardware for predictions, filled by the caller. Bandwidths in bytes/s. */
+struct tg_hw {
+	int ndev;
+	uint64_t capacity; /* per device */
+	double flops, mem_bw, h2d_bw, d2h_bw, host_link_bw, p2p_bw, disk_bw;
+};
+
+enum tg_sched { TG_DP_SWAP, TG_GPIPE, TG_1F1B, TG_HARMONY_DP, TG_HARMONY_PP, TG_NSCHED };
+enum tg_kind { TG_FWD, TG_BWD, TG_UPD, TG_ALLREDUCE, TG_LOSS };
+enum tg_okind {
+	TG_O_WEIGHT,
+	TG_O_GRAD,
+	TG_O_OPT,
+	TG_O_STASH,
+	TG_O_BOUNDARY,
+	TG_O_INPUT,
+	TG_O_WORK,
+	TG_NOKIND
+};
+enum tg_link { TG_L_H2D, TG_L_D2H, TG_L_P2P, TG_NLINK };
+
+#define TG_MAX_PACKS 1024
+
+struct tg_plan {
+	enum tg_sched sched;
+	int ndev;
+	int npacks;
+	int pack_end[TG_MAX_PACKS]; /* exclusive end layer of each pack, increasing */
+	int microbatch;             /* samples per microbatch */
+	int group;                  /* microbatches per group (harmony modes) */
+	int recompute;              /* stash only pack inputs, recompute in backward */
+	int upd_cpu;                /* run UPD on the CPU (weights/grads move to host) */
+};
+
+struct tg_task {
+	int id, model, kind, pack, mb0, nmb;
+	int dev;         /* device it runs on in the predicted order */
+	int constrained; /* 1 if the schedule fixes dev; 0 = may be bound late */
+	int nread, nwrite, ndep;
+	int *read, *write, *dep; /* into the graph's pool */
+	double flops;
+};
+
+struct tg_obj {
+	int kind, model;
+	uint64_t bytes;
+};
+
+struct tg_graph {
+	int ntask, nobj, ndev;
+	struct tg_task *task; /* in global (topological) order */
+	struct tg_obj *obj;
+	int *pool;
+	int pool_len, pool_cap;
+	int m;      /* microbatches per device (DP) or per pipeline per iteration */
+	int npacks; /* of the (last) model */
+	int *order; /* global order: task ids, topological */
+	double makespan_units, busy_units; /* list schedule with F=fwd flops, B=bwd flops */
+	double bubble;                     /* idle fraction over busy on the busiest device */
+	int peak_stash;                    /* max live stashed microbatches on one device */
+};
+
+const char *tg_sched_name(enum tg_sched s);
+const char *tg_okind_name(int k);
+
+/* Builds the graph of `nmodels` models under `plan` (same plan for every model).
+ * Returns 0, -EINVAL naming the bad parameter, or -ENOMEM. Caller frees with
+ * tg_graph_free(). */
+int tg_graph_build(const struct tg_model *models, int nmodels, const struct tg_plan *plan,
+                   struct tg_graph *g) SP_MUST_CHECK;
+void tg_graph_free(struct tg_graph *g);
+
+/* Checks acyclicity (deps point backwards in the order), write-before-read, one UPD
+ * per pack after all its BWDs. Returns 0 or -EINVAL with the first violation. */
+int tg_graph_validate(const struct tg_graph *g) SP_MUST_CHECK;
+
+struct tg_swap {
+	uint64_t bytes[TG_NLINK][TG_NOKIND];
+	uint64_t peak_stash_objs; /* max stashed-activation objects live on one device */
+};
+
+/* Replays one steady-state iteration (the second of two) on each device with
+ * `capacity` bytes. Belady eviction; clean copies are dropped unless
+ * writeback_clean (per-GPU virtual memory). Returns 0, or -ENOMEM naming the task
+ * whose working set exceeds the capacity. */
+int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean,
+                struct tg_swap *out) SP_MUST_CHECK;
+
+/* Analytical iteration time (seconds) and pipeline bubble fraction. */
+struct tg_time {
+	double iter_s, compute_s, transfer_s, bubble;
+};
+int tg_time_predict(const struct tg_graph *g, const struct tg_plan *p, const struct tg_hw *hw,
+                    const struct tg_swap *sw, struct tg_time *out) SP_MUST_CHECK;
+
+/* Hydra greedy packing: add layers while the pack, one microbatch and a reserve
+ * fraction fit `capacity`. -ENOMEM names a layer that cannot fit alone. */
+int tg_pack_greedy(const struct tg_model *m, int microbatch, uint64_t capacity, double reserve,
+                   struct tg_plan *plan) SP_MUST_CHECK;
+/* PipeDream-style DP: `npacks` contiguous packs minimising the max per-pack time
+ * subject to each pack fitting capacity. */
+int tg_pack_dp(const struct tg_model *m, int microbatch, uint64_t capacity, int npacks,
+               struct tg_plan *plan) SP_MUST_CHECK;
+
+/* Planner: searches packing × microbatch × group × schedule × update placement,
+ * returns the fastest predicted plan that fits. */
+int tg_plan_auto(const struct tg_model *m, const struct tg_hw *hw, struct tg_plan *best,
+                 struct tg_time *best_time) SP_MUST_CHECK;
+
+#endif
