@@ -1,0 +1,174 @@
+/* taskgraph/plan.c — partitioners (Hydra greedy packing, PipeDream-style DP) and
+ * the `auto` planner.
+ *
+ * A pack's footprint for one microbatch is its weights + gradients + optimizer
+ * state + stash and boundary bytes for the microbatch + workspace. Greedy packing
+ * adds layers while footprint·(1+reserve) fits the capacity; the DP minimises the
+ * largest per-pack time (FLOPs) over contiguous splits into a given pack count,
+ * with each pack fitting. The planner ranks plans by tg_time_predict(). */
+#include <errno.h>
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "taskgraph/taskgraph.h"
+
+static uint64_t layer_foot(const struct tg_layer *l, int mb)
+{
+	return l->param_bytes + l->grad_bytes + l->opt_bytes +
+	       (l->stash_bytes_per_sample + l->out_bytes_per_sample) * (uint64_t)mb + l->work_bytes;
+}
+
+int tg_pack_greedy(const struct tg_model *m, int microbatch, uint64_t capacity, double reserve,
+                   struct tg_plan *plan)
+{
+	SP_CHECK_ARG(m && plan, "taskgraph: null model or plan");
+	SP_CHECK_ARG(m->nlayers > 0, "taskgraph: model %d has zero layers", m->id);
+	SP_CHECK_ARG(microbatch > 0, "taskgraph: microbatch = %d, need > 0", microbatch);
+	SP_CHECK_ARG(reserve >= 0 && reserve < 1, "taskgraph: reserve %.2f outside [0, 1)",
+	             reserve);
+	double lim = (double)capacity / (1.0 + reserve);
+	int np = 0;
+	double cur = 0;
+	for (int l = 0; l < m->nlayers; l++) {
+		double f = (double)layer_foot(&m->layers[l], microbatch);
+		if (f > lim)
+			return sp_error(
+			    -ENOMEM,
+			    "taskgraph: layer %d (%s) needs %.0f bytes with microbatch %d, "
+			    "%.0f%% reserve leaves %.0f (short by %.0f)",
+			    l, m->layers[l].name ? m->layers[l].name : "?", f, microbatch,
+			    reserve * 100, lim, f - lim);
+		if (cur + f > lim) {
+			if (np >= TG_MAX_PACKS)
+				return sp_error(-EINVAL, "taskgraph: more than %d packs",
+				                TG_MAX_PACKS);
+			plan->pack_end[np++] = l;
+			cur = 0;
+		}
+		cur += f;
+	}
+	plan->pack_end[np++] = m->nlayers;
+	plan->npacks = np;
+	plan->microbatch = microbatch;
+	return 0;
+}
+
+int tg_pack_dp(const struct tg_model *m, int microbatch, uint64_t capacity, int npacks,
+               struct tg_plan *plan)
+{
+	SP_CHECK_ARG(m && plan, "taskgraph: null model or plan");
+	int n = m->nlayers, rc = 0;
+	SP_CHECK_ARG(n > 0, "taskgraph: model %d has zero layers", m->id);
+	SP_CHECK_ARG(npacks > 0 && npacks <= n && npacks <= TG_MAX_PACKS,
+	             "taskgraph: npacks %d outside 1..%d (layers)", npacks, n);
+	for (int l = 0; l < n; l++)
+		if (layer_foot(&m->layers[l], microbatch) > capacity)
+			return sp_error(
+			    -ENOMEM,
+			    "taskgraph: layer %d needs %llu bytes, capacity %llu (short by %llu)",
+			    l, (unsigned long long)layer_foot(&m->layers[l], microbatch),
+			    (unsigned long long)capacity,
+			    (unsigned long long)(layer_foot(&m->layers[l], microbatch) - capacity));
+	double *pf = calloc((size_t)n + 1, sizeof(double)),
+	       *pb = calloc((size_t)n + 1, sizeof(double));
+	double *best = malloc((size_t)(npacks + 1) * (n + 1) * sizeof(double));
+	int *arg = malloc((size_t)(npacks + 1) * (n + 1) * sizeof(int));
+	if (!pf || !pb || !best || !arg) {
+		rc = sp_error(-ENOMEM, "taskgraph: DP tables %d x %d", npacks, n);
+		goto out;
+	}
+	for (int l = 0; l < n; l++) {
+		const struct tg_layer *L = &m->layers[l];
+		pf[l + 1] = pf[l] + L->fwd_flops_per_sample + L->bwd_flops_per_sample;
+		pb[l + 1] = pb[l] + (double)layer_foot(L, microbatch);
+	}
+#define AT(k, i) ((size_t)(k) * (n + 1) + (i))
+	for (int k = 0; k <= npacks; k++)
+		for (int i = 0; i <= n; i++)
+			best[AT(k, i)] = DBL_MAX;
+	best[AT(0, 0)] = 0;
+	for (int k = 1; k <= npacks; k++)
+		for (int i = k; i <= n; i++)
+			for (int j = k - 1; j < i; j++) {
+				if (best[AT(k - 1, j)] == DBL_MAX ||
+				    pb[i] - pb[j] > (double)capacity)
+					continue;
+				double c = pf[i] - pf[j];
+				if (best[AT(k - 1, j)] > c)
+					c = best[AT(k - 1, j)];
+				if (c < best[AT(k, i)]) {
+					best[AT(k, i)] = c;
+					arg[AT(k, i)] = j;
+				}
+			}
+	if (best[AT(npacks, n)] == DBL_MAX) {
+		rc = sp_error(-ENOMEM,
+		              "taskgraph: %d packs cannot hold %d layers in %llu bytes each",
+		              npacks, n, (unsigned long long)capacity);
+		goto out;
+	}
+	for (int k = npacks, i = n; k > 0; k--) {
+		plan->pack_end[k - 1] = i;
+		i = arg[AT(k, i)];
+	}
+#undef AT
+	plan->npacks = npacks;
+	plan->microbatch = microbatch;
+out:
+	free(pf);
+	free(pb);
+	free(best);
+	free(arg);
+	return rc;
+}
+
+int tg_plan_auto(const struct tg_model *m, const struct tg_hw *hw, struct tg_plan *best,
+                 struct tg_time *best_time)
+{
+	SP_CHECK_ARG(m && hw && best && best_time, "taskgraph: null argument to tg_plan_auto");
+	SP_CHECK_ARG(hw->ndev > 0, "taskgraph: devices = %d, need at least 1", hw->ndev);
+	SP_CHECK_ARG(m->nlayers > 0, "taskgraph: model %d has zero layers", m->id);
+	static const int mbs[] = {1, 2, 4, 8};
+	static const int scheds[] = {TG_DP_SWAP, TG_GPIPE, TG_1F1B, TG_HARMONY_DP, TG_HARMONY_PP};
+	int found = 0, rc = 0;
+	double bt = DBL_MAX;
+	for (size_t a = 0; a < SP_ARRAY_SIZE(mbs); a++)
+		for (int reserve = 0; reserve < 2; reserve++) {
+			struct tg_plan base = {.ndev = hw->ndev};
+			if (tg_pack_greedy(m, mbs[a], hw->capacity / (reserve ? 4 : 2), 0.15,
+			                   &base) != 0)
+				continue;
+			for (size_t s = 0; s < SP_ARRAY_SIZE(scheds); s++)
+				for (int grp = 1; grp <= 64; grp *= 4)
+					for (int cpu = 0; cpu < 2; cpu++) {
+						struct tg_plan p = base;
+						p.sched = scheds[s];
+						p.group = grp;
+						p.upd_cpu = cpu;
+						struct tg_graph g;
+						if (tg_graph_build(m, 1, &p, &g) != 0)
+							continue;
+						struct tg_swap sw;
+						struct tg_time t;
+						int ok =
+						    tg_sim_swap(&g, hw->capacity,
+						                p.sched == TG_DP_SWAP, &sw) == 0 &&
+						    tg_time_predict(&g, &p, hw, &sw, &t) == 0;
+						tg_graph_free(&g);
+						if (ok && t.iter_s < bt) {
+							bt = t.iter_s;
+							*best = p;
+							*best_time = t;
+							found = 1;
+						}
+					}
+		}
+	if (!found)
+		rc = sp_error(-ENOMEM,
+		              "taskgraph: no plan fits %d devices of %llu bytes for model %d",
+		              hw->ndev, (unsigned long long)hw->capacity, m->id);
+	else
+		sp_error_clear();
+	return rc;
+}

@@ -1,0 +1,83 @@
+/* tests/taskgraph/test_props.c — property test: random models and plans give valid
+ * graphs for every schedule (acyclic order, written before read, one UPD per pack
+ * after all its BWDs), including two models in one graph; the simulator runs on
+ * them. Deterministic seed. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "taskgraph/taskgraph.h"
+#include "tests/test.h"
+
+static unsigned long long rs = 88172645463325252ull;
+static int rnd(int n)
+{
+	rs ^= rs << 13;
+	rs ^= rs >> 7;
+	rs ^= rs << 17;
+	return (int)(rs % (unsigned long long)n);
+}
+
+int main(void)
+{
+	struct tg_layer L[2][12];
+	int ngraphs = 0;
+	for (int it = 0; it < 400; it++) {
+		int nl = 1 + rnd(12), nmod = 1 + rnd(2);
+		for (int k = 0; k < nmod; k++)
+			for (int i = 0; i < nl; i++)
+				L[k][i] = (struct tg_layer){.name = "r",
+				                            .param_bytes = 1 + rnd(1000),
+				                            .grad_bytes = rnd(1000),
+				                            .opt_bytes = rnd(2000),
+				                            .stash_bytes_per_sample = rnd(50),
+				                            .out_bytes_per_sample = 1 + rnd(20),
+				                            .work_bytes = rnd(30),
+				                            .fwd_flops_per_sample = 1 + rnd(9),
+				                            .bwd_flops_per_sample = 1 + rnd(19)};
+		struct tg_plan p = {.sched = rnd(TG_NSCHED),
+		                    .ndev = 1 + rnd(4),
+		                    .microbatch = 1 + rnd(3),
+		                    .recompute = rnd(2),
+		                    .upd_cpu = rnd(2)};
+		int np = 1 + rnd(nl);
+		p.npacks = 0;
+		for (int i = 1; i <= nl; i++) /* random split into at most np packs */
+			if (i == nl || (rnd(nl) < np - 1 && p.npacks < np - 1))
+				p.pack_end[p.npacks++] = i;
+		int dp = p.sched == TG_DP_SWAP || p.sched == TG_HARMONY_DP;
+		int m = 1 + rnd(6);
+		p.group = 1;
+		if (p.sched == TG_HARMONY_DP || p.sched == TG_HARMONY_PP) {
+			int divs[6], nd = 0;
+			for (int d = 1; d <= m; d++)
+				if (m % d == 0)
+					divs[nd++] = d;
+			p.group = divs[rnd(nd)];
+		}
+		struct tg_model md[2];
+		for (int k = 0; k < nmod; k++)
+			md[k] = (struct tg_model){.id = k,
+			                          .nlayers = nl,
+			                          .layers = L[k],
+			                          .batch = m * p.microbatch * (dp ? p.ndev : 1),
+			                          .in_bytes_per_sample = (uint64_t)rnd(10),
+			                          .loss_bytes_per_sample = (uint64_t)rnd(10)};
+		struct tg_graph g;
+		CHECK_OK(tg_graph_build(md, nmod, &p, &g));
+		CHECK_OK(tg_graph_validate(&g));
+		int upd = 0;
+		for (int t = 0; t < g.ntask; t++)
+			upd += g.task[t].kind == TG_UPD;
+		CHECK_MSG(upd == nmod * p.npacks * (dp ? p.ndev : 1), "%d UPDs", upd);
+		struct tg_swap sw;
+		CHECK_OK(tg_sim_swap(&g, 1ull << 40, 0, &sw));
+		/* unlimited memory, GPU update: nothing moves but collectives and P2P flow */
+		if (!p.upd_cpu)
+			CHECK(sw.bytes[TG_L_H2D][TG_O_WEIGHT] == 0 &&
+			      sw.bytes[TG_L_D2H][TG_O_WEIGHT] == 0);
+		tg_graph_free(&g);
+		ngraphs++;
+	}
+	printf("%d random graphs valid\n", ngraphs);
+	TEST_PASS();
+}
