@@ -52,6 +52,12 @@ int main(void)
 			          m);
 			CHECK_MSG(hpp == 3ull * W - (uint64_t)(2 * N - 1) * w,
 			          "harmony-pp N=%d m=%d", N, m);
+			/* when the turn-around weights fit (no loss workspace to flush them),
+			 * the last forward pack of every device stays resident for its backward */
+			uint64_t hpp_fit = weight_vol(TG_HARMONY_PP, N, m, w, 0, 0);
+			CHECK_MSG(hpp_fit == 3ull * W - (uint64_t)(2 * N) * w,
+			          "harmony-pp fit N=%d m=%d: %llu", N, m,
+			          (unsigned long long)hpp_fit);
 			printf("N=%d m=%d dp-swap %llu (4m+2)NW %llu  harmony-dp %llu 3NW %llu  "
 			       "harmony-pp %llu 3W %llu\n",
 			       N, m, (unsigned long long)dp,
