@@ -51,9 +51,9 @@ int vmm_disk_free(struct vmm_disk *d, uint64_t extent) SP_MUST_CHECK;
 /* Starts writing bytes from src into the extent / reading them into dst. The
  * buffer must stay valid until the ticket completes. Returns 0 and a ticket. */
 int vmm_disk_write_async(struct vmm_disk *d, uint64_t extent, const void *src, size_t bytes,
-			 uint64_t *ticket) SP_MUST_CHECK;
+                         uint64_t *ticket) SP_MUST_CHECK;
 int vmm_disk_read_async(struct vmm_disk *d, uint64_t extent, void *dst, size_t bytes,
-			uint64_t *ticket) SP_MUST_CHECK;
+                        uint64_t *ticket) SP_MUST_CHECK;
 
 /* 0 when the ticket's I/O completed successfully, -EAGAIN while in flight, or
  * the I/O's error (-ENOSPC, -EIO, -EFBIG...). A completed ticket may be polled
