@@ -235,8 +235,12 @@ int sp_params_apply_logging(const struct sp_params *p)
 	unsigned mask;
 	int fd = -1;
 	SP_CHECK(sp_log_level_parse(p->debug, &level));
-	if (sp_log_subsys_parse(p->debug_subsys, &mask) < 0)
-		return sp_error(-EINVAL, "SPILL_DEBUG_SUBSYS: %s", sp_last_error());
+	if (sp_log_subsys_parse(p->debug_subsys, &mask) < 0) {
+		/* The message is in the thread-local buffer: prefix it, never format it
+		 * into itself. */
+		sp_error_context("SPILL_DEBUG_SUBSYS");
+		return -EINVAL;
+	}
 	if (p->debug_file[0]) {
 		char path[4096];
 		const char *pct = strstr(p->debug_file, "%p");
