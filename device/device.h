@@ -32,7 +32,10 @@ enum dev_backend_kind { DEV_BACKEND_CUDA, DEV_BACKEND_HOST, DEV_BACKEND_MODEL };
 
 #define DEV_HOST (-1) /* pinned host memory, as a copy endpoint / link end */
 #define DEV_DISK (-2) /* the disk, as a link end (bandwidth only) */
-#define DEV_MAX 16
+#define DEV_MAX  16
+/* The profile used when SPILL_PROFILE is empty (the cuda backend measures its
+ * host links instead and takes only the rest from it). */
+#define DEV_DEFAULT_PROFILE "gtx1080ti-x4"
 
 struct dev_ctx;
 struct dev_stream;
@@ -41,11 +44,11 @@ struct dev_phys; /* a physical chunk of device memory */
 
 struct dev_config {
 	enum dev_backend_kind backend;
-	int ndevices;         /* 0 = backend default */
-	uint64_t device_mem;  /* 0 = backend default */
-	const char *profile;  /* model (and host throttle): profile name or file */
-	int link_throttle;    /* host: throttle copies to the profile's bandwidths */
-	int threads;          /* host: CPU threads for kernels, 0 = cores */
+	int ndevices;        /* 0 = backend default */
+	uint64_t device_mem; /* 0 = backend default */
+	const char *profile; /* profile name or file; NULL or "" = DEV_DEFAULT_PROFILE */
+	int link_throttle;   /* host: throttle copies to the profile's bandwidths */
+	int threads;         /* host: CPU threads for kernels, 0 = cores */
 };
 
 /* Fills *cfg from the parameter table. backend "" picks cuda when a CUDA device
@@ -67,11 +70,11 @@ int dev_count(const struct dev_ctx *ctx);
 
 struct dev_info {
 	char name[64];
-	uint64_t capacity;   /* bytes usable by spill on this device */
-	uint64_t used;       /* physical bytes allocated now */
-	double flops;        /* peak FLOP/s (fp32 for now) used by the cost model */
-	double mem_bw;       /* device memory bandwidth, bytes/s */
-	size_t granularity;  /* physical chunk / mapping granularity, bytes */
+	uint64_t capacity;  /* bytes usable by spill on this device */
+	uint64_t used;      /* physical bytes allocated now */
+	double flops;       /* peak FLOP/s (fp32 for now) used by the cost model */
+	double mem_bw;      /* device memory bandwidth, bytes/s */
+	size_t granularity; /* physical chunk / mapping granularity, bytes */
 };
 int dev_info(const struct dev_ctx *ctx, int dev, struct dev_info *out) SP_MUST_CHECK;
 
@@ -94,10 +97,11 @@ int dev_host_free(struct dev_ctx *ctx, void *ptr) SP_MUST_CHECK;
  * into it. Unmapping does not destroy a chunk (its bytes survive a remap). */
 int dev_va_reserve(struct dev_ctx *ctx, int dev, size_t bytes, void **out) SP_MUST_CHECK;
 int dev_va_release(struct dev_ctx *ctx, void *va, size_t bytes) SP_MUST_CHECK;
-int dev_phys_create(struct dev_ctx *ctx, int dev, size_t bytes, struct dev_phys **out) SP_MUST_CHECK;
+int dev_phys_create(struct dev_ctx *ctx, int dev, size_t bytes,
+                    struct dev_phys **out) SP_MUST_CHECK;
 int dev_phys_destroy(struct dev_ctx *ctx, struct dev_phys *phys) SP_MUST_CHECK;
 int dev_va_map(struct dev_ctx *ctx, void *va, size_t bytes, struct dev_phys *phys,
-	       size_t phys_offset) SP_MUST_CHECK;
+               size_t phys_offset) SP_MUST_CHECK;
 int dev_va_unmap(struct dev_ctx *ctx, void *va, size_t bytes) SP_MUST_CHECK;
 
 /* ---- streams and events ---- */
@@ -127,10 +131,10 @@ double dev_now(const struct dev_ctx *ctx);
 /* Copies bytes from src (on place src_dev) to dst (on place dst_dev). Places are
  * device indices or DEV_HOST; the kind (H2D, D2H, D2D, P2P) follows from them.
  * P2P between devices without a peer link is staged through the host. */
-int dev_memcpy_async(struct dev_stream *s, void *dst, int dst_dev, const void *src,
-		     int src_dev, size_t bytes) SP_MUST_CHECK;
+int dev_memcpy_async(struct dev_stream *s, void *dst, int dst_dev, const void *src, int src_dev,
+                     size_t bytes) SP_MUST_CHECK;
 int dev_memset_async(struct dev_stream *s, void *dst, int dst_dev, int value,
-		     size_t bytes) SP_MUST_CHECK;
+                     size_t bytes) SP_MUST_CHECK;
 
 /* A kernel: a CPU function (host backend, run on the stream's worker) and a
  * CUDA launcher (cuda backend, given the native stream). The model backend runs
@@ -144,8 +148,8 @@ struct dev_cost {
 	double flops; /* floating-point operations */
 	double bytes; /* device-memory bytes read + written */
 };
-int dev_launch(struct dev_stream *s, const struct dev_kernel *k, const void *args,
-	       size_t args_size, struct dev_cost cost) SP_MUST_CHECK;
+int dev_launch(struct dev_stream *s, const struct dev_kernel *k, const void *args, size_t args_size,
+               struct dev_cost cost) SP_MUST_CHECK;
 
 /* Runs fn(arg) on a host thread once all earlier work on s is done; later work
  * on s waits for it to return. fn must not call dev_* sync functions. */

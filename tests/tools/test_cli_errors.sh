@@ -4,6 +4,9 @@
 set -u
 spill="$O/bin/spill"
 fails=0
+bad_profile=$(mktemp --suffix=.prof)
+trap 'rm -f "$bad_profile"' EXIT
+printf 'name = x\nflop = 1 TFLOP/s\n' >"$bad_profile"
 expect_error() { # expect_error PATTERN ENV... -- ARGS...
 	local pattern=$1; shift
 	local envs=()
@@ -36,6 +39,10 @@ expect_error DISKS SPILL_DEBUG_SUBSYS=VMM,DISKS -- devices
 expect_error no-such-profile SPILL_BACKEND=model SPILL_PROFILE=no-such-profile -- devices
 expect_error "no CUDA device" SPILL_BACKEND=cuda CUDA_VISIBLE_DEVICES= -- devices
 expect_error "device" SPILL_BACKEND=host SPILL_DEVICES=999 -- devices
+expect_error "profile gtx1080ti-x4 has 4" SPILL_BACKEND=model SPILL_DEVICES=8 -- devices
+expect_error "CUDA device" SPILL_BACKEND=cuda SPILL_DEVICES=15 -- devices
+expect_error "unknown key 'flop'" SPILL_BACKEND=model SPILL_PROFILE=$bad_profile -- devices
+expect_error "subsystem .DISKS. (expected ALL, VMM" SPILL_DEBUG_SUBSYS=VMM,DISKS -- devices
 expect_error "unknown command" -- frobnicate
 # and the good paths work
 for b in host model; do

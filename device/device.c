@@ -1,0 +1,876 @@
+/* device/device.c — the backend-independent half of the device layer.
+ *
+ * Every public dev_* call lands here first: arguments are checked, capacities
+ * enforced and every allocation, reservation and chunk is registered, so the
+ * backends (host.c, model.c, cuda.c) only perform operations on valid input.
+ * Invariants: ctx->used[d] is the physical bytes of device d (plain allocations
+ * plus chunks) and never exceeds info[d].capacity; a reservation is released and
+ * a chunk destroyed only when nothing is mapped through it. One mutex (ctx->lock)
+ * guards the registry and the lists; backends are called outside it except where
+ * noted, so a slow backend call never blocks unrelated ones.
+ */
+#include "device/internal.h"
+
+#include "common/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- configuration ------------------------------------------------------------ */
+
+const char *dev_backend_name(enum dev_backend_kind kind)
+{
+	switch (kind) {
+	case DEV_BACKEND_CUDA: return "cuda";
+	case DEV_BACKEND_HOST: return "host";
+	case DEV_BACKEND_MODEL: return "model";
+	}
+	return "?";
+}
+
+const char *dev_copy_kind_name(enum dev_copy_kind kind)
+{
+	static const char *const names[] = {"H2D", "D2H", "D2D", "P2P"};
+	return (unsigned)kind < DEV_COPY_KINDS ? names[kind] : "?";
+}
+
+int dev_config_from_params(const struct sp_params *p, struct dev_config *cfg)
+{
+	SP_CHECK_ARG(p && cfg, "dev_config_from_params: NULL argument");
+	struct dev_config c = {0};
+	const char *b = p->backend ? p->backend : "";
+	if (strcmp(b, "") == 0)
+		c.backend = dev_cuda_available() ? DEV_BACKEND_CUDA : DEV_BACKEND_HOST;
+	else if (strcmp(b, "cuda") == 0)
+		c.backend = DEV_BACKEND_CUDA;
+	else if (strcmp(b, "host") == 0)
+		c.backend = DEV_BACKEND_HOST;
+	else if (strcmp(b, "model") == 0)
+		c.backend = DEV_BACKEND_MODEL;
+	else
+		return sp_error(-EINVAL,
+		                "SPILL_BACKEND: unknown backend '%s' (cuda, host or model)", b);
+	if (p->devices < 0 || p->devices > DEV_MAX)
+		return sp_error(-EINVAL, "SPILL_DEVICES: %ld devices is out of range (0..%d)",
+		                p->devices, DEV_MAX);
+	if (p->threads < 0)
+		return sp_error(-EINVAL, "SPILL_THREADS: %ld must be >= 0", p->threads);
+	c.ndevices = (int)p->devices;
+	c.device_mem = p->device_mem;
+	c.profile = p->profile;
+	c.link_throttle = p->link_throttle;
+	c.threads = (int)p->threads;
+	*cfg = c;
+	return 0;
+}
+
+void dev_info_from_profile(struct dev_ctx *ctx, uint64_t capacity_override, size_t granularity)
+{
+	for (int d = 0; d < ctx->ndev; d++) {
+		struct dev_info *in = &ctx->info[d];
+		memset(in, 0, sizeof(*in));
+		snprintf(in->name, sizeof(in->name), "%s", ctx->prof.device_name);
+		in->capacity = capacity_override ? capacity_override : ctx->prof.device_mem;
+		in->flops = ctx->prof.flops;
+		in->mem_bw = ctx->prof.mem_bw;
+		in->granularity = granularity;
+		for (int e = 0; e < ctx->ndev; e++)
+			ctx->p2p[d][e] = d != e && ctx->prof.p2p_bw > 0;
+	}
+}
+
+/* ---- the registry: address -> record ---------------------------------------------- */
+
+#define REG_EMPTY 0
+#define REG_TOMB  1
+
+static size_t reg_hash(uintptr_t k, size_t cap)
+{
+	uint64_t z = (uint64_t)k * 0x9e3779b97f4a7c15ull;
+	return (size_t)(z >> 17) & (cap - 1);
+}
+
+static int reg_grow(struct dev_ctx *ctx)
+{
+	size_t cap = ctx->reg_cap ? ctx->reg_cap * 2 : 256;
+	while (ctx->reg_live * 2 >= cap)
+		cap *= 2;
+	struct dev_reg *t = calloc(cap, sizeof(*t));
+	if (!t)
+		return sp_error(-ENOMEM, "device registry: out of host memory (%zu slots)", cap);
+	for (size_t i = 0; i < ctx->reg_cap; i++) {
+		struct dev_reg *r = &ctx->reg[i];
+		if (r->key <= REG_TOMB)
+			continue;
+		size_t j = reg_hash(r->key, cap);
+		while (t[j].key != REG_EMPTY)
+			j = (j + 1) & (cap - 1);
+		t[j] = *r;
+	}
+	free(ctx->reg);
+	ctx->reg = t;
+	ctx->reg_cap = cap;
+	ctx->reg_tomb = 0;
+	return 0;
+}
+
+/* Under ctx->lock. */
+static struct dev_reg *reg_find(struct dev_ctx *ctx, const void *p)
+{
+	uintptr_t k = (uintptr_t)p;
+	if (k <= REG_TOMB || !ctx->reg_cap)
+		return NULL;
+	for (size_t j = reg_hash(k, ctx->reg_cap);; j = (j + 1) & (ctx->reg_cap - 1)) {
+		if (ctx->reg[j].key == k)
+			return &ctx->reg[j];
+		if (ctx->reg[j].key == REG_EMPTY)
+			return NULL;
+	}
+}
+
+/* Under ctx->lock. */
+static int reg_insert(struct dev_ctx *ctx, const struct dev_reg *rec)
+{
+	if ((ctx->reg_live + ctx->reg_tomb + 1) * 4 >= ctx->reg_cap * 3)
+		SP_CHECK(reg_grow(ctx));
+	size_t j = reg_hash(rec->key, ctx->reg_cap);
+	while (ctx->reg[j].key > REG_TOMB)
+		j = (j + 1) & (ctx->reg_cap - 1);
+	if (ctx->reg[j].key == REG_TOMB)
+		ctx->reg_tomb--;
+	ctx->reg[j] = *rec;
+	ctx->reg_live++;
+	return 0;
+}
+
+static void reg_remove(struct dev_ctx *ctx, struct dev_reg *r)
+{
+	r->key = REG_TOMB;
+	r->va = NULL;
+	ctx->reg_live--;
+	ctx->reg_tomb++;
+}
+
+/* The reservation holding [p, p+bytes), or NULL. Under ctx->lock. Reservations
+ * are few next to allocations, so a scan over the table is acceptable. */
+static struct dev_reg *reg_find_va(struct dev_ctx *ctx, const void *p, size_t bytes)
+{
+	uintptr_t a = (uintptr_t)p;
+	for (size_t i = 0; i < ctx->reg_cap; i++) {
+		struct dev_reg *r = &ctx->reg[i];
+		if (r->key > REG_TOMB && r->kind == DEV_REG_VA && a >= r->key &&
+		    a - r->key <= r->bytes && bytes <= r->bytes - (a - r->key))
+			return r;
+	}
+	return NULL;
+}
+
+/* ---- open / close -------------------------------------------------------------- */
+
+static const struct dev_backend_ops *backend_ops(enum dev_backend_kind kind)
+{
+	switch (kind) {
+	case DEV_BACKEND_CUDA: return &dev_cuda_ops;
+	case DEV_BACKEND_HOST: return &dev_host_ops;
+	case DEV_BACKEND_MODEL: return &dev_model_ops;
+	}
+	return NULL;
+}
+
+int dev_open(const struct dev_config *cfg, struct dev_ctx **out)
+{
+	SP_CHECK_ARG(cfg && out, "dev_open: NULL argument");
+	const struct dev_backend_ops *ops = backend_ops(cfg->backend);
+	SP_CHECK_ARG(ops, "dev_open: unknown backend %d", (int)cfg->backend);
+	SP_CHECK_ARG(cfg->ndevices >= 0 && cfg->ndevices <= DEV_MAX,
+	             "SPILL_DEVICES: %d devices is out of range (0..%d)", cfg->ndevices, DEV_MAX);
+	SP_CHECK_ARG(cfg->threads >= 0, "SPILL_THREADS: %d must be >= 0", cfg->threads);
+	struct dev_ctx *ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return sp_error(-ENOMEM, "dev_open: out of host memory");
+	ctx->kind = cfg->backend;
+	ctx->ops = ops;
+	ctx->cfg = *cfg;
+	ctx->cfg.profile = NULL; /* the caller's string need not outlive open */
+	pthread_mutex_init(&ctx->lock, NULL);
+	int rc = dev_profile_load(
+	    cfg->profile && *cfg->profile ? cfg->profile : DEV_DEFAULT_PROFILE, &ctx->prof);
+	if (rc == 0)
+		rc = ops->open(ctx, cfg);
+	if (rc < 0) {
+		pthread_mutex_destroy(&ctx->lock);
+		free(ctx);
+		return rc;
+	}
+	SP_INFO(DEV, "opened backend %s: %d device(s) of %s", dev_backend_name(ctx->kind),
+	        ctx->ndev, ctx->info[0].name);
+	*out = ctx;
+	return 0;
+}
+
+static void warn_close(int rc, const char *what)
+{
+	if (rc < 0)
+		SP_WARN(DEV, "dev_close: %s: %s", what, sp_last_error());
+}
+
+void dev_close(struct dev_ctx *ctx)
+{
+	if (!ctx)
+		return;
+	for (struct dev_stream *s = ctx->streams; s; s = s->next)
+		warn_close(ctx->ops->stream_sync(s), "stream sync");
+	/* Mappings first, then chunks, then reservations and allocations. */
+	for (size_t i = 0; i < ctx->reg_cap; i++) {
+		struct dev_reg *r = &ctx->reg[i];
+		if (r->key <= REG_TOMB || r->kind != DEV_REG_VA)
+			continue;
+		size_t g = ctx->info[r->dev].granularity;
+		for (size_t k = 0; k < r->va->granules; k++)
+			if (r->va->mapped[k])
+				warn_close(
+				    ctx->ops->va_unmap(ctx, r->dev, (char *)r->key + k * g, g),
+				    "unmap");
+	}
+	while (ctx->phys_list) {
+		struct dev_phys *ph = ctx->phys_list;
+		ctx->phys_list = ph->next;
+		warn_close(ctx->ops->phys_destroy(ctx, ph), "chunk");
+		free(ph);
+	}
+	for (size_t i = 0; i < ctx->reg_cap; i++) {
+		struct dev_reg *r = &ctx->reg[i];
+		if (r->key <= REG_TOMB)
+			continue;
+		void *p = (void *)r->key;
+		if (r->kind == DEV_REG_MEM)
+			warn_close(ctx->ops->mem_free(ctx, r->dev, p, r->bytes), "allocation");
+		else if (r->kind == DEV_REG_HOST)
+			warn_close(ctx->ops->host_free(ctx, p, r->bytes), "host allocation");
+		else {
+			warn_close(ctx->ops->va_release(ctx, p, r->bytes), "reservation");
+			free(r->va->mapped);
+			free(r->va);
+		}
+	}
+	while (ctx->events) {
+		struct dev_event *e = ctx->events;
+		ctx->events = e->next;
+		warn_close(ctx->ops->event_destroy(e), "event");
+		free(e);
+	}
+	while (ctx->streams) {
+		struct dev_stream *s = ctx->streams;
+		ctx->streams = s->next;
+		warn_close(ctx->ops->stream_destroy(s), "stream");
+		free(s);
+	}
+	ctx->ops->close(ctx);
+	free(ctx->reg);
+	pthread_mutex_destroy(&ctx->lock);
+	free(ctx);
+}
+
+enum dev_backend_kind dev_backend(const struct dev_ctx *ctx)
+{
+	return ctx->kind;
+}
+
+int dev_count(const struct dev_ctx *ctx)
+{
+	return ctx ? ctx->ndev : 0;
+}
+
+static int check_dev(const struct dev_ctx *ctx, int dev, const char *fn)
+{
+	if (!ctx)
+		return sp_error(-EINVAL, "%s: NULL context", fn);
+	if (dev < 0 || dev >= ctx->ndev)
+		return sp_error(-EINVAL, "%s: device %d does not exist (%d device(s), backend %s)",
+		                fn, dev, ctx->ndev, dev_backend_name(ctx->kind));
+	return 0;
+}
+
+int dev_info(const struct dev_ctx *ctx, int dev, struct dev_info *out)
+{
+	SP_CHECK(check_dev(ctx, dev, "dev_info"));
+	SP_CHECK_ARG(out, "dev_info: NULL output");
+	struct dev_ctx *c = (struct dev_ctx *)ctx;
+	pthread_mutex_lock(&c->lock);
+	*out = ctx->info[dev];
+	out->used = ctx->used[dev];
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+static int valid_place(const struct dev_ctx *ctx, int p)
+{
+	return p == DEV_HOST || p == DEV_DISK || (p >= 0 && p < ctx->ndev);
+}
+
+double dev_link_bw(const struct dev_ctx *ctx, int src, int dst)
+{
+	if (!ctx || !valid_place(ctx, src) || !valid_place(ctx, dst))
+		return 0;
+	const struct dev_profile *pr = &ctx->prof;
+	if ((src == DEV_DISK && dst == DEV_HOST) || (src == DEV_HOST && dst == DEV_DISK))
+		return pr->disk_bw;
+	if (src == DEV_HOST && dst >= 0)
+		return pr->h2d_bw;
+	if (src >= 0 && dst == DEV_HOST)
+		return pr->d2h_bw;
+	if (src >= 0 && dst >= 0)
+		return src == dst ? ctx->info[src].mem_bw / 2 : ctx->p2p[src][dst] ? pr->p2p_bw : 0;
+	return 0;
+}
+
+double dev_host_link_bw(const struct dev_ctx *ctx)
+{
+	return ctx ? ctx->prof.host_bw : 0;
+}
+
+int dev_p2p_possible(const struct dev_ctx *ctx, int a, int b)
+{
+	if (!ctx || a < 0 || b < 0 || a >= ctx->ndev || b >= ctx->ndev || a == b)
+		return 0;
+	return ctx->p2p[a][b];
+}
+
+/* ---- memory -------------------------------------------------------------------- */
+
+/* Takes bytes from dev's capacity (under lock), or fails with the numbers. */
+static int capacity_take(struct dev_ctx *ctx, int dev, size_t bytes, const char *what)
+{
+	uint64_t cap = ctx->info[dev].capacity, used = ctx->used[dev];
+	if (bytes > cap || used > cap - bytes) {
+		char a[32], b[32], c[32];
+		return sp_error(-ENOMEM, "device %d (%s): cannot %s %s: %s of %s in use", dev,
+		                dev_backend_name(ctx->kind), what, sp_format_size(bytes, a, 32),
+		                sp_format_size(used, b, 32), sp_format_size(cap, c, 32));
+	}
+	ctx->used[dev] += bytes;
+	return 0;
+}
+
+int dev_mem_alloc(struct dev_ctx *ctx, int dev, size_t bytes, void **out)
+{
+	SP_CHECK(check_dev(ctx, dev, "dev_mem_alloc"));
+	SP_CHECK_ARG(out, "dev_mem_alloc: NULL output");
+	SP_CHECK_ARG(bytes > 0, "dev_mem_alloc: zero bytes on device %d", dev);
+	pthread_mutex_lock(&ctx->lock);
+	int rc = capacity_take(ctx, dev, bytes, "allocate");
+	pthread_mutex_unlock(&ctx->lock);
+	if (rc < 0)
+		return rc;
+	void *p = NULL;
+	rc = ctx->ops->mem_alloc(ctx, dev, bytes, &p);
+	pthread_mutex_lock(&ctx->lock);
+	if (rc == 0) {
+		struct dev_reg r = {
+		    .key = (uintptr_t)p, .bytes = bytes, .dev = dev, .kind = DEV_REG_MEM};
+		rc = reg_insert(ctx, &r);
+		if (rc < 0 && ctx->ops->mem_free(ctx, dev, p, bytes) < 0)
+			SP_WARN(DEV, "dev_mem_alloc: could not undo the allocation");
+	}
+	if (rc < 0)
+		ctx->used[dev] -= bytes;
+	pthread_mutex_unlock(&ctx->lock);
+	if (rc == 0)
+		*out = p;
+	return rc;
+}
+
+int dev_mem_free(struct dev_ctx *ctx, int dev, void *ptr)
+{
+	SP_CHECK(check_dev(ctx, dev, "dev_mem_free"));
+	if (!ptr)
+		return 0;
+	pthread_mutex_lock(&ctx->lock);
+	struct dev_reg *r = reg_find(ctx, ptr);
+	int rc = 0;
+	if (!r || r->kind != DEV_REG_MEM || r->dev != dev) {
+		rc = sp_error(-EINVAL, "dev_mem_free: %p is not an allocation of device %d%s", ptr,
+		              dev, r ? "" : " (never allocated, or already freed)");
+	} else {
+		size_t bytes = r->bytes;
+		rc = ctx->ops->mem_free(ctx, dev, ptr, bytes);
+		if (rc == 0) {
+			reg_remove(ctx, r);
+			ctx->used[dev] -= bytes;
+		}
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+int dev_host_alloc(struct dev_ctx *ctx, size_t bytes, void **out)
+{
+	SP_CHECK_ARG(ctx && out, "dev_host_alloc: NULL argument");
+	SP_CHECK_ARG(bytes > 0, "dev_host_alloc: zero bytes");
+	void *p = NULL;
+	SP_CHECK(ctx->ops->host_alloc(ctx, bytes, &p));
+	pthread_mutex_lock(&ctx->lock);
+	struct dev_reg r = {
+	    .key = (uintptr_t)p, .bytes = bytes, .dev = DEV_HOST, .kind = DEV_REG_HOST};
+	int rc = reg_insert(ctx, &r);
+	if (rc == 0)
+		ctx->host_used += bytes;
+	else if (ctx->ops->host_free(ctx, p, bytes) < 0)
+		SP_WARN(DEV, "dev_host_alloc: could not undo the allocation");
+	pthread_mutex_unlock(&ctx->lock);
+	if (rc == 0)
+		*out = p;
+	return rc;
+}
+
+int dev_host_free(struct dev_ctx *ctx, void *ptr)
+{
+	SP_CHECK_ARG(ctx, "dev_host_free: NULL context");
+	if (!ptr)
+		return 0;
+	pthread_mutex_lock(&ctx->lock);
+	struct dev_reg *r = reg_find(ctx, ptr);
+	int rc;
+	if (!r || r->kind != DEV_REG_HOST) {
+		rc = sp_error(-EINVAL, "dev_host_free: %p is not a pinned host allocation", ptr);
+	} else {
+		size_t bytes = r->bytes;
+		rc = ctx->ops->host_free(ctx, ptr, bytes);
+		if (rc == 0) {
+			reg_remove(ctx, r);
+			ctx->host_used -= bytes;
+		}
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+static int check_gran(const struct dev_ctx *ctx, int dev, size_t v, const char *fn,
+                      const char *what)
+{
+	size_t g = ctx->info[dev].granularity;
+	if (v % g)
+		return sp_error(-EINVAL,
+		                "%s: %s %zu is not a multiple of device %d's granularity %zu", fn,
+		                what, v, dev, g);
+	return 0;
+}
+
+int dev_va_reserve(struct dev_ctx *ctx, int dev, size_t bytes, void **out)
+{
+	SP_CHECK(check_dev(ctx, dev, "dev_va_reserve"));
+	SP_CHECK_ARG(out, "dev_va_reserve: NULL output");
+	SP_CHECK_ARG(bytes > 0, "dev_va_reserve: zero bytes");
+	SP_CHECK(check_gran(ctx, dev, bytes, "dev_va_reserve", "size"));
+	struct dev_va_rec *va = calloc(1, sizeof(*va));
+	size_t granules = bytes / ctx->info[dev].granularity;
+	uint64_t *bits = calloc(granules, sizeof(*bits));
+	if (!va || !bits) {
+		free(va);
+		free(bits);
+		return sp_error(-ENOMEM,
+		                "dev_va_reserve: out of host memory for the map of %zu "
+		                "granules",
+		                granules);
+	}
+	va->granules = granules;
+	va->mapped = bits;
+	void *p = NULL;
+	int rc = ctx->ops->va_reserve(ctx, dev, bytes, &p);
+	if (rc == 0) {
+		pthread_mutex_lock(&ctx->lock);
+		struct dev_reg r = {
+		    .key = (uintptr_t)p, .bytes = bytes, .dev = dev, .kind = DEV_REG_VA, .va = va};
+		rc = reg_insert(ctx, &r);
+		pthread_mutex_unlock(&ctx->lock);
+		if (rc < 0 && ctx->ops->va_release(ctx, p, bytes) < 0)
+			SP_WARN(DEV, "dev_va_reserve: could not undo the reservation");
+	}
+	if (rc < 0) {
+		free(bits);
+		free(va);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+int dev_va_release(struct dev_ctx *ctx, void *va, size_t bytes)
+{
+	SP_CHECK_ARG(ctx && va, "dev_va_release: NULL argument");
+	pthread_mutex_lock(&ctx->lock);
+	struct dev_reg *r = reg_find(ctx, va);
+	int rc;
+	if (!r || r->kind != DEV_REG_VA) {
+		rc = sp_error(-EINVAL, "dev_va_release: %p is not a reserved range", va);
+	} else if (r->bytes != bytes) {
+		rc = sp_error(-EINVAL, "dev_va_release: %p was reserved with %zu bytes, not %zu",
+		              va, r->bytes, bytes);
+	} else if (r->va->nmapped) {
+		rc = sp_error(-EBUSY, "dev_va_release: %p still has %zu granule(s) mapped", va,
+		              r->va->nmapped);
+	} else {
+		rc = ctx->ops->va_release(ctx, va, bytes);
+		if (rc == 0) {
+			free(r->va->mapped);
+			free(r->va);
+			reg_remove(ctx, r);
+		}
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+int dev_phys_create(struct dev_ctx *ctx, int dev, size_t bytes, struct dev_phys **out)
+{
+	SP_CHECK(check_dev(ctx, dev, "dev_phys_create"));
+	SP_CHECK_ARG(out, "dev_phys_create: NULL output");
+	SP_CHECK_ARG(bytes > 0, "dev_phys_create: zero bytes");
+	SP_CHECK(check_gran(ctx, dev, bytes, "dev_phys_create", "size"));
+	struct dev_phys *ph = calloc(1, sizeof(*ph));
+	if (!ph)
+		return sp_error(-ENOMEM, "dev_phys_create: out of host memory");
+	ph->ctx = ctx;
+	ph->dev = dev;
+	ph->bytes = bytes;
+	pthread_mutex_lock(&ctx->lock);
+	int rc = capacity_take(ctx, dev, bytes, "create a chunk of");
+	pthread_mutex_unlock(&ctx->lock);
+	if (rc < 0) {
+		free(ph);
+		return rc;
+	}
+	rc = ctx->ops->phys_create(ctx, ph);
+	pthread_mutex_lock(&ctx->lock);
+	if (rc == 0) {
+		ph->next = ctx->phys_list;
+		if (ph->next)
+			ph->next->prev = ph;
+		ctx->phys_list = ph;
+	} else {
+		ctx->used[dev] -= bytes;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	if (rc < 0) {
+		free(ph);
+		return rc;
+	}
+	*out = ph;
+	return 0;
+}
+
+int dev_phys_destroy(struct dev_ctx *ctx, struct dev_phys *ph)
+{
+	SP_CHECK_ARG(ctx && ph, "dev_phys_destroy: NULL argument");
+	SP_CHECK_ARG(ph->ctx == ctx, "dev_phys_destroy: chunk belongs to another context");
+	pthread_mutex_lock(&ctx->lock);
+	int rc;
+	if (ph->maps) {
+		rc = sp_error(-EBUSY,
+		              "dev_phys_destroy: chunk of %zu bytes on device %d is still "
+		              "mapped (%d granule(s))",
+		              ph->bytes, ph->dev, ph->maps);
+	} else {
+		rc = ctx->ops->phys_destroy(ctx, ph);
+		if (rc == 0) {
+			ctx->used[ph->dev] -= ph->bytes;
+			if (ph->prev)
+				ph->prev->next = ph->next;
+			else
+				ctx->phys_list = ph->next;
+			if (ph->next)
+				ph->next->prev = ph->prev;
+		}
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	if (rc == 0)
+		free(ph);
+	return rc;
+}
+
+int dev_va_map(struct dev_ctx *ctx, void *va, size_t bytes, struct dev_phys *ph, size_t off)
+{
+	SP_CHECK_ARG(ctx && va && ph, "dev_va_map: NULL argument");
+	SP_CHECK_ARG(ph->ctx == ctx, "dev_va_map: chunk belongs to another context");
+	SP_CHECK_ARG(bytes > 0, "dev_va_map: zero bytes");
+	int dev = ph->dev;
+	SP_CHECK(check_gran(ctx, dev, bytes, "dev_va_map", "size"));
+	SP_CHECK(check_gran(ctx, dev, off, "dev_va_map", "chunk offset"));
+	SP_CHECK_ARG(off <= ph->bytes && bytes <= ph->bytes - off,
+	             "dev_va_map: [%zu, +%zu) is beyond the chunk of %zu bytes", off, bytes,
+	             ph->bytes);
+	pthread_mutex_lock(&ctx->lock);
+	int rc = 0;
+	struct dev_reg *r = reg_find_va(ctx, va, bytes);
+	size_t g = ctx->info[dev].granularity, first = 0, n = bytes / g;
+	if (!r) {
+		rc = sp_error(-EINVAL, "dev_va_map: [%p, +%zu) is not inside a reserved range", va,
+		              bytes);
+	} else if (r->dev != dev) {
+		rc = sp_error(-EINVAL, "dev_va_map: range %p is on device %d, chunk on device %d",
+		              va, r->dev, dev);
+	} else if (((uintptr_t)va - r->key) % g) {
+		rc = sp_error(-EINVAL, "dev_va_map: %p is not granularity-aligned (%zu)", va, g);
+	} else {
+		first = ((uintptr_t)va - r->key) / g;
+		for (size_t k = first; k < first + n; k++)
+			if (r->va->mapped[k]) {
+				rc = sp_error(-EBUSY, "dev_va_map: %p + %zu is already mapped", va,
+				              (k - first) * g);
+				break;
+			}
+	}
+	if (rc == 0)
+		rc = ctx->ops->va_map(ctx, dev, va, bytes, ph, off);
+	if (rc == 0) {
+		for (size_t k = first; k < first + n; k++)
+			r->va->mapped[k] = (uint64_t)(uintptr_t)ph;
+		r->va->nmapped += n;
+		ph->maps += (int)n;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+int dev_va_unmap(struct dev_ctx *ctx, void *va, size_t bytes)
+{
+	SP_CHECK_ARG(ctx && va, "dev_va_unmap: NULL argument");
+	SP_CHECK_ARG(bytes > 0, "dev_va_unmap: zero bytes");
+	pthread_mutex_lock(&ctx->lock);
+	int rc = 0;
+	struct dev_reg *r = reg_find_va(ctx, va, bytes);
+	size_t g = 0, first = 0, n = 0;
+	if (!r) {
+		rc = sp_error(-EINVAL, "dev_va_unmap: [%p, +%zu) is not inside a reserved range",
+		              va, bytes);
+	} else {
+		g = ctx->info[r->dev].granularity;
+		if (((uintptr_t)va - r->key) % g || bytes % g) {
+			rc = sp_error(-EINVAL,
+			              "dev_va_unmap: [%p, +%zu) is not granularity-aligned "
+			              "(%zu)",
+			              va, bytes, g);
+		} else {
+			first = ((uintptr_t)va - r->key) / g;
+			n = bytes / g;
+			for (size_t k = first; k < first + n; k++)
+				if (!r->va->mapped[k]) {
+					rc = sp_error(-EINVAL,
+					              "dev_va_unmap: %p + %zu is not mapped", va,
+					              (k - first) * g);
+					break;
+				}
+		}
+	}
+	if (rc == 0)
+		rc = ctx->ops->va_unmap(ctx, r->dev, va, bytes);
+	if (rc == 0) {
+		for (size_t k = first; k < first + n; k++) {
+			((struct dev_phys *)(uintptr_t)r->va->mapped[k])->maps--;
+			r->va->mapped[k] = 0;
+		}
+		r->va->nmapped -= n;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+/* ---- streams and events -------------------------------------------------------------- */
+
+int dev_stream_create(struct dev_ctx *ctx, int dev, struct dev_stream **out)
+{
+	SP_CHECK(check_dev(ctx, dev, "dev_stream_create"));
+	SP_CHECK_ARG(out, "dev_stream_create: NULL output");
+	struct dev_stream *s = calloc(1, sizeof(*s));
+	if (!s)
+		return sp_error(-ENOMEM, "dev_stream_create: out of host memory");
+	s->ctx = ctx;
+	s->dev = dev;
+	int rc = ctx->ops->stream_create(s);
+	if (rc < 0) {
+		free(s);
+		return rc;
+	}
+	pthread_mutex_lock(&ctx->lock);
+	s->next = ctx->streams;
+	if (s->next)
+		s->next->prev = s;
+	ctx->streams = s;
+	pthread_mutex_unlock(&ctx->lock);
+	*out = s;
+	return 0;
+}
+
+int dev_stream_destroy(struct dev_stream *s)
+{
+	SP_CHECK_ARG(s, "dev_stream_destroy: NULL stream");
+	struct dev_ctx *ctx = s->ctx;
+	int rc = ctx->ops->stream_sync(s);
+	pthread_mutex_lock(&ctx->lock);
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		ctx->streams = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	pthread_mutex_unlock(&ctx->lock);
+	int rc2 = ctx->ops->stream_destroy(s);
+	free(s);
+	return rc < 0 ? rc : rc2;
+}
+
+int dev_stream_sync(struct dev_stream *s)
+{
+	SP_CHECK_ARG(s, "dev_stream_sync: NULL stream");
+	return s->ctx->ops->stream_sync(s);
+}
+
+int dev_stream_device(const struct dev_stream *s)
+{
+	return s ? s->dev : -1;
+}
+
+void *dev_stream_native(const struct dev_stream *s)
+{
+	return s ? s->native : NULL;
+}
+
+int dev_event_create(struct dev_ctx *ctx, struct dev_event **out)
+{
+	SP_CHECK_ARG(ctx && out, "dev_event_create: NULL argument");
+	struct dev_event *e = calloc(1, sizeof(*e));
+	if (!e)
+		return sp_error(-ENOMEM, "dev_event_create: out of host memory");
+	e->ctx = ctx;
+	int rc = ctx->ops->event_create(e);
+	if (rc < 0) {
+		free(e);
+		return rc;
+	}
+	pthread_mutex_lock(&ctx->lock);
+	e->next = ctx->events;
+	if (e->next)
+		e->next->prev = e;
+	ctx->events = e;
+	pthread_mutex_unlock(&ctx->lock);
+	*out = e;
+	return 0;
+}
+
+int dev_event_destroy(struct dev_event *e)
+{
+	SP_CHECK_ARG(e, "dev_event_destroy: NULL event");
+	struct dev_ctx *ctx = e->ctx;
+	pthread_mutex_lock(&ctx->lock);
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		ctx->events = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+	pthread_mutex_unlock(&ctx->lock);
+	int rc = ctx->ops->event_destroy(e);
+	free(e);
+	return rc;
+}
+
+int dev_event_record(struct dev_event *e, struct dev_stream *s)
+{
+	SP_CHECK_ARG(e && s, "dev_event_record: NULL argument");
+	SP_CHECK_ARG(e->ctx == s->ctx, "dev_event_record: event and stream of different contexts");
+	return s->ctx->ops->event_record(e, s);
+}
+
+int dev_event_query(struct dev_event *e)
+{
+	SP_CHECK_ARG(e, "dev_event_query: NULL event");
+	return e->ctx->ops->event_query(e);
+}
+
+int dev_event_sync(struct dev_event *e)
+{
+	SP_CHECK_ARG(e, "dev_event_sync: NULL event");
+	return e->ctx->ops->event_sync(e);
+}
+
+int dev_stream_wait_event(struct dev_stream *s, struct dev_event *e)
+{
+	SP_CHECK_ARG(e && s, "dev_stream_wait_event: NULL argument");
+	SP_CHECK_ARG(e->ctx == s->ctx,
+	             "dev_stream_wait_event: event and stream of different contexts");
+	return s->ctx->ops->stream_wait_event(s, e);
+}
+
+int dev_event_time(struct dev_event *e, double *out_s)
+{
+	SP_CHECK_ARG(e && out_s, "dev_event_time: NULL argument");
+	return e->ctx->ops->event_time(e, out_s);
+}
+
+double dev_now(const struct dev_ctx *ctx)
+{
+	return ctx ? ctx->ops->now(ctx) : 0;
+}
+
+/* ---- async operations ------------------------------------------------------------ */
+
+int dev_memcpy_async(struct dev_stream *s, void *dst, int dst_dev, const void *src, int src_dev,
+                     size_t bytes)
+{
+	SP_CHECK_ARG(s, "dev_memcpy_async: NULL stream");
+	struct dev_ctx *ctx = s->ctx;
+	SP_CHECK_ARG(dst && src, "dev_memcpy_async: NULL %s", dst ? "source" : "destination");
+	SP_CHECK_ARG((dst_dev == DEV_HOST || (dst_dev >= 0 && dst_dev < ctx->ndev)) &&
+	                 (src_dev == DEV_HOST || (src_dev >= 0 && src_dev < ctx->ndev)),
+	             "dev_memcpy_async: bad place (dst %d, src %d; %d device(s))", dst_dev, src_dev,
+	             ctx->ndev);
+	SP_CHECK_ARG(dst_dev >= 0 || src_dev >= 0,
+	             "dev_memcpy_async: host to host is not a device copy");
+	if (bytes == 0)
+		return 0;
+	enum dev_copy_kind kind = src_dev == DEV_HOST   ? DEV_COPY_H2D
+	                          : dst_dev == DEV_HOST ? DEV_COPY_D2H
+	                          : src_dev == dst_dev  ? DEV_COPY_D2D
+	                                                : DEV_COPY_P2P;
+	SP_CHECK(ctx->ops->memcpy_async(s, dst, dst_dev, src, src_dev, bytes, kind));
+	__atomic_add_fetch(&ctx->copied[kind], bytes, __ATOMIC_RELAXED);
+	return 0;
+}
+
+int dev_memset_async(struct dev_stream *s, void *dst, int dst_dev, int value, size_t bytes)
+{
+	SP_CHECK_ARG(s && dst, "dev_memset_async: NULL argument");
+	SP_CHECK_ARG(dst_dev == DEV_HOST || (dst_dev >= 0 && dst_dev < s->ctx->ndev),
+	             "dev_memset_async: bad place %d", dst_dev);
+	if (bytes == 0)
+		return 0;
+	return s->ctx->ops->memset_async(s, dst, dst_dev, value, bytes);
+}
+
+#define DEV_ARGS_MAX 4096
+
+int dev_launch(struct dev_stream *s, const struct dev_kernel *k, const void *args, size_t args_size,
+               struct dev_cost cost)
+{
+	SP_CHECK_ARG(s && k, "dev_launch: NULL argument");
+	SP_CHECK_ARG(args || !args_size, "dev_launch %s: NULL args of %zu bytes",
+	             k->name ? k->name : "?", args_size);
+	SP_CHECK_ARG(args_size <= DEV_ARGS_MAX, "dev_launch %s: args of %zu bytes (max %d)",
+	             k->name ? k->name : "?", args_size, DEV_ARGS_MAX);
+	SP_CHECK_ARG(cost.flops >= 0 && cost.bytes >= 0, "dev_launch %s: negative cost",
+	             k->name ? k->name : "?");
+	return s->ctx->ops->launch(s, k, args, args_size, cost);
+}
+
+int dev_host_callback(struct dev_stream *s, void (*fn)(void *arg), void *arg)
+{
+	SP_CHECK_ARG(s && fn, "dev_host_callback: NULL argument");
+	return s->ctx->ops->host_callback(s, fn, arg);
+}
+
+uint64_t dev_copied_bytes(const struct dev_ctx *ctx, enum dev_copy_kind kind)
+{
+	if (!ctx || (unsigned)kind >= DEV_COPY_KINDS)
+		return 0;
+	return __atomic_load_n(&ctx->copied[kind], __ATOMIC_RELAXED);
+}

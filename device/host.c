@@ -1,0 +1,706 @@
+/* device/host.c — the host backend: N emulated GPUs in host memory.
+ *
+ * Device memory is host memory with a capacity per device (enforced in
+ * device.c). Physical chunks are ranges of one memfd per device, so a chunk's
+ * bytes survive being unmapped and mapped again elsewhere; a reserved range that
+ * has no chunk mapped is PROT_NONE, so touching non-resident memory faults at
+ * once, as a GPU's MMU would. Each stream is a worker thread running its ops in
+ * order: copies are memcpy (optionally throttled to the profile's link
+ * bandwidths), kernels call the CPU function. Events count records and
+ * completions (a generation each) under one mutex and condition variable.
+ */
+#include "device/internal.h"
+
+#include "common/log.h"
+#include "common/stats.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HOST_GRANULARITY     (64u << 10)
+#define HOST_DEFAULT_DEVICES 2
+#define HOST_DEFAULT_MEM     (1ull << 30)
+#define HOST_ARGS_INLINE     256
+
+/* A free range of a device's memory file. */
+struct host_range {
+	uint64_t off, len;
+};
+
+struct host_dev {
+	int fd;             /* memfd holding every chunk of this device */
+	uint64_t file_size; /* twice the capacity: chunks never need compaction */
+	struct host_range *free;
+	size_t nfree, cap_free;
+};
+
+/* Link reservations for throttling: the time each link is busy until. */
+enum { LINK_H2D, LINK_D2H, LINK_P2P_OUT, LINK_KINDS };
+
+struct host_ctx {
+	struct host_dev dev[DEV_MAX];
+	pthread_mutex_t lock; /* free lists, link reservations */
+	pthread_mutex_t ev_lock;
+	pthread_cond_t ev_cond; /* any event completed */
+	int throttle;
+	double link_busy[DEV_MAX][LINK_KINDS];
+	double host_busy[2]; /* shared host link: [0] into devices, [1] out of them */
+};
+
+enum host_op_kind { OP_COPY, OP_MEMSET, OP_KERNEL, OP_CALLBACK, OP_RECORD, OP_WAIT };
+
+struct host_op {
+	enum host_op_kind kind;
+	struct host_op *next;
+	union {
+		struct {
+			void *dst;
+			const void *src;
+			size_t bytes;
+			int src_dev, dst_dev;
+			int value;
+		} mem;
+		struct {
+			void (*cpu)(const void *);
+			void *args; /* inline or heap */
+			size_t size;
+		} kern;
+		struct {
+			void (*fn)(void *);
+			void *arg;
+		} cb;
+		struct {
+			struct host_event *e;
+			uint64_t gen;
+		} ev;
+	} u;
+	_Alignas(16) char inline_args[HOST_ARGS_INLINE];
+};
+
+struct host_stream {
+	struct dev_stream *s;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t work, idle;
+	struct host_op *head, *tail, *spare;
+	uint64_t submitted, completed;
+	int stop;
+};
+
+struct host_event {
+	uint64_t recorded, done; /* generations, under ev_lock */
+	double time;
+};
+
+static struct host_ctx *hctx(const struct dev_ctx *ctx)
+{
+	return ctx->impl;
+}
+
+/* ---- open / close ------------------------------------------------------------- */
+
+static int host_open(struct dev_ctx *ctx, const struct dev_config *cfg)
+{
+	int n = cfg->ndevices ? cfg->ndevices : HOST_DEFAULT_DEVICES;
+	uint64_t cap = cfg->device_mem ? cfg->device_mem : HOST_DEFAULT_MEM;
+	if (cap % HOST_GRANULARITY)
+		cap += HOST_GRANULARITY - cap % HOST_GRANULARITY;
+	struct host_ctx *h = calloc(1, sizeof(*h));
+	if (!h)
+		return sp_error(-ENOMEM, "host backend: out of memory");
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_mutex_init(&h->ev_lock, NULL);
+	pthread_cond_init(&h->ev_cond, NULL);
+	h->throttle = cfg->link_throttle;
+	ctx->impl = h;
+	ctx->ndev = n;
+	/* Emulated GPUs reach each other with a memcpy: peer copies always work, at
+	 * the profile's peer bandwidth or, for a one-GPU profile, its H2D one. */
+	if (ctx->prof.p2p_bw <= 0)
+		ctx->prof.p2p_bw = ctx->prof.h2d_bw;
+	dev_info_from_profile(ctx, cap, HOST_GRANULARITY);
+	for (int d = 0; d < n; d++) {
+		snprintf(ctx->info[d].name, sizeof(ctx->info[d].name), "emulated %.54s",
+		         ctx->prof.device_name);
+		h->dev[d].fd = -1;
+	}
+	for (int d = 0; d < n; d++) {
+		struct host_dev *hd = &h->dev[d];
+		char name[32];
+		snprintf(name, sizeof(name), "spill-dev%d", d);
+		hd->fd = memfd_create(name, MFD_CLOEXEC);
+		hd->file_size = 2 * cap;
+		hd->cap_free = 64;
+		hd->free = malloc(hd->cap_free * sizeof(*hd->free));
+		if (hd->fd < 0 || !hd->free || ftruncate(hd->fd, (off_t)hd->file_size) < 0) {
+			int e = errno ? errno : ENOMEM;
+			ctx->ops->close(ctx);
+			return sp_error(-e, "host backend: device %d memory file: %s", d,
+			                strerror(e));
+		}
+		hd->free[0] = (struct host_range){0, hd->file_size};
+		hd->nfree = 1;
+	}
+	return 0;
+}
+
+static void host_close(struct dev_ctx *ctx)
+{
+	struct host_ctx *h = hctx(ctx);
+	if (!h)
+		return;
+	for (int d = 0; d < DEV_MAX; d++) {
+		if (h->dev[d].fd >= 0 && d < ctx->ndev)
+			close(h->dev[d].fd);
+		free(h->dev[d].free);
+	}
+	pthread_cond_destroy(&h->ev_cond);
+	pthread_mutex_destroy(&h->ev_lock);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+	ctx->impl = NULL;
+}
+
+/* ---- memory -------------------------------------------------------------------- */
+
+static size_t page_round(size_t b)
+{
+	size_t pg = 4096;
+	return (b + pg - 1) / pg * pg;
+}
+
+static int map_anon(size_t bytes, int prot, const char *what, void **out)
+{
+	int flags = MAP_PRIVATE | MAP_ANONYMOUS | (prot == PROT_NONE ? MAP_NORESERVE : 0);
+	void *p = mmap(NULL, page_round(bytes), prot, flags, -1, 0);
+	if (p == MAP_FAILED)
+		return sp_error(-ENOMEM, "host backend: cannot map %zu bytes of %s: %s", bytes,
+		                what, strerror(errno));
+	*out = p;
+	return 0;
+}
+
+static int unmap(void *p, size_t bytes)
+{
+	if (munmap(p, page_round(bytes)) < 0)
+		return sp_error(-errno, "host backend: munmap %p: %s", p, strerror(errno));
+	return 0;
+}
+
+static int host_mem_alloc(struct dev_ctx *ctx, int dev, size_t bytes, void **out)
+{
+	return map_anon(bytes, PROT_READ | PROT_WRITE, "device memory", out);
+}
+
+static int host_mem_free(struct dev_ctx *ctx, int dev, void *ptr, size_t bytes)
+{
+	return unmap(ptr, bytes);
+}
+
+static int host_host_alloc(struct dev_ctx *ctx, size_t bytes, void **out)
+{
+	return map_anon(bytes, PROT_READ | PROT_WRITE, "pinned host memory", out);
+}
+
+static int host_host_free(struct dev_ctx *ctx, void *ptr, size_t bytes)
+{
+	return unmap(ptr, bytes);
+}
+
+static int host_va_reserve(struct dev_ctx *ctx, int dev, size_t bytes, void **out)
+{
+	/* Over-reserve by one granule and trim, so the range is granule-aligned. */
+	size_t g = HOST_GRANULARITY;
+	void *raw = NULL;
+	SP_CHECK(map_anon(bytes + g, PROT_NONE, "address space", &raw));
+	uintptr_t a = ((uintptr_t)raw + g - 1) & ~(uintptr_t)(g - 1);
+	size_t head = a - (uintptr_t)raw, tail = g - head;
+	if (head)
+		munmap(raw, head);
+	if (tail)
+		munmap((char *)a + bytes, tail);
+	*out = (void *)a;
+	return 0;
+}
+
+static int host_va_release(struct dev_ctx *ctx, void *va, size_t bytes)
+{
+	return unmap(va, bytes);
+}
+
+static int host_phys_create(struct dev_ctx *ctx, struct dev_phys *ph)
+{
+	struct host_ctx *h = hctx(ctx);
+	struct host_dev *hd = &h->dev[ph->dev];
+	pthread_mutex_lock(&h->lock);
+	size_t i = 0;
+	while (i < hd->nfree && hd->free[i].len < ph->bytes)
+		i++;
+	int rc = 0;
+	if (i == hd->nfree) {
+		rc = sp_error(-ENOMEM,
+		              "host backend: device %d: no free range of %zu bytes in its "
+		              "memory file (fragmented)",
+		              ph->dev, ph->bytes);
+	} else {
+		ph->off = hd->free[i].off;
+		hd->free[i].off += ph->bytes;
+		hd->free[i].len -= ph->bytes;
+		if (!hd->free[i].len) {
+			memmove(&hd->free[i], &hd->free[i + 1],
+			        (hd->nfree - i - 1) * sizeof(*hd->free));
+			hd->nfree--;
+		}
+	}
+	pthread_mutex_unlock(&h->lock);
+	return rc;
+}
+
+static int host_phys_destroy(struct dev_ctx *ctx, struct dev_phys *ph)
+{
+	struct host_ctx *h = hctx(ctx);
+	struct host_dev *hd = &h->dev[ph->dev];
+	/* Give the pages back; the range reads as zeros if handed out again. */
+	if (fallocate(hd->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)ph->off,
+	              (off_t)ph->bytes) < 0)
+		SP_WARN(DEV, "host backend: cannot release a chunk's pages: %s", strerror(errno));
+	pthread_mutex_lock(&h->lock);
+	size_t i = 0;
+	while (i < hd->nfree && hd->free[i].off < ph->off)
+		i++;
+	int merge_prev = i > 0 && hd->free[i - 1].off + hd->free[i - 1].len == ph->off;
+	int merge_next = i < hd->nfree && ph->off + ph->bytes == hd->free[i].off;
+	int rc = 0;
+	if (merge_prev && merge_next) {
+		hd->free[i - 1].len += ph->bytes + hd->free[i].len;
+		memmove(&hd->free[i], &hd->free[i + 1], (hd->nfree - i - 1) * sizeof(*hd->free));
+		hd->nfree--;
+	} else if (merge_prev) {
+		hd->free[i - 1].len += ph->bytes;
+	} else if (merge_next) {
+		hd->free[i].off = ph->off;
+		hd->free[i].len += ph->bytes;
+	} else {
+		if (hd->nfree == hd->cap_free) {
+			struct host_range *t = realloc(hd->free, 2 * hd->cap_free * sizeof(*t));
+			if (!t)
+				rc = sp_error(-ENOMEM, "host backend: free list: out of memory");
+			else {
+				hd->free = t;
+				hd->cap_free *= 2;
+			}
+		}
+		if (rc == 0) {
+			memmove(&hd->free[i + 1], &hd->free[i],
+			        (hd->nfree - i) * sizeof(*hd->free));
+			hd->free[i] = (struct host_range){ph->off, ph->bytes};
+			hd->nfree++;
+		}
+	}
+	pthread_mutex_unlock(&h->lock);
+	return rc;
+}
+
+static int host_va_map(struct dev_ctx *ctx, int dev, void *va, size_t bytes, struct dev_phys *ph,
+                       size_t off)
+{
+	struct host_ctx *h = hctx(ctx);
+	void *p = mmap(va, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, h->dev[dev].fd,
+	               (off_t)(ph->off + off));
+	if (p == MAP_FAILED)
+		return sp_error(-ENOMEM, "host backend: cannot map %zu bytes at %p: %s", bytes, va,
+		                strerror(errno));
+	return 0;
+}
+
+static int host_va_unmap(struct dev_ctx *ctx, int dev, void *va, size_t bytes)
+{
+	/* Back to an inaccessible reservation: a later touch faults. */
+	void *p = mmap(va, bytes, PROT_NONE,
+	               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return sp_error(-ENOMEM, "host backend: cannot unmap %zu bytes at %p: %s", bytes,
+		                va, strerror(errno));
+	return 0;
+}
+
+/* ---- streams ------------------------------------------------------------------- */
+
+static struct host_stream *hs(const struct dev_stream *s)
+{
+	return s->impl;
+}
+
+static void sleep_until(double t)
+{
+	double now = sp_now_s();
+	if (t <= now)
+		return;
+	double d = t - now;
+	struct timespec ts = {(time_t)d, (long)((d - floor(d)) * 1e9)};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+	}
+}
+
+/* With throttling, a copy ends no earlier than its links allow: each link (the
+ * device's own and the shared host link) serves copies one after another at
+ * its bandwidth, so concurrent copies over a shared link add up, as on a bus. */
+static double throttle_end(struct dev_ctx *ctx, int src, int dst, size_t bytes)
+{
+	struct host_ctx *h = hctx(ctx);
+	double now = sp_now_s(), end = now;
+	pthread_mutex_lock(&h->lock);
+	double *own = NULL, *shared = NULL, bw = 0;
+	if (src == DEV_HOST) {
+		own = &h->link_busy[dst][LINK_H2D];
+		shared = &h->host_busy[0];
+		bw = ctx->prof.h2d_bw;
+	} else if (dst == DEV_HOST) {
+		own = &h->link_busy[src][LINK_D2H];
+		shared = &h->host_busy[1];
+		bw = ctx->prof.d2h_bw;
+	} else if (src != dst) {
+		own = &h->link_busy[src][LINK_P2P_OUT];
+		bw = dev_link_bw(ctx, src, dst);
+	}
+	if (own && bw > 0) {
+		double t0 = *own > now ? *own : now;
+		*own = end = t0 + (double)bytes / bw;
+		if (shared) {
+			double s0 = *shared > now ? *shared : now;
+			*shared = s0 + (double)bytes / ctx->prof.host_bw;
+			if (*shared > end)
+				end = *shared;
+		}
+	}
+	pthread_mutex_unlock(&h->lock);
+	return end;
+}
+
+static void event_complete(struct host_ctx *h, struct host_event *e, uint64_t gen)
+{
+	pthread_mutex_lock(&h->ev_lock);
+	if (gen > e->done) {
+		e->done = gen;
+		e->time = sp_now_s();
+	}
+	pthread_cond_broadcast(&h->ev_cond);
+	pthread_mutex_unlock(&h->ev_lock);
+}
+
+static void run_op(struct host_stream *st, struct host_op *op)
+{
+	struct dev_ctx *ctx = st->s->ctx;
+	struct host_ctx *h = hctx(ctx);
+	switch (op->kind) {
+	case OP_COPY: {
+		double end = h->throttle ? throttle_end(ctx, op->u.mem.src_dev, op->u.mem.dst_dev,
+		                                        op->u.mem.bytes)
+		                         : 0;
+		memmove(op->u.mem.dst, op->u.mem.src, op->u.mem.bytes);
+		if (h->throttle)
+			sleep_until(end);
+		break;
+	}
+	case OP_MEMSET: memset(op->u.mem.dst, op->u.mem.value, op->u.mem.bytes); break;
+	case OP_KERNEL: op->u.kern.cpu(op->u.kern.args); break;
+	case OP_CALLBACK: op->u.cb.fn(op->u.cb.arg); break;
+	case OP_RECORD: event_complete(h, op->u.ev.e, op->u.ev.gen); break;
+	case OP_WAIT:
+		pthread_mutex_lock(&h->ev_lock);
+		while (op->u.ev.e->done < op->u.ev.gen)
+			pthread_cond_wait(&h->ev_cond, &h->ev_lock);
+		pthread_mutex_unlock(&h->ev_lock);
+		break;
+	}
+	if (op->kind == OP_KERNEL && op->u.kern.args != op->inline_args)
+		free(op->u.kern.args);
+}
+
+static void *worker(void *arg)
+{
+	struct host_stream *st = arg;
+	pthread_mutex_lock(&st->lock);
+	for (;;) {
+		while (!st->head && !st->stop)
+			pthread_cond_wait(&st->work, &st->lock);
+		if (!st->head)
+			break;
+		struct host_op *op = st->head;
+		pthread_mutex_unlock(&st->lock);
+		run_op(st, op);
+		pthread_mutex_lock(&st->lock);
+		st->head = op->next;
+		if (!st->head)
+			st->tail = NULL;
+		op->next = st->spare;
+		st->spare = op;
+		st->completed++;
+		if (st->completed == st->submitted)
+			pthread_cond_broadcast(&st->idle);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return NULL;
+}
+
+static int host_stream_create(struct dev_stream *s)
+{
+	struct host_stream *st = calloc(1, sizeof(*st));
+	if (!st)
+		return sp_error(-ENOMEM, "host backend: stream: out of memory");
+	st->s = s;
+	pthread_mutex_init(&st->lock, NULL);
+	pthread_cond_init(&st->work, NULL);
+	pthread_cond_init(&st->idle, NULL);
+	int e = pthread_create(&st->thread, NULL, worker, st);
+	if (e) {
+		pthread_cond_destroy(&st->idle);
+		pthread_cond_destroy(&st->work);
+		pthread_mutex_destroy(&st->lock);
+		free(st);
+		return sp_error(-e, "host backend: cannot start a stream thread: %s", strerror(e));
+	}
+	s->impl = st;
+	return 0;
+}
+
+static int host_stream_sync(struct dev_stream *s)
+{
+	struct host_stream *st = hs(s);
+	pthread_mutex_lock(&st->lock);
+	while (st->completed != st->submitted)
+		pthread_cond_wait(&st->idle, &st->lock);
+	pthread_mutex_unlock(&st->lock);
+	return 0;
+}
+
+static int host_stream_destroy(struct dev_stream *s)
+{
+	struct host_stream *st = hs(s);
+	pthread_mutex_lock(&st->lock);
+	st->stop = 1;
+	pthread_cond_signal(&st->work);
+	pthread_mutex_unlock(&st->lock);
+	pthread_join(st->thread, NULL);
+	while (st->spare) {
+		struct host_op *op = st->spare;
+		st->spare = op->next;
+		free(op);
+	}
+	pthread_cond_destroy(&st->idle);
+	pthread_cond_destroy(&st->work);
+	pthread_mutex_destroy(&st->lock);
+	free(st);
+	return 0;
+}
+
+static int op_get(struct host_stream *st, struct host_op **out)
+{
+	pthread_mutex_lock(&st->lock);
+	struct host_op *op = st->spare;
+	if (op)
+		st->spare = op->next;
+	pthread_mutex_unlock(&st->lock);
+	if (!op && !(op = malloc(sizeof(*op))))
+		return sp_error(-ENOMEM, "host backend: stream op: out of memory");
+	*out = op;
+	return 0;
+}
+
+static void op_submit(struct host_stream *st, struct host_op *op)
+{
+	op->next = NULL;
+	pthread_mutex_lock(&st->lock);
+	if (st->tail)
+		st->tail->next = op;
+	else
+		st->head = op;
+	st->tail = op;
+	st->submitted++;
+	pthread_cond_signal(&st->work);
+	pthread_mutex_unlock(&st->lock);
+}
+
+/* ---- events -------------------------------------------------------------------- */
+
+static int host_event_create(struct dev_event *e)
+{
+	struct host_event *he = calloc(1, sizeof(*he));
+	if (!he)
+		return sp_error(-ENOMEM, "host backend: event: out of memory");
+	e->impl = he;
+	return 0;
+}
+
+static int host_event_sync(struct dev_event *e)
+{
+	struct host_ctx *h = hctx(e->ctx);
+	struct host_event *he = e->impl;
+	pthread_mutex_lock(&h->ev_lock);
+	while (he->done < he->recorded)
+		pthread_cond_wait(&h->ev_cond, &h->ev_lock);
+	pthread_mutex_unlock(&h->ev_lock);
+	return 0;
+}
+
+static int host_event_destroy(struct dev_event *e)
+{
+	/* A pending record still points at the event: let it land first. */
+	int rc = host_event_sync(e);
+	free(e->impl);
+	return rc;
+}
+
+static int host_event_record(struct dev_event *e, struct dev_stream *s)
+{
+	struct host_ctx *h = hctx(e->ctx);
+	struct host_op *op;
+	SP_CHECK(op_get(hs(s), &op));
+	op->kind = OP_RECORD;
+	op->u.ev.e = e->impl;
+	pthread_mutex_lock(&h->ev_lock);
+	op->u.ev.gen = ++op->u.ev.e->recorded;
+	op_submit(hs(s), op);
+	pthread_mutex_unlock(&h->ev_lock);
+	return 0;
+}
+
+static int host_event_query(struct dev_event *e)
+{
+	struct host_ctx *h = hctx(e->ctx);
+	struct host_event *he = e->impl;
+	pthread_mutex_lock(&h->ev_lock);
+	int rc = he->done < he->recorded ? -EAGAIN : 0;
+	pthread_mutex_unlock(&h->ev_lock);
+	return rc;
+}
+
+static int host_stream_wait_event(struct dev_stream *s, struct dev_event *e)
+{
+	struct host_ctx *h = hctx(e->ctx);
+	struct host_op *op;
+	SP_CHECK(op_get(hs(s), &op));
+	op->kind = OP_WAIT;
+	op->u.ev.e = e->impl;
+	pthread_mutex_lock(&h->ev_lock);
+	op->u.ev.gen = op->u.ev.e->recorded;
+	pthread_mutex_unlock(&h->ev_lock);
+	op_submit(hs(s), op);
+	return 0;
+}
+
+static int host_event_time(struct dev_event *e, double *out_s)
+{
+	struct host_ctx *h = hctx(e->ctx);
+	struct host_event *he = e->impl;
+	pthread_mutex_lock(&h->ev_lock);
+	int rc = he->done < he->recorded ? -EAGAIN : 0;
+	if (rc == 0)
+		*out_s = he->recorded ? he->time : 0;
+	pthread_mutex_unlock(&h->ev_lock);
+	return rc;
+}
+
+static double host_now(const struct dev_ctx *ctx)
+{
+	return sp_now_s();
+}
+
+/* ---- async operations -------------------------------------------------------------- */
+
+static int host_memcpy_async(struct dev_stream *s, void *dst, int dst_dev, const void *src,
+                             int src_dev, size_t bytes, enum dev_copy_kind kind)
+{
+	struct host_op *op;
+	SP_CHECK(op_get(hs(s), &op));
+	op->kind = OP_COPY;
+	op->u.mem.dst = dst;
+	op->u.mem.src = src;
+	op->u.mem.bytes = bytes;
+	op->u.mem.src_dev = src_dev;
+	op->u.mem.dst_dev = dst_dev;
+	op_submit(hs(s), op);
+	return 0;
+}
+
+static int host_memset_async(struct dev_stream *s, void *dst, int dst_dev, int value, size_t bytes)
+{
+	struct host_op *op;
+	SP_CHECK(op_get(hs(s), &op));
+	op->kind = OP_MEMSET;
+	op->u.mem.dst = dst;
+	op->u.mem.value = value;
+	op->u.mem.bytes = bytes;
+	op_submit(hs(s), op);
+	return 0;
+}
+
+static int host_launch(struct dev_stream *s, const struct dev_kernel *k, const void *args,
+                       size_t args_size, struct dev_cost cost)
+{
+	if (!k->cpu)
+		return sp_error(-ENOTSUP,
+		                "dev_launch: kernel %s has no CPU implementation (host "
+		                "backend)",
+		                k->name ? k->name : "?");
+	struct host_op *op;
+	SP_CHECK(op_get(hs(s), &op));
+	op->kind = OP_KERNEL;
+	op->u.kern.cpu = k->cpu;
+	op->u.kern.size = args_size;
+	op->u.kern.args = args_size <= HOST_ARGS_INLINE ? op->inline_args : malloc(args_size);
+	if (!op->u.kern.args) {
+		free(op);
+		return sp_error(-ENOMEM, "dev_launch %s: args: out of memory", k->name);
+	}
+	if (args_size)
+		memcpy(op->u.kern.args, args, args_size);
+	op_submit(hs(s), op);
+	return 0;
+}
+
+static int host_host_callback(struct dev_stream *s, void (*fn)(void *), void *arg)
+{
+	struct host_op *op;
+	SP_CHECK(op_get(hs(s), &op));
+	op->kind = OP_CALLBACK;
+	op->u.cb.fn = fn;
+	op->u.cb.arg = arg;
+	op_submit(hs(s), op);
+	return 0;
+}
+
+const struct dev_backend_ops dev_host_ops = {
+    .open = host_open,
+    .close = host_close,
+    .mem_alloc = host_mem_alloc,
+    .mem_free = host_mem_free,
+    .host_alloc = host_host_alloc,
+    .host_free = host_host_free,
+    .va_reserve = host_va_reserve,
+    .va_release = host_va_release,
+    .phys_create = host_phys_create,
+    .phys_destroy = host_phys_destroy,
+    .va_map = host_va_map,
+    .va_unmap = host_va_unmap,
+    .stream_create = host_stream_create,
+    .stream_destroy = host_stream_destroy,
+    .stream_sync = host_stream_sync,
+    .event_create = host_event_create,
+    .event_destroy = host_event_destroy,
+    .event_record = host_event_record,
+    .event_query = host_event_query,
+    .event_sync = host_event_sync,
+    .stream_wait_event = host_stream_wait_event,
+    .event_time = host_event_time,
+    .now = host_now,
+    .memcpy_async = host_memcpy_async,
+    .memset_async = host_memset_async,
+    .launch = host_launch,
+    .host_callback = host_host_callback,
+};

@@ -1,0 +1,408 @@
+/* tests/device/conformance.h — the device conformance suite, run against every
+ * backend (test_conformance: host and model; test_gpu_device: cuda).
+ *
+ * It checks what everything above the device layer relies on: allocation
+ * within and beyond capacity (-ENOMEM naming the numbers), bad frees, map and
+ * unmap of chunks into reserved ranges (bytes survive a remap elsewhere), copies
+ * of every kind and memset with their contents, stream order, events across
+ * streams (a wait really waits; query, sync and times agree), peer copies,
+ * host callbacks, the copied-bytes counters, and bad arguments.
+ * The model backend has no data: contents are not checked there, times are.
+ * Header-only; a test includes it once.
+ */
+#ifndef SP_TESTS_DEVICE_CONFORMANCE_H
+#define SP_TESTS_DEVICE_CONFORMANCE_H
+
+#include "device/device.h"
+#include "tests/test.h"
+
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#if SPILL_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+/* A "kernel" that fills bytes with a value: memset on the CPU, cudaMemsetAsync
+ * on the stream it is given for CUDA. Enough to test launch order. */
+struct cf_fill {
+	void *p;
+	size_t bytes;
+	int value;
+};
+
+static void cf_fill_cpu(const void *a)
+{
+	const struct cf_fill *f = a;
+	memset(f->p, f->value, f->bytes);
+}
+
+#if SPILL_HAVE_CUDA
+static void cf_fill_cuda(const void *a, void *stream)
+{
+	const struct cf_fill *f = a;
+	cudaMemsetAsync(f->p, f->value, f->bytes, (cudaStream_t)stream);
+}
+#else
+#define cf_fill_cuda NULL
+#endif
+
+static const struct dev_kernel cf_fill_kernel = {"cf_fill", cf_fill_cpu, cf_fill_cuda};
+
+static int cf_launch_fill(struct dev_stream *s, void *p, size_t bytes, int value)
+{
+	struct cf_fill f = {p, bytes, value};
+	struct dev_cost c = {0, (double)bytes};
+	return dev_launch(s, &cf_fill_kernel, &f, sizeof(f), c);
+}
+
+/* A host callback that sleeps, then stores a word into host memory. */
+struct cf_slow_store {
+	volatile uint32_t *dst;
+	uint32_t value;
+	int ms;
+};
+
+static void cf_slow_store_fn(void *arg)
+{
+	struct cf_slow_store *a = arg;
+	struct timespec ts = {0, (long)a->ms * 1000000L};
+	nanosleep(&ts, NULL);
+	*a->dst = a->value;
+}
+
+static int cf_all_bytes(const void *p, size_t n, int v)
+{
+	const unsigned char *c = p;
+	for (size_t i = 0; i < n; i++)
+		if (c[i] != (unsigned char)v)
+			return 0;
+	return 1;
+}
+
+static void cf_pattern(void *p, size_t n, uint32_t seed)
+{
+	uint32_t *w = p;
+	for (size_t i = 0; i < n / 4; i++)
+		w[i] = seed * 2654435761u + (uint32_t)i;
+}
+
+static int cf_pattern_ok(const void *p, size_t n, uint32_t seed)
+{
+	const uint32_t *w = p;
+	for (size_t i = 0; i < n / 4; i++)
+		if (w[i] != seed * 2654435761u + (uint32_t)i)
+			return 0;
+	return 1;
+}
+
+static void cf_memory(struct dev_ctx *ctx)
+{
+	struct dev_info in;
+	CHECK_OK(dev_info(ctx, 0, &in));
+	CHECK(in.capacity > 0 && in.granularity > 0 && in.used == 0);
+	void *a = NULL, *b = NULL;
+	size_t half = in.capacity / 2;
+	CHECK_OK(dev_mem_alloc(ctx, 0, half, &a));
+	CHECK_OK(dev_info(ctx, 0, &in));
+	CHECK(in.used == half);
+	/* Beyond capacity: -ENOMEM, the numbers in the message, output untouched. */
+	b = (void *)0x1;
+	CHECK(dev_mem_alloc(ctx, 0, in.capacity - half + 1, &b) == -ENOMEM);
+	CHECK_MSG(strstr(sp_last_error(), "in use") && strstr(sp_last_error(), "device 0"), "%s",
+	          sp_last_error());
+	CHECK(b == (void *)0x1);
+	CHECK_OK(dev_mem_alloc(ctx, 0, in.capacity - half, &b)); /* exactly full */
+	CHECK_OK(dev_mem_free(ctx, 0, b));
+	/* Bad frees. */
+	CHECK(dev_mem_free(ctx, 0, (char *)a + 8) == -EINVAL);
+	if (dev_count(ctx) > 1)
+		CHECK(dev_mem_free(ctx, 1, a) == -EINVAL); /* wrong device */
+	CHECK_OK(dev_mem_free(ctx, 0, a));
+	CHECK(dev_mem_free(ctx, 0, a) == -EINVAL); /* double free */
+	CHECK_OK(dev_mem_free(ctx, 0, NULL));
+	CHECK_OK(dev_info(ctx, 0, &in));
+	CHECK(in.used == 0);
+	/* Bad arguments. */
+	CHECK(dev_mem_alloc(ctx, 0, 0, &a) == -EINVAL);
+	CHECK(dev_mem_alloc(ctx, dev_count(ctx), 64, &a) == -EINVAL);
+	CHECK(strstr(sp_last_error(), "does not exist"));
+	CHECK(dev_mem_alloc(ctx, -1, 64, &a) == -EINVAL);
+	CHECK(dev_info(ctx, 99, &in) == -EINVAL);
+	void *h;
+	CHECK_OK(dev_host_alloc(ctx, 4096, &h));
+	CHECK(dev_mem_free(ctx, 0, h) == -EINVAL); /* pinned host, not device */
+	CHECK_OK(dev_host_free(ctx, h));
+	CHECK(dev_host_free(ctx, h) == -EINVAL);
+}
+
+static void cf_map(struct dev_ctx *ctx, struct dev_stream *s, int data)
+{
+	struct dev_info in;
+	CHECK_OK(dev_info(ctx, 0, &in));
+	size_t g = in.granularity;
+	void *va, *pin;
+	struct dev_phys *ph, *ph2;
+	CHECK_OK(dev_va_reserve(ctx, 0, 4 * g, &va));
+	CHECK(dev_va_reserve(ctx, 0, g + 1, &pin) == -EINVAL); /* not a multiple */
+	CHECK_OK(dev_phys_create(ctx, 0, 2 * g, &ph));
+	CHECK_OK(dev_info(ctx, 0, &in));
+	CHECK(in.used == 2 * g); /* chunks count, reservations do not */
+	CHECK(dev_phys_create(ctx, 0, g / 2, &ph2) == -EINVAL);
+	CHECK_OK(dev_host_alloc(ctx, 2 * g, &pin));
+
+	/* Map at the start, write through the mapping, unmap, map at the end: the
+	 * chunk's bytes survive. */
+	CHECK_OK(dev_va_map(ctx, va, 2 * g, ph, 0));
+	CHECK(dev_va_map(ctx, (char *)va + g, 2 * g, ph, 0) == -EBUSY); /* overlaps */
+	CHECK(dev_phys_destroy(ctx, ph) == -EBUSY);
+	CHECK(dev_va_release(ctx, va, 4 * g) == -EBUSY);
+	if (data)
+		cf_pattern(pin, 2 * g, 7);
+	CHECK_OK(dev_memcpy_async(s, va, 0, pin, DEV_HOST, 2 * g));
+	CHECK_OK(dev_stream_sync(s));
+	CHECK_OK(dev_va_unmap(ctx, va, 2 * g));
+	CHECK(dev_va_unmap(ctx, va, g) == -EINVAL); /* not mapped */
+	CHECK_OK(dev_va_map(ctx, (char *)va + 2 * g, 2 * g, ph, 0));
+	if (data)
+		memset(pin, 0, 2 * g);
+	CHECK_OK(dev_memcpy_async(s, pin, DEV_HOST, (char *)va + 2 * g, 0, 2 * g));
+	CHECK_OK(dev_stream_sync(s));
+	if (data)
+		CHECK_MSG(cf_pattern_ok(pin, 2 * g, 7), "a chunk's bytes did not survive a remap");
+
+	/* Outside any reservation, beyond the chunk, misaligned. */
+	CHECK(dev_va_map(ctx, (char *)va + 8 * g, g, ph, 0) == -EINVAL);
+	CHECK(dev_va_map(ctx, va, g, ph, 2 * g) == -EINVAL);
+	CHECK(dev_va_map(ctx, (char *)va + 1, g, ph, 0) == -EINVAL);
+	CHECK(dev_va_release(ctx, (char *)va + g, 3 * g) == -EINVAL);
+
+	/* A chunk counts against capacity: one larger than what is left fails. */
+	size_t left = (size_t)(in.capacity - in.used);
+	size_t too_big = (left / g + 1) * g;
+	CHECK(dev_phys_create(ctx, 0, too_big, &ph2) == -ENOMEM);
+
+	CHECK_OK(dev_va_unmap(ctx, (char *)va + 2 * g, 2 * g));
+	CHECK_OK(dev_phys_destroy(ctx, ph));
+	CHECK_OK(dev_va_release(ctx, va, 4 * g));
+	CHECK_OK(dev_host_free(ctx, pin));
+	CHECK_OK(dev_info(ctx, 0, &in));
+	CHECK(in.used == 0);
+}
+
+static void cf_copies(struct dev_ctx *ctx, struct dev_stream *s, int data)
+{
+	const size_t n = 1 << 20;
+	int nd = dev_count(ctx);
+	void *h1, *h2, *d0a, *d0b, *d1 = NULL;
+	CHECK_OK(dev_host_alloc(ctx, n, &h1));
+	CHECK_OK(dev_host_alloc(ctx, n, &h2));
+	CHECK_OK(dev_mem_alloc(ctx, 0, n, &d0a));
+	CHECK_OK(dev_mem_alloc(ctx, 0, n, &d0b));
+	if (nd > 1)
+		CHECK_OK(dev_mem_alloc(ctx, 1, n, &d1));
+	uint64_t before[DEV_COPY_KINDS];
+	for (int k = 0; k < DEV_COPY_KINDS; k++)
+		before[k] = dev_copied_bytes(ctx, (enum dev_copy_kind)k);
+	if (data) {
+		cf_pattern(h1, n, 11);
+		memset(h2, 0, n);
+	}
+	/* H2D, D2D, (P2P there and back), D2H, all on one stream: order matters. */
+	CHECK_OK(dev_memcpy_async(s, d0a, 0, h1, DEV_HOST, n));
+	CHECK_OK(dev_memcpy_async(s, d0b, 0, d0a, 0, n));
+	void *last = d0b;
+	int last_dev = 0;
+	if (nd > 1) {
+		CHECK_OK(dev_memset_async(s, d0a, 0, 0, n));
+		CHECK_OK(dev_memcpy_async(s, d1, 1, d0b, 0, n));
+		CHECK_OK(dev_memcpy_async(s, d0a, 0, d1, 1, n));
+		last = d0a;
+	}
+	CHECK_OK(dev_memcpy_async(s, h2, DEV_HOST, last, last_dev, n));
+	CHECK_OK(dev_stream_sync(s));
+	if (data)
+		CHECK_MSG(cf_pattern_ok(h2, n, 11), "content lost along H2D, D2D, P2P, D2H");
+	CHECK(dev_copied_bytes(ctx, DEV_COPY_H2D) - before[DEV_COPY_H2D] == n);
+	CHECK(dev_copied_bytes(ctx, DEV_COPY_D2D) - before[DEV_COPY_D2D] == n);
+	CHECK(dev_copied_bytes(ctx, DEV_COPY_D2H) - before[DEV_COPY_D2H] == n);
+	CHECK(dev_copied_bytes(ctx, DEV_COPY_P2P) - before[DEV_COPY_P2P] == (nd > 1 ? 2 * n : 0));
+
+	/* memset on the device and on pinned host memory, a kernel, in order. */
+	CHECK_OK(dev_memset_async(s, d0a, 0, 0x5a, n));
+	CHECK_OK(cf_launch_fill(s, d0a, n / 2, 0x33));
+	CHECK_OK(dev_memset_async(s, h2, DEV_HOST, 0x11, n));
+	CHECK_OK(dev_memcpy_async(s, h2, DEV_HOST, d0a, 0, n));
+	CHECK_OK(dev_stream_sync(s));
+	if (data) {
+		CHECK(cf_all_bytes(h2, n / 2, 0x33));
+		CHECK(cf_all_bytes((char *)h2 + n / 2, n / 2, 0x5a));
+	}
+
+	/* Bad copies. */
+	CHECK(dev_memcpy_async(s, h2, DEV_HOST, h1, DEV_HOST, n) == -EINVAL);
+	CHECK(dev_memcpy_async(s, d0a, nd, h1, DEV_HOST, n) == -EINVAL);
+	CHECK(dev_memcpy_async(s, NULL, 0, h1, DEV_HOST, n) == -EINVAL);
+	CHECK(dev_memcpy_async(NULL, d0a, 0, h1, DEV_HOST, n) == -EINVAL);
+	CHECK_OK(dev_memcpy_async(s, d0a, 0, h1, DEV_HOST, 0)); /* nothing to do */
+	CHECK(dev_launch(s, &cf_fill_kernel, NULL, 16, (struct dev_cost){0, 0}) == -EINVAL);
+
+	if (nd > 1)
+		CHECK_OK(dev_mem_free(ctx, 1, d1));
+	CHECK_OK(dev_mem_free(ctx, 0, d0b));
+	CHECK_OK(dev_mem_free(ctx, 0, d0a));
+	CHECK_OK(dev_host_free(ctx, h2));
+	CHECK_OK(dev_host_free(ctx, h1));
+}
+
+/* Stream A: a slow host callback stores a flag, then records E. Stream B waits
+ * for E, then copies the flag to the device and back. B must see the flag. */
+static void cf_events(struct dev_ctx *ctx, int data, int real_time)
+{
+	int nd = dev_count(ctx);
+	struct dev_stream *a, *b;
+	struct dev_event *e, *e2, *never;
+	CHECK_OK(dev_stream_create(ctx, 0, &a));
+	CHECK_OK(dev_stream_create(ctx, nd - 1, &b));
+	CHECK_OK(dev_event_create(ctx, &e));
+	CHECK_OK(dev_event_create(ctx, &e2));
+	CHECK_OK(dev_event_create(ctx, &never));
+	CHECK(dev_event_query(never) == 0); /* never recorded: complete */
+	void *hflag, *hout, *dflag;
+	CHECK_OK(dev_host_alloc(ctx, 4096, &hflag));
+	CHECK_OK(dev_host_alloc(ctx, 4096, &hout));
+	CHECK_OK(dev_mem_alloc(ctx, nd - 1, 4096, &dflag));
+	if (data) {
+		memset(hflag, 0, 4096);
+		memset(hout, 0, 4096);
+	}
+	struct cf_slow_store st = {data ? (volatile uint32_t *)hflag : NULL, 0xC0FFEE, 100};
+	uint32_t sink; /* the model's host memory has no bytes to store into */
+	if (!data)
+		st.dst = &sink;
+	/* The model backend charges a 1 MiB H2D before the record, so E has a time. */
+	void *dbig;
+	CHECK_OK(dev_mem_alloc(ctx, 0, 1 << 20, &dbig));
+	void *hbig;
+	CHECK_OK(dev_host_alloc(ctx, 1 << 20, &hbig));
+	CHECK_OK(dev_host_callback(a, cf_slow_store_fn, &st));
+	CHECK_OK(dev_memcpy_async(a, dbig, 0, hbig, DEV_HOST, 1 << 20));
+	CHECK_OK(dev_event_record(e, a));
+	CHECK_OK(dev_stream_wait_event(b, e));
+	CHECK_OK(dev_memcpy_async(b, dflag, nd - 1, hflag, DEV_HOST, 4096));
+	CHECK_OK(dev_memcpy_async(b, hout, DEV_HOST, dflag, nd - 1, 4096));
+	CHECK_OK(dev_event_record(e2, b));
+	if (real_time) /* the callback sleeps 100 ms: E cannot be complete yet */
+		CHECK(dev_event_query(e) == -EAGAIN);
+	double t_e, t_e2;
+	if (real_time)
+		CHECK(dev_event_time(e, &t_e) == -EAGAIN);
+	CHECK_OK(dev_event_sync(e2));
+	CHECK(dev_event_query(e) == 0);
+	CHECK(dev_event_query(e2) == 0);
+	CHECK_OK(dev_event_time(e, &t_e));
+	CHECK_OK(dev_event_time(e2, &t_e2));
+	CHECK_MSG(t_e <= t_e2, "event times out of order: %.9f > %.9f", t_e, t_e2);
+	CHECK_MSG(t_e2 <= dev_now(ctx) + 1e-6, "event time %.9f after now %.9f", t_e2,
+	          dev_now(ctx));
+	if (data)
+		CHECK_MSG(*(volatile uint32_t *)hout == 0xC0FFEE,
+		          "stream B did not wait for the event (read %#x)", *(uint32_t *)hout);
+	/* A re-record replaces the capture; sync on it waits for the new work. */
+	CHECK_OK(dev_memcpy_async(a, dbig, 0, hbig, DEV_HOST, 1 << 20));
+	CHECK_OK(dev_event_record(e, a));
+	CHECK_OK(dev_event_sync(e));
+	double t_e3;
+	CHECK_OK(dev_event_time(e, &t_e3));
+	CHECK(t_e3 >= t_e);
+	/* Polling a pending event makes progress (the model's clock moves on). */
+	CHECK_OK(dev_memcpy_async(a, dbig, 0, hbig, DEV_HOST, 1 << 20));
+	CHECK_OK(dev_event_record(e, a));
+	int polls = 0;
+	while (dev_event_query(e) == -EAGAIN && polls < 1000000)
+		polls++;
+	CHECK(dev_event_query(e) == 0);
+
+	CHECK_OK(dev_mem_free(ctx, 0, dbig));
+	CHECK_OK(dev_host_free(ctx, hbig));
+	CHECK_OK(dev_mem_free(ctx, nd - 1, dflag));
+	CHECK_OK(dev_host_free(ctx, hout));
+	CHECK_OK(dev_host_free(ctx, hflag));
+	CHECK_OK(dev_event_destroy(never));
+	CHECK_OK(dev_event_destroy(e2));
+	CHECK_OK(dev_event_destroy(e));
+	CHECK_OK(dev_stream_destroy(b));
+	CHECK_OK(dev_stream_destroy(a));
+}
+
+/* Host callbacks run in stream order, after the work before them. */
+struct cf_order {
+	int seen[4];
+	int n;
+};
+struct cf_order_arg {
+	struct cf_order *o;
+	int id;
+};
+static void cf_order_fn(void *arg)
+{
+	struct cf_order_arg *a = arg;
+	a->o->seen[a->o->n++] = a->id;
+}
+
+static void cf_callbacks(struct dev_ctx *ctx, struct dev_stream *s)
+{
+	struct cf_order o = {{0}, 0};
+	struct cf_order_arg args[4];
+	for (int i = 0; i < 4; i++) {
+		args[i] = (struct cf_order_arg){&o, i + 1};
+		CHECK_OK(dev_host_callback(s, cf_order_fn, &args[i]));
+	}
+	CHECK_OK(dev_stream_sync(s));
+	CHECK(o.n == 4);
+	for (int i = 0; i < 4; i++)
+		CHECK(o.seen[i] == i + 1);
+	CHECK(dev_host_callback(s, NULL, NULL) == -EINVAL);
+}
+
+static void cf_topology(struct dev_ctx *ctx)
+{
+	int nd = dev_count(ctx);
+	CHECK(nd >= 1 && nd <= DEV_MAX);
+	for (int d = 0; d < nd; d++) {
+		struct dev_info in;
+		CHECK_OK(dev_info(ctx, d, &in));
+		CHECK(in.name[0] && in.flops > 0 && in.mem_bw > 0);
+		CHECK(dev_link_bw(ctx, DEV_HOST, d) > 0 && dev_link_bw(ctx, d, DEV_HOST) > 0);
+		for (int e = 0; e < nd; e++)
+			if (e != d && dev_p2p_possible(ctx, d, e))
+				CHECK(dev_link_bw(ctx, d, e) > 0);
+	}
+	CHECK(dev_host_link_bw(ctx) > 0);
+	CHECK(dev_link_bw(ctx, DEV_DISK, DEV_HOST) > 0);
+	CHECK(dev_link_bw(ctx, nd, 0) == 0);
+	CHECK(dev_p2p_possible(ctx, 0, 0) == 0);
+}
+
+/* Runs the whole suite on an open context; data = 0 for the model backend,
+ * real_time = 0 where time is virtual. */
+static void conformance_run(struct dev_ctx *ctx, int data, int real_time)
+{
+	struct dev_stream *s;
+	printf("conformance: backend %s, %d device(s)\n", dev_backend_name(dev_backend(ctx)),
+	       dev_count(ctx));
+	cf_topology(ctx);
+	cf_memory(ctx);
+	CHECK_OK(dev_stream_create(ctx, 0, &s));
+	CHECK(dev_stream_device(s) == 0);
+	CHECK(dev_stream_create(ctx, dev_count(ctx), &s) == -EINVAL);
+	cf_map(ctx, s, data);
+	cf_copies(ctx, s, data);
+	cf_callbacks(ctx, s);
+	CHECK_OK(dev_stream_destroy(s));
+	cf_events(ctx, data, real_time);
+	printf("conformance: backend %s ok\n", dev_backend_name(dev_backend(ctx)));
+}
+
+#endif
