@@ -1,9 +1,7 @@
-/* tests/kernels/pending/test_launch.c — the launch path on the host backend:
+/* tests/kernels/test_launch.c — the launch path on the host backend:
  * kn_<op>_launch runs the same CPU kernel as the direct call (same bytes), a bad
  * shape returns -EINVAL before anything is queued (the output, read back after a
- * stream sync, is untouched), a NULL stream is refused, args are copied at launch.
- * Not built yet (it needs dev_launch to link): move it to tests/kernels/ once
- * device/ has the host backend. */
+ * stream sync, is untouched), a NULL stream is refused, args are copied at launch. */
 #include "tests/kernels/util.h"
 #include "tests/test.h"
 
