@@ -2,7 +2,7 @@
  * forward + backward with spill's CUDA kernels through the layer API
  * (kn_layer_forward/backward_cuda on the ranges kn_layer_describe sizes), timed
  * with CUDA events on a created stream, next to the same block in PyTorch eager on the same GPU
- * (bench/block_gpu.py, run through /usr/bin/python3). Prints ms per iteration,
+ * (bench/block_gpu.py, run through /usr/bin/python3 or $PYTHON). Prints ms per iteration,
  * achieved TFLOP/s (FLOPs from kn_layer_describe) and the time ratio spill /
  * PyTorch (target <= 1.25); writes JSON to argv[1]. Exits 77 without a CUDA
  * device. Usage: block_gpu [json] [B T C NH iters]. */
@@ -100,9 +100,11 @@ int main(int argc, char **argv)
 	ms /= iters;
 	double flops = d.fwd_flops + d.bwd_flops, tflops = flops / (ms * 1e-3) / 1e12;
 
-	char cmd[256];
-	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 bench/block_gpu.py %d %d %d %d %d", B, T, C,
-	         NH, iters);
+	/* Debian's python3 holds its torch; GPU images keep theirs elsewhere (PYTHON=). */
+	const char *python = getenv("PYTHON") ? getenv("PYTHON") : "/usr/bin/python3";
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "%s bench/block_gpu.py %d %d %d %d %d", python, B, T, C, NH,
+	         iters);
 	double torch_ms = 0;
 	FILE *py = popen(cmd, "r");
 	char line[256];
