@@ -26,7 +26,10 @@ VARIANT := $(if $(variant),$(subst $(eval) ,-,$(variant)),release)
 O := build/$(VARIANT)
 
 # ---- dependencies: one found/missing line each ------------------------------
-probe_hdr = $(shell printf '\#include <$(1)>\n' | $(CC) $(2) -E -x c - >/dev/null 2>&1 && echo 1)
+# A literal '#' for the probes: make 4.3 keeps a backslash before '#' inside a
+# function call, which turned the directive into text and every probe into "found".
+hash := \#
+probe_hdr = $(shell printf '$(hash)include <$(1)>\n' | $(CC) $(2) -E -x c - >/dev/null 2>&1 && echo 1)
 HAVE_URING := $(call probe_hdr,liburing.h)
 HAVE_BLAS := $(call probe_hdr,cblas.h,-I/usr/include/x86_64-linux-gnu -I/usr/include/openblas)
 HAVE_MPI := $(if $(shell command -v mpicc 2>/dev/null),1)

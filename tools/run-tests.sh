@@ -40,7 +40,7 @@ for t in "$@"; do
 		timeout -k 10 "$timeout_s" "$t" >"$log" 2>&1 </dev/null
 	fi
 	rc=$?
-	secs=$(printf '%.1f' "$(echo "$(date +%s.%N) - $start" | bc)")
+	secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 	if [ $rc -eq 0 ]; then
 		passed=$((passed + 1))
 		printf 'PASS  %-50s %6ss\n' "$name" "$secs"
