@@ -2,12 +2,15 @@
  *
  *   spill params [--markdown]   the SPILL_* table, or the current values
  *   spill devices               open the configured backend and list its devices
+ *   spill swap-demo             train-shaped accesses through the vmm on device 0 of the
+ *                               configured backend, with and without next-use hints
  *   spill version
  * Every error is one line on stderr and a non-zero exit.
  */
 #include "common/log.h"
 #include "common/params.h"
 #include "device/device.h"
+#include "vmm/vmm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,12 +75,192 @@ static int cmd_devices(void)
 	return 0;
 }
 
+/* ---- swap-demo ------------------------------------------------------------------
+ * A model of L layers, each with weights, gradients, optimizer state (2x) and a
+ * stashed activation, trained for 2 iterations on device 0 with a vmm budget of
+ * a third of the state: forward reads each layer's weights and writes its
+ * activation; backward reads weights and activation, accumulates the gradient,
+ * and updates the layer right after (just-in-time update). The same accesses
+ * run twice: with next-use hints from the known order (Belady) and without (LRU).
+ * Writes are device memsets, so the run is real on every backend. */
+enum { SD_W, SD_G, SD_O, SD_A, SD_KINDS };
+#define SD_LAYERS 12
+#define SD_ITERS  2
+
+struct sd_access {
+	int layer, what;
+	enum vmm_access access;
+};
+
+/* The access order of one iteration; next use of each access = the index of the
+ * same object's next access (across iterations). */
+static int sd_order(struct sd_access *a)
+{
+	int n = 0;
+	for (int l = 0; l < SD_LAYERS; l++) {
+		a[n++] = (struct sd_access){l, SD_W, VMM_READ};
+		a[n++] = (struct sd_access){l, SD_A, VMM_OVERWRITE};
+	}
+	for (int l = SD_LAYERS - 1; l >= 0; l--) {
+		a[n++] = (struct sd_access){l, SD_W, VMM_READ};
+		a[n++] = (struct sd_access){l, SD_A, VMM_READ};
+		a[n++] = (struct sd_access){l, SD_G, VMM_OVERWRITE};
+		a[n++] = (struct sd_access){l, SD_O, VMM_WRITE};
+		a[n++] = (struct sd_access){l, SD_W, VMM_WRITE};
+	}
+	return n;
+}
+
+struct sd_result {
+	uint64_t h2d, d2h, weight_d2h;
+	double secs;
+};
+
+static int sd_run(struct dev_ctx *ctx, const struct vmm_config *base, size_t unit, int hints,
+                  struct sd_result *res)
+{
+	static const size_t mult[SD_KINDS] = {2, 2, 4, 1}; /* in units of half a weight */
+	static const enum vmm_kind kinds[SD_KINDS] = {VMM_KIND_WEIGHT, VMM_KIND_GRAD,
+	                                              VMM_KIND_OPTIM, VMM_KIND_STASH};
+	struct vmm_config cfg = *base;
+	cfg.policy = hints ? VMM_POLICY_BELADY : VMM_POLICY_LRU;
+	struct vmm *v = NULL;
+	struct dev_stream *s = NULL;
+	struct dev_event *done = NULL;
+	uint64_t id[SD_LAYERS][SD_KINDS];
+	struct sd_access acc[SD_LAYERS * 7];
+	int n = sd_order(acc), rc;
+	memset(id, 0, sizeof(id));
+	SP_CHECK(vmm_open(ctx, &cfg, &v));
+	SP_CHECK_GOTO(dev_stream_create(ctx, 0, &s), rc, out);
+	SP_CHECK_GOTO(dev_event_create(ctx, &done), rc, out);
+	for (int l = 0; l < SD_LAYERS; l++)
+		for (int k = 0; k < SD_KINDS; k++) {
+			struct vmm_obj_desc d = {.bytes = mult[k] * unit, .kind = kinds[k]};
+			SP_CHECK_GOTO(vmm_obj_create(v, &d, &id[l][k]), rc, out);
+		}
+	double t0 = dev_now(ctx);
+	for (int it = 0; it < SD_ITERS; it++) {
+		for (int i = 0; i < n; i++) {
+			const struct sd_access *a = &acc[i];
+			uint64_t obj = id[a->layer][a->what];
+			enum vmm_access mode = a->access;
+			if (it == 0 && i < 2 * SD_LAYERS && a->what == SD_W)
+				mode = VMM_OVERWRITE; /* initialisation */
+			if (it == 0 && a->what == SD_O)
+				mode = VMM_OVERWRITE;
+			void *p;
+			struct dev_event *ready;
+			SP_CHECK_GOTO(vmm_acquire(v, obj, 0, mode, &p, &ready), rc, out);
+			if (ready)
+				SP_CHECK_GOTO(dev_stream_wait_event(s, ready), rc, out);
+			if (mode != VMM_READ) {
+				struct vmm_obj_info inf;
+				SP_CHECK_GOTO(vmm_obj_info(v, obj, &inf), rc, out);
+				SP_CHECK_GOTO(dev_memset_async(s, p, 0, i & 0xff, inf.bytes), rc,
+				              out);
+			}
+			SP_CHECK_GOTO(dev_event_record(done, s), rc, out);
+			SP_CHECK_GOTO(vmm_release(v, obj, 0, done), rc, out);
+			if (hints) { /* the next access of the same object in the schedule */
+				uint64_t next = VMM_NO_HINT;
+				for (int j = 1; j <= n && next == VMM_NO_HINT; j++) {
+					const struct sd_access *b = &acc[(i + j) % n];
+					if (b->layer == a->layer && b->what == a->what &&
+					    (i + j < n || it + 1 < SD_ITERS))
+						next = (uint64_t)(it * n + i + j);
+				}
+				SP_CHECK_GOTO(vmm_hint(v, obj, next), rc, out);
+			}
+		}
+	}
+	SP_CHECK_GOTO(vmm_sync(v), rc, out);
+	SP_CHECK_GOTO(dev_stream_sync(s), rc, out);
+	res->secs = dev_now(ctx) - t0;
+	res->h2d = vmm_xfer_bytes(v, VMM_XFER_H2D);
+	res->d2h = vmm_xfer_bytes(v, VMM_XFER_D2H);
+	res->weight_d2h = vmm_link_bytes(v, 0, VMM_HOST, VMM_KIND_WEIGHT);
+	rc = 0;
+out:
+	for (int l = 0; l < SD_LAYERS; l++)
+		for (int k = 0; k < SD_KINDS; k++)
+			if (id[l][k] && vmm_obj_destroy(v, id[l][k]) < 0 && rc == 0)
+				rc = -EIO;
+	if (done && dev_event_destroy(done) < 0 && rc == 0)
+		rc = -EIO;
+	if (s && dev_stream_destroy(s) < 0 && rc == 0)
+		rc = -EIO;
+	vmm_close(v);
+	return rc;
+}
+
+static int cmd_swap_demo(void)
+{
+	struct sp_params p;
+	struct dev_config dc;
+	struct vmm_config vc;
+	struct dev_ctx *ctx = NULL;
+	if (load_params(&p) < 0)
+		return 1;
+	if (dev_config_from_params(&p, &dc) < 0 || vmm_config_from_params(&p, &vc) < 0 ||
+	    dev_open(&dc, &ctx) < 0) {
+		fprintf(stderr, "spill: %s\n", sp_last_error());
+		return 1;
+	}
+	struct dev_info in;
+	if (dev_info(ctx, 0, &in) < 0) {
+		fprintf(stderr, "spill: %s\n", sp_last_error());
+		dev_close(ctx);
+		return 1;
+	}
+	/* Half a weight: 4 MiB, or less when the device is small. */
+	size_t unit = 4u << 20;
+	while (unit > (64u << 10) && SD_LAYERS * 9 * unit / 3 > in.capacity / 2)
+		unit /= 2;
+	uint64_t state = (uint64_t)SD_LAYERS * 9 * unit;
+	vc.ndevices = 1;
+	vc.device_mem = state / 3;
+	vc.stable_mem = 0;
+	vc.use_disk = 0;
+	if (vc.host_mem > 2 * state)
+		vc.host_mem = 2 * state;
+	char a[32], b[32], c[32];
+	printf("swap-demo on %s (backend %s): %d layers, weights %s each, gradients alike, "
+	       "optimizer state 2x, activations 0.5x: %s of state, vmm budget %s on device 0; "
+	       "%d iterations of forward, backward and just-in-time update\n",
+	       in.name, dev_backend_name(dev_backend(ctx)), SD_LAYERS,
+	       sp_format_size(2 * unit, a, 32), sp_format_size(state, b, 32),
+	       sp_format_size(vc.device_mem, c, 32), SD_ITERS);
+	struct sd_result r[2];
+	for (int h = 1; h >= 0; h--) {
+		if (sd_run(ctx, &vc, unit, h, &r[h]) < 0) {
+			fprintf(stderr, "spill: swap-demo: %s\n", sp_last_error());
+			dev_close(ctx);
+			return 1;
+		}
+	}
+	printf("%-24s %12s %12s %12s %10s %14s %10s\n", "policy", "H2D", "D2H", "moved", "vs LRU",
+	       "weights D2H", "time (s)");
+	for (int h = 1; h >= 0; h--) {
+		char x[32], y[32], z[32], w[32];
+		uint64_t moved = r[h].h2d + r[h].d2h, lru = r[0].h2d + r[0].d2h;
+		printf("%-24s %12s %12s %12s %10.3f %14s %10.3f\n",
+		       h ? "belady (next-use hints)" : "lru (no hints)",
+		       sp_format_size(r[h].h2d, x, 32), sp_format_size(r[h].d2h, y, 32),
+		       sp_format_size(moved, z, 32), lru ? (double)moved / lru : 0,
+		       sp_format_size(r[h].weight_d2h, w, 32), r[h].secs);
+	}
+	dev_close(ctx);
+	return 0;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: spill <command> [args]\n"
 	        "  params [--markdown]  print the SPILL_* variables (values, or the README table)\n"
 	        "  devices              list the devices of the configured backend\n"
+	        "  swap-demo            train-shaped accesses through the vmm, Belady vs LRU\n"
 	        "  version              print the version\n");
 }
 
@@ -92,6 +275,8 @@ int main(int argc, char **argv)
 		return cmd_params(argc - 1, argv + 1);
 	if (strcmp(cmd, "devices") == 0)
 		return cmd_devices();
+	if (strcmp(cmd, "swap-demo") == 0)
+		return cmd_swap_demo();
 	if (strcmp(cmd, "version") == 0) {
 		printf("spill %s\n", SPILL_VERSION);
 		return 0;
