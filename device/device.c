@@ -6,8 +6,10 @@
  * Invariants: ctx->used[d] is the physical bytes of device d (plain allocations
  * plus chunks) and never exceeds info[d].capacity; a reservation is released and
  * a chunk destroyed only when nothing is mapped through it. One mutex (ctx->lock)
- * guards the registry and the lists; backends are called outside it except where
- * noted, so a slow backend call never blocks unrelated ones.
+ * guards the registry (a hash table of allocations by address; an array of
+ * reservations sorted by start, so a map finds its range by bisection) and the
+ * lists. Backends run outside it, except map/unmap and frees, which hold it so a
+ * range or allocation cannot change under them.
  */
 #include "device/internal.h"
 
@@ -146,23 +148,67 @@ static int reg_insert(struct dev_ctx *ctx, const struct dev_reg *rec)
 static void reg_remove(struct dev_ctx *ctx, struct dev_reg *r)
 {
 	r->key = REG_TOMB;
-	r->va = NULL;
 	ctx->reg_live--;
 	ctx->reg_tomb++;
 }
 
-/* The reservation holding [p, p+bytes), or NULL. Under ctx->lock. Reservations
- * are few next to allocations, so a scan over the table is acceptable. */
-static struct dev_reg *reg_find_va(struct dev_ctx *ctx, const void *p, size_t bytes)
+/* ---- reservations: sorted by start ------------------------------------------------- */
+
+/* Index of the last reservation starting at or below a (or -1). Under lock. */
+static long va_floor(const struct dev_ctx *ctx, uintptr_t a)
+{
+	long lo = 0, hi = (long)ctx->nvas - 1, best = -1;
+	while (lo <= hi) {
+		long mid = (lo + hi) / 2;
+		if (ctx->vas[mid]->start <= a) {
+			best = mid;
+			lo = mid + 1;
+		} else {
+			hi = mid - 1;
+		}
+	}
+	return best;
+}
+
+/* The reservation holding [p, p+bytes), or NULL. Under ctx->lock. */
+static struct dev_va_rec *va_find(const struct dev_ctx *ctx, const void *p, size_t bytes)
 {
 	uintptr_t a = (uintptr_t)p;
-	for (size_t i = 0; i < ctx->reg_cap; i++) {
-		struct dev_reg *r = &ctx->reg[i];
-		if (r->key > REG_TOMB && r->kind == DEV_REG_VA && a >= r->key &&
-		    a - r->key <= r->bytes && bytes <= r->bytes - (a - r->key))
-			return r;
+	long i = va_floor(ctx, a);
+	if (i < 0)
+		return NULL;
+	struct dev_va_rec *r = ctx->vas[i];
+	return a - r->start <= r->bytes && bytes <= r->bytes - (a - r->start) ? r : NULL;
+}
+
+static int va_insert(struct dev_ctx *ctx, struct dev_va_rec *r)
+{
+	if (ctx->nvas == ctx->cap_vas) {
+		size_t cap = ctx->cap_vas ? 2 * ctx->cap_vas : 64;
+		struct dev_va_rec **t = realloc(ctx->vas, cap * sizeof(*t));
+		if (!t)
+			return sp_error(-ENOMEM, "device registry: out of host memory");
+		ctx->vas = t;
+		ctx->cap_vas = cap;
 	}
-	return NULL;
+	size_t i = (size_t)(va_floor(ctx, r->start) + 1);
+	memmove(&ctx->vas[i + 1], &ctx->vas[i], (ctx->nvas - i) * sizeof(*ctx->vas));
+	ctx->vas[i] = r;
+	ctx->nvas++;
+	return 0;
+}
+
+static void va_remove(struct dev_ctx *ctx, struct dev_va_rec *r)
+{
+	size_t i = (size_t)va_floor(ctx, r->start);
+	memmove(&ctx->vas[i], &ctx->vas[i + 1], (ctx->nvas - i - 1) * sizeof(*ctx->vas));
+	ctx->nvas--;
+}
+
+static void va_free(struct dev_va_rec *r)
+{
+	free(r->mapped);
+	free(r);
 }
 
 /* ---- open / close -------------------------------------------------------------- */
@@ -221,15 +267,13 @@ void dev_close(struct dev_ctx *ctx)
 	for (struct dev_stream *s = ctx->streams; s; s = s->next)
 		warn_close(ctx->ops->stream_sync(s), "stream sync");
 	/* Mappings first, then chunks, then reservations and allocations. */
-	for (size_t i = 0; i < ctx->reg_cap; i++) {
-		struct dev_reg *r = &ctx->reg[i];
-		if (r->key <= REG_TOMB || r->kind != DEV_REG_VA)
-			continue;
+	for (size_t i = 0; i < ctx->nvas; i++) {
+		struct dev_va_rec *r = ctx->vas[i];
 		size_t g = ctx->info[r->dev].granularity;
-		for (size_t k = 0; k < r->va->granules; k++)
-			if (r->va->mapped[k])
+		for (size_t k = 0; k < r->granules; k++)
+			if (r->mapped[k])
 				warn_close(
-				    ctx->ops->va_unmap(ctx, r->dev, (char *)r->key + k * g, g),
+				    ctx->ops->va_unmap(ctx, r->dev, (char *)r->start + k * g, g),
 				    "unmap");
 	}
 	while (ctx->phys_list) {
@@ -238,6 +282,12 @@ void dev_close(struct dev_ctx *ctx)
 		warn_close(ctx->ops->phys_destroy(ctx, ph), "chunk");
 		free(ph);
 	}
+	for (size_t i = 0; i < ctx->nvas; i++) {
+		struct dev_va_rec *r = ctx->vas[i];
+		warn_close(ctx->ops->va_release(ctx, (void *)r->start, r->bytes), "reservation");
+		va_free(r);
+	}
+	free(ctx->vas);
 	for (size_t i = 0; i < ctx->reg_cap; i++) {
 		struct dev_reg *r = &ctx->reg[i];
 		if (r->key <= REG_TOMB)
@@ -245,13 +295,8 @@ void dev_close(struct dev_ctx *ctx)
 		void *p = (void *)r->key;
 		if (r->kind == DEV_REG_MEM)
 			warn_close(ctx->ops->mem_free(ctx, r->dev, p, r->bytes), "allocation");
-		else if (r->kind == DEV_REG_HOST)
+		else
 			warn_close(ctx->ops->host_free(ctx, p, r->bytes), "host allocation");
-		else {
-			warn_close(ctx->ops->va_release(ctx, p, r->bytes), "reservation");
-			free(r->va->mapped);
-			free(r->va);
-		}
 	}
 	while (ctx->events) {
 		struct dev_event *e = ctx->events;
@@ -462,33 +507,33 @@ int dev_va_reserve(struct dev_ctx *ctx, int dev, size_t bytes, void **out)
 	SP_CHECK_ARG(out, "dev_va_reserve: NULL output");
 	SP_CHECK_ARG(bytes > 0, "dev_va_reserve: zero bytes");
 	SP_CHECK(check_gran(ctx, dev, bytes, "dev_va_reserve", "size"));
-	struct dev_va_rec *va = calloc(1, sizeof(*va));
+	struct dev_va_rec *r = calloc(1, sizeof(*r));
 	size_t granules = bytes / ctx->info[dev].granularity;
-	uint64_t *bits = calloc(granules, sizeof(*bits));
-	if (!va || !bits) {
-		free(va);
-		free(bits);
+	struct dev_phys **mapped = calloc(granules, sizeof(*mapped));
+	if (!r || !mapped) {
+		free(r);
+		free(mapped);
 		return sp_error(-ENOMEM,
 		                "dev_va_reserve: out of host memory for the map of %zu "
 		                "granules",
 		                granules);
 	}
-	va->granules = granules;
-	va->mapped = bits;
+	r->bytes = bytes;
+	r->dev = dev;
+	r->granules = granules;
+	r->mapped = mapped;
 	void *p = NULL;
 	int rc = ctx->ops->va_reserve(ctx, dev, bytes, &p);
 	if (rc == 0) {
+		r->start = (uintptr_t)p;
 		pthread_mutex_lock(&ctx->lock);
-		struct dev_reg r = {
-		    .key = (uintptr_t)p, .bytes = bytes, .dev = dev, .kind = DEV_REG_VA, .va = va};
-		rc = reg_insert(ctx, &r);
+		rc = va_insert(ctx, r);
 		pthread_mutex_unlock(&ctx->lock);
 		if (rc < 0 && ctx->ops->va_release(ctx, p, bytes) < 0)
 			SP_WARN(DEV, "dev_va_reserve: could not undo the reservation");
 	}
 	if (rc < 0) {
-		free(bits);
-		free(va);
+		va_free(r);
 		return rc;
 	}
 	*out = p;
@@ -499,22 +544,21 @@ int dev_va_release(struct dev_ctx *ctx, void *va, size_t bytes)
 {
 	SP_CHECK_ARG(ctx && va, "dev_va_release: NULL argument");
 	pthread_mutex_lock(&ctx->lock);
-	struct dev_reg *r = reg_find(ctx, va);
+	struct dev_va_rec *r = va_find(ctx, va, 0);
 	int rc;
-	if (!r || r->kind != DEV_REG_VA) {
+	if (!r || r->start != (uintptr_t)va) {
 		rc = sp_error(-EINVAL, "dev_va_release: %p is not a reserved range", va);
 	} else if (r->bytes != bytes) {
 		rc = sp_error(-EINVAL, "dev_va_release: %p was reserved with %zu bytes, not %zu",
 		              va, r->bytes, bytes);
-	} else if (r->va->nmapped) {
+	} else if (r->nmapped) {
 		rc = sp_error(-EBUSY, "dev_va_release: %p still has %zu granule(s) mapped", va,
-		              r->va->nmapped);
+		              r->nmapped);
 	} else {
 		rc = ctx->ops->va_release(ctx, va, bytes);
 		if (rc == 0) {
-			free(r->va->mapped);
-			free(r->va);
-			reg_remove(ctx, r);
+			va_remove(ctx, r);
+			va_free(r);
 		}
 	}
 	pthread_mutex_unlock(&ctx->lock);
@@ -601,7 +645,7 @@ int dev_va_map(struct dev_ctx *ctx, void *va, size_t bytes, struct dev_phys *ph,
 	             ph->bytes);
 	pthread_mutex_lock(&ctx->lock);
 	int rc = 0;
-	struct dev_reg *r = reg_find_va(ctx, va, bytes);
+	struct dev_va_rec *r = va_find(ctx, va, bytes);
 	size_t g = ctx->info[dev].granularity, first = 0, n = bytes / g;
 	if (!r) {
 		rc = sp_error(-EINVAL, "dev_va_map: [%p, +%zu) is not inside a reserved range", va,
@@ -609,12 +653,12 @@ int dev_va_map(struct dev_ctx *ctx, void *va, size_t bytes, struct dev_phys *ph,
 	} else if (r->dev != dev) {
 		rc = sp_error(-EINVAL, "dev_va_map: range %p is on device %d, chunk on device %d",
 		              va, r->dev, dev);
-	} else if (((uintptr_t)va - r->key) % g) {
+	} else if (((uintptr_t)va - r->start) % g) {
 		rc = sp_error(-EINVAL, "dev_va_map: %p is not granularity-aligned (%zu)", va, g);
 	} else {
-		first = ((uintptr_t)va - r->key) / g;
+		first = ((uintptr_t)va - r->start) / g;
 		for (size_t k = first; k < first + n; k++)
-			if (r->va->mapped[k]) {
+			if (r->mapped[k]) {
 				rc = sp_error(-EBUSY, "dev_va_map: %p + %zu is already mapped", va,
 				              (k - first) * g);
 				break;
@@ -624,8 +668,8 @@ int dev_va_map(struct dev_ctx *ctx, void *va, size_t bytes, struct dev_phys *ph,
 		rc = ctx->ops->va_map(ctx, dev, va, bytes, ph, off);
 	if (rc == 0) {
 		for (size_t k = first; k < first + n; k++)
-			r->va->mapped[k] = (uint64_t)(uintptr_t)ph;
-		r->va->nmapped += n;
+			r->mapped[k] = ph;
+		r->nmapped += n;
 		ph->maps += (int)n;
 	}
 	pthread_mutex_unlock(&ctx->lock);
@@ -638,23 +682,23 @@ int dev_va_unmap(struct dev_ctx *ctx, void *va, size_t bytes)
 	SP_CHECK_ARG(bytes > 0, "dev_va_unmap: zero bytes");
 	pthread_mutex_lock(&ctx->lock);
 	int rc = 0;
-	struct dev_reg *r = reg_find_va(ctx, va, bytes);
+	struct dev_va_rec *r = va_find(ctx, va, bytes);
 	size_t g = 0, first = 0, n = 0;
 	if (!r) {
 		rc = sp_error(-EINVAL, "dev_va_unmap: [%p, +%zu) is not inside a reserved range",
 		              va, bytes);
 	} else {
 		g = ctx->info[r->dev].granularity;
-		if (((uintptr_t)va - r->key) % g || bytes % g) {
+		if (((uintptr_t)va - r->start) % g || bytes % g) {
 			rc = sp_error(-EINVAL,
 			              "dev_va_unmap: [%p, +%zu) is not granularity-aligned "
 			              "(%zu)",
 			              va, bytes, g);
 		} else {
-			first = ((uintptr_t)va - r->key) / g;
+			first = ((uintptr_t)va - r->start) / g;
 			n = bytes / g;
 			for (size_t k = first; k < first + n; k++)
-				if (!r->va->mapped[k]) {
+				if (!r->mapped[k]) {
 					rc = sp_error(-EINVAL,
 					              "dev_va_unmap: %p + %zu is not mapped", va,
 					              (k - first) * g);
@@ -666,10 +710,10 @@ int dev_va_unmap(struct dev_ctx *ctx, void *va, size_t bytes)
 		rc = ctx->ops->va_unmap(ctx, r->dev, va, bytes);
 	if (rc == 0) {
 		for (size_t k = first; k < first + n; k++) {
-			((struct dev_phys *)(uintptr_t)r->va->mapped[k])->maps--;
-			r->va->mapped[k] = 0;
+			r->mapped[k]->maps--;
+			r->mapped[k] = NULL;
 		}
-		r->va->nmapped -= n;
+		r->nmapped -= n;
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	return rc;

@@ -41,21 +41,24 @@ int dev_profile_parse(const char *text, const char *origin, struct dev_profile *
 /* Names of the built-in profiles, NULL-terminated. */
 const char *const *dev_profile_builtin_names(void);
 
-enum dev_reg_kind { DEV_REG_MEM, DEV_REG_HOST, DEV_REG_VA };
+enum dev_reg_kind { DEV_REG_MEM, DEV_REG_HOST };
 
-/* A reservation's record: which granules are mapped (one bit each). */
-struct dev_va_rec {
-	size_t granules;
-	uint64_t *mapped; /* bitmap */
-	size_t nmapped;
-};
-
+/* A plain allocation (device or pinned host), in ctx's hash table by address. */
 struct dev_reg {
 	uintptr_t key; /* address; 0 = empty slot, 1 = tombstone */
 	size_t bytes;
 	int dev;
 	enum dev_reg_kind kind;
-	struct dev_va_rec *va; /* DEV_REG_VA only */
+};
+
+/* A reserved range, in ctx's array sorted by start (maps look up the range
+ * that contains an address): the chunk mapped at each granule, or NULL. */
+struct dev_va_rec {
+	uintptr_t start;
+	size_t bytes;
+	int dev;
+	size_t granules, nmapped;
+	struct dev_phys **mapped;
 };
 
 struct dev_phys {
@@ -135,6 +138,8 @@ struct dev_ctx {
 	pthread_mutex_t lock; /* registry, used[], lists */
 	struct dev_reg *reg;  /* open-addressing table, power-of-two size */
 	size_t reg_cap, reg_live, reg_tomb;
+	struct dev_va_rec **vas; /* reservations, sorted by start */
+	size_t nvas, cap_vas;
 	struct dev_phys *phys_list;
 	struct dev_stream *streams;
 	struct dev_event *events;
