@@ -513,8 +513,11 @@ static int enomem(struct vmm *v, uint32_t idx, int p)
 	struct vmm_obj *o = vmm_obj_at(v, idx);
 	char pn[16], a[32], b[32], c[32];
 	uint64_t pinned = 0, cap;
+	int stable_side = p < v->ndev && o->stable;
 	for (int32_t i = v->pl[p].rhead; i >= 0; i = vmm_obj_at(v, (uint32_t)i)->c[p].rnext) {
 		struct vmm_obj *q = vmm_obj_at(v, (uint32_t)i);
+		if (p < v->ndev && (int)q->stable != stable_side)
+			continue; /* the other budget of the device */
 		if (q->c[p].pins || q->x.active)
 			pinned += p < v->ndev ? q->dev_bytes : q->bytes;
 	}
@@ -599,11 +602,14 @@ int vmm_swap_make_space(struct vmm *v, uint32_t idx, int p)
 			              rc, out);
 			continue;
 		}
-		/* nothing to evict: wait for a transfer that will free space here */
+		/* nothing to evict: wait for a transfer after which space here is
+		 * freed (an eviction) or can be evicted (any transfer of an object
+		 * with a copy here: its copies are not victims while it is in flight) */
 		int32_t w = -1;
 		for (int32_t i = v->xfer_head; i >= 0; i = vmm_obj_at(v, (uint32_t)i)->x.next) {
 			struct vmm_obj *q = vmm_obj_at(v, (uint32_t)i);
-			if (q->x.drop_src && q->x.src == p) {
+			if ((uint32_t)i != idx && q->c[p].has_mem &&
+			    (p == P_HOST(v) || (int)q->stable == stable_side)) {
 				w = i;
 				break;
 			}
