@@ -426,6 +426,7 @@ int vmm_swap_retire(struct vmm *v, uint32_t idx, int block)
 			vmm_swap_free_disk(v, idx);
 		else
 			vmm_swap_free_copy(v, idx, x->dst);
+		o->pending_dev = -1; /* a prefetch chain stops here */
 		o->err = err;
 		o->err_kind = x->kind;
 		return sp_error(err,
@@ -630,6 +631,11 @@ int vmm_swap_make_space(struct vmm *v, uint32_t idx, int p)
 		SP_CHECK_GOTO(vmm_swap_retire(v, (uint32_t)w, 1), rc, out);
 	}
 out:
+	if (rc < 0 && rc != -ENOMEM && rc != -ENOSPC) { /* a victim's transfer failed */
+		char pn[16];
+		sp_error_context("vmm: making room for '%s' on %s", o->name,
+		                 place_name(v, p, pn, sizeof(pn)));
+	}
 	if (nskip)
 		for (int32_t i = v->pl[p].rhead; i >= 0; i = vmm_obj_at(v, (uint32_t)i)->c[p].rnext)
 			vmm_obj_at(v, (uint32_t)i)->c[p].skip = 0;

@@ -361,7 +361,7 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 {
 	uint32_t idx;
 	int p, rc = 0, started = 0;
-	struct vmm_obj *o;
+	struct vmm_obj *o = NULL;
 	SP_CHECK_ARG(ptr && ready, "vmm_acquire: NULL out-parameter");
 	VMM_ENTER(v, id, place, idx, o, p);
 	struct vmm_copy *c = &o->c[p];
@@ -464,6 +464,8 @@ done:
 	*ptr = c->ptr;
 	*ready = c->filling ? c->ev : NULL;
 out:
+	if (rc < 0 && o && rc == o->err)
+		o->err = 0; /* the caller has it now */
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }
@@ -472,7 +474,7 @@ int vmm_release(struct vmm *v, uint64_t id, int place, struct dev_event *done)
 {
 	uint32_t idx;
 	int p, rc = 0;
-	struct vmm_obj *o;
+	struct vmm_obj *o = NULL;
 	VMM_ENTER(v, id, place, idx, o, p);
 	struct vmm_copy *c = &o->c[p];
 	if (!c->pins) {
@@ -502,7 +504,7 @@ int vmm_prefetch(struct vmm *v, uint64_t id, int place)
 {
 	uint32_t idx;
 	int p, rc = 0, started = 0;
-	struct vmm_obj *o;
+	struct vmm_obj *o = NULL;
 	VMM_ENTER(v, id, place, idx, o, p);
 	if (o->stable && p < v->ndev && p != o->home) {
 		rc = sp_error(-EINVAL, "vmm: stable object '%s' lives on device %d, not %d",
@@ -523,6 +525,8 @@ int vmm_prefetch(struct vmm *v, uint64_t id, int place)
 	if (rc == 0 && started)
 		sp_counter_add(&v->st.prefetches, 1);
 out:
+	if (rc < 0 && o && rc == o->err)
+		o->err = 0; /* the caller has it now */
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }
@@ -546,10 +550,12 @@ int vmm_evict(struct vmm *v, uint64_t id, int place)
 {
 	uint32_t idx;
 	int p, rc = 0;
-	struct vmm_obj *o;
+	struct vmm_obj *o = NULL;
 	VMM_ENTER(v, id, place, idx, o, p);
 	rc = vmm_swap_evict(v, idx, p);
 out:
+	if (rc < 0 && o && rc == o->err)
+		o->err = 0; /* the caller has it now */
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }
@@ -571,6 +577,8 @@ int vmm_writeback(struct vmm *v, uint64_t id, int to_disk)
 		rc = busy_writing(v, o, q, "it cannot be written back until released");
 	else
 		rc = vmm_swap_writeback(v, idx, to_disk);
+	if (rc < 0 && o && rc == o->err)
+		o->err = 0; /* the caller has it now */
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }
