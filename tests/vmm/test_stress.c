@@ -18,6 +18,7 @@
 #include "tests/vmm/vmm_test.h"
 
 #include <pthread.h>
+#include <time.h>
 
 #define KiB      1024ull
 #define NDEV     3
@@ -68,6 +69,16 @@ static int rnd_n(struct worker *w, int n)
 {
 	return (int)(rnd(w) % (uint64_t)n);
 }
+
+/* A kernel that only takes time: the next kernel on its stream (and the done
+ * event after it) lands late, so evictions and transfers out of the copy run
+ * while the caller's fence is still pending. */
+static void delay_cpu(const void *a)
+{
+	struct timespec ts = {0, *(const long *)a};
+	nanosleep(&ts, NULL);
+}
+static const struct dev_kernel delay_kernel = {"delay", delay_cpu, NULL};
 
 static uint64_t obj_id(int k)
 {
@@ -143,6 +154,10 @@ static void dev_op(struct worker *w, int k, int write)
 		CHECK(p != NULL);
 	CHECK_OK(dev_stream_wait_event(s, o->last)); /* the previous op on k */
 	vt_wait_ready(s, ready);
+	if (rnd_n(w, 8) == 0) {
+		long ns = 20000 + 10000 * rnd_n(w, 10);
+		CHECK_OK(dev_launch(s, &delay_kernel, &ns, sizeof(ns), (struct dev_cost){0, 0}));
+	}
 	if (write) {
 		o->seed = new_seed(w);
 		CHECK_OK(vt_fill_async(s, p, o->bytes, o->seed));
