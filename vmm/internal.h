@@ -67,6 +67,8 @@ struct vmm_copy {
 	uint8_t filling; /* a transfer into this copy is in flight */
 	uint8_t has_mem; /* space allocated here */
 	uint8_t fenced;  /* fence holds the caller's last use (vmm_release) */
+	uint8_t writing; /* acquired for writing; cleared when pins drop to 0 */
+	uint8_t skip;    /* make_space: could not be written down, not a victim now */
 	uint32_t pins;
 	int32_t blk;             /* pool block (pool objects) */
 	void *ptr;               /* address of the copy */
@@ -105,7 +107,8 @@ struct vmm_obj {
 	uint64_t extent;
 	struct dev_event *xev; /* D2H transfers (out of a device) */
 	int pending_dev;       /* prefetch chain: after disk->host, go on to this device, -1 none */
-	int err;               /* last failed transfer's error, reported once */
+	int err;               /* last failed transfer's error, until vmm_obj_wait reports it */
+	int err_kind;          /* its enum vmm_xfer_kind */
 	struct vmm_xfer x;
 	uint64_t moved[VMM_XFER_KINDS], nmoves[VMM_XFER_KINDS];
 	struct vmm_copy c[]; /* ndev devices, then the host */

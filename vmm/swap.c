@@ -214,6 +214,7 @@ static int try_alloc(struct vmm *v, uint32_t idx, int p)
 	}
 	c->has_mem = 1;
 	c->valid = c->filling = 0;
+	c->last_use = ++v->clock; /* a prefetched copy is not the oldest at once */
 	resident_link(v, idx, p);
 	return 0;
 }
@@ -222,7 +223,7 @@ static int try_alloc(struct vmm *v, uint32_t idx, int p)
 static int evictable(struct vmm *v, const struct vmm_obj *o, int p, int stable_side)
 {
 	const struct vmm_copy *c = &o->c[p];
-	if (!o->live || o->busy || o->x.active || !c->has_mem || c->pins)
+	if (!o->live || o->busy || o->x.active || !c->has_mem || c->pins || c->skip)
 		return 0;
 	if (p < v->ndev && (int)o->stable != stable_side)
 		return 0;
@@ -351,11 +352,10 @@ static int start_disk_write(struct vmm *v, uint32_t idx, int drop_src)
 	int rc;
 	char sz[32];
 	if (!v->disk)
-		return sp_error(
-		    -ENOMEM,
-		    "vmm: object '%s' (%s) must leave the host pool, which is full, and "
-		    "there is no disk tier (set SPILL_DISK_PATH)",
-		    o->name, sp_format_size(o->bytes, sz, sizeof(sz)));
+		return sp_error(-ENOMEM,
+		                "vmm: object '%s' (%s) has its only copy in the host pool and "
+		                "there is no disk tier to write it to (set SPILL_DISK_PATH)",
+		                o->name, sp_format_size(o->bytes, sz, sizeof(sz)));
 	if (!o->disk_has) {
 		rc = vmm_disk_alloc(v->disk, o->bytes, &o->extent);
 		if (rc == -ENOSPC && disk_reclaim(v, idx))
@@ -426,7 +426,9 @@ int vmm_swap_retire(struct vmm *v, uint32_t idx, int block)
 			vmm_swap_free_disk(v, idx);
 		else
 			vmm_swap_free_copy(v, idx, x->dst);
+		o->pending_dev = -1; /* a prefetch chain stops here */
 		o->err = err;
+		o->err_kind = x->kind;
 		return sp_error(err,
 		                "vmm: %s of object '%s' (%s) from %s to %s failed: %s (errno %d); "
 		                "the %s copy is kept",
@@ -479,25 +481,31 @@ int vmm_swap_evict(struct vmm *v, uint32_t idx, int p)
 		if (!c->has_mem)
 			return 0;
 	}
-	sp_counter_add(&v->st.evictions, 1);
 	/* A host copy is dropped only when the disk holds the object: dropping it
 	 * while a device copy remains would turn that clean copy into the only one
 	 * and force a D2H later (weights must never go back). */
 	int others = vmm_obj_nvalid(v, o) - c->valid;
 	int droppable = p == P_HOST(v) ? o->disk_valid || (!v->disk && others > 0) : others > 0;
+	int rc;
 	if (!c->valid || droppable) {
+		sp_counter_add(&v->st.evictions, 1);
 		sp_counter_add(&v->st.drops, c->valid);
 		vmm_swap_free_copy(v, idx, p);
 		return 0;
 	}
-	sp_counter_add(&v->st.writebacks, 1);
-	if (p == P_HOST(v))
-		return start_disk_write(v, idx, 1);
-	o->busy = 1;
-	int rc = vmm_swap_make_space(v, idx, P_HOST(v));
-	if (rc == 0)
-		rc = start_copy(v, idx, p, P_HOST(v), 1);
-	o->busy = 0;
+	if (p == P_HOST(v)) {
+		rc = start_disk_write(v, idx, 1);
+	} else {
+		o->busy = 1;
+		rc = vmm_swap_make_space(v, idx, P_HOST(v));
+		if (rc == 0)
+			rc = start_copy(v, idx, p, P_HOST(v), 1);
+		o->busy = 0;
+	}
+	if (rc == 0) {
+		sp_counter_add(&v->st.evictions, 1);
+		sp_counter_add(&v->st.writebacks, 1);
+	}
 	return rc;
 }
 
@@ -506,8 +514,11 @@ static int enomem(struct vmm *v, uint32_t idx, int p)
 	struct vmm_obj *o = vmm_obj_at(v, idx);
 	char pn[16], a[32], b[32], c[32];
 	uint64_t pinned = 0, cap;
+	int stable_side = p < v->ndev && o->stable;
 	for (int32_t i = v->pl[p].rhead; i >= 0; i = vmm_obj_at(v, (uint32_t)i)->c[p].rnext) {
 		struct vmm_obj *q = vmm_obj_at(v, (uint32_t)i);
+		if (p < v->ndev && (int)q->stable != stable_side)
+			continue; /* the other budget of the device */
 		if (q->c[p].pins || q->x.active)
 			pinned += p < v->ndev ? q->dev_bytes : q->bytes;
 	}
@@ -518,28 +529,53 @@ static int enomem(struct vmm *v, uint32_t idx, int p)
 	sp_counter_add(&v->st.enomem, 1);
 	return sp_error(-ENOMEM,
 	                "vmm: object '%s' needs %s on %s%s, which holds %s: %s are pinned or in "
-	                "flight and nothing else can be evicted",
+	                "flight and nothing else can be evicted%s",
 	                o->name,
 	                sp_format_size(p < v->ndev ? o->dev_bytes : o->bytes, a, sizeof(a)),
 	                place_name(v, p, pn, sizeof(pn)),
 	                p < v->ndev && o->stable ? " (stable-address budget)" : "",
-	                sp_format_size(cap, b, sizeof(b)), sp_format_size(pinned, c, sizeof(c)));
+	                sp_format_size(cap, b, sizeof(b)), sp_format_size(pinned, c, sizeof(c)),
+	                p == P_HOST(v) && !v->disk
+	                    ? " (host copies that are their object's only copy stay: there is "
+	                      "no disk tier)"
+	                    : "");
+}
+
+/* Evicts victim's copy on p to make room and waits for it to leave. A dirty
+ * copy that cannot be written down (no room in the host pool, or a full disk
+ * tier) is marked skip and left alone: *skip_rc keeps the reason and the
+ * search goes on with other victims. */
+static int evict_for_space(struct vmm *v, uint32_t victim, int p, int *nskip, int *skip_rc,
+                           char *why, size_t why_len)
+{
+	int rc = vmm_swap_evict(v, victim, p);
+	if (rc == -ENOMEM || rc == -ENOSPC) {
+		vmm_obj_at(v, victim)->c[p].skip = 1;
+		(*nskip)++;
+		*skip_rc = rc;
+		snprintf(why, why_len, "%s", sp_last_error());
+		return 0;
+	}
+	if (rc < 0)
+		return rc;
+	/* a written-down copy frees its space when the write completes */
+	return vmm_swap_retire(v, victim, 1);
 }
 
 int vmm_swap_make_space(struct vmm *v, uint32_t idx, int p)
 {
 	struct vmm_obj *o = vmm_obj_at(v, idx);
 	int stable_side = p < v->ndev && o->stable;
-	int rc;
+	int rc, nskip = 0, skip_rc = 0;
+	char why[SP_ERROR_MSG_MAX];
 	for (;;) {
 		rc = try_alloc(v, idx, p);
 		if (rc != -ENOMEM)
-			return rc;
+			goto out;
 		(void)vmm_swap_progress(v, 0);
 		rc = try_alloc(v, idx, p);
 		if (rc != -ENOMEM)
-			return rc;
-		int victim = -1;
+			goto out;
 		if (!stable_side) {
 			struct vmm_pool *pool = &v->pl[p].pool;
 			uint64_t need =
@@ -552,35 +588,58 @@ int vmm_swap_make_space(struct vmm *v, uint32_t idx, int p)
 				/* one at a time: evicting may search the host pool with
 				 * the same scratch array; the next round searches again */
 				if (n > 0) {
-					uint32_t victim_idx = v->owners[0];
 					sp_counter_add(&v->st.frag_evictions, 1);
-					SP_CHECK(vmm_swap_evict(v, victim_idx, p));
-					SP_CHECK(vmm_swap_retire(v, victim_idx, 1));
-				}
-				if (n > 0)
+					SP_CHECK_GOTO(evict_for_space(v, v->owners[0], p, &nskip,
+					                              &skip_rc, why, sizeof(why)),
+					              rc, out);
 					continue;
+				}
 			}
 		}
-		victim = pick_victim(v, p, stable_side);
+		int victim = pick_victim(v, p, stable_side);
 		if (victim >= 0) {
-			SP_CHECK(vmm_swap_evict(v, (uint32_t)victim, p));
-			/* a written-down copy frees its space when the write completes */
-			SP_CHECK(vmm_swap_retire(v, (uint32_t)victim, 1));
+			SP_CHECK_GOTO(evict_for_space(v, (uint32_t)victim, p, &nskip, &skip_rc, why,
+			                              sizeof(why)),
+			              rc, out);
 			continue;
 		}
-		/* nothing to evict: wait for a transfer that will free space here */
+		/* nothing to evict: wait for a transfer after which space here is
+		 * freed (an eviction) or can be evicted (any transfer of an object
+		 * with a copy here: its copies are not victims while it is in flight) */
 		int32_t w = -1;
 		for (int32_t i = v->xfer_head; i >= 0; i = vmm_obj_at(v, (uint32_t)i)->x.next) {
 			struct vmm_obj *q = vmm_obj_at(v, (uint32_t)i);
-			if (q->x.drop_src && q->x.src == p) {
+			if ((uint32_t)i != idx && q->c[p].has_mem &&
+			    (p == P_HOST(v) || (int)q->stable == stable_side)) {
 				w = i;
 				break;
 			}
 		}
-		if (w < 0)
-			return enomem(v, idx, p);
-		SP_CHECK(vmm_swap_retire(v, (uint32_t)w, 1));
+		if (w < 0) {
+			rc = enomem(v, idx, p);
+			if (nskip) {
+				char pn[16], msg[SP_ERROR_MSG_MAX];
+				snprintf(msg, sizeof(msg), "%s", sp_last_error());
+				rc =
+				    sp_error(skip_rc,
+				             "%s; %d dirty copies on %s could not be written down: "
+				             "%s",
+				             msg, nskip, place_name(v, p, pn, sizeof(pn)), why);
+			}
+			goto out;
+		}
+		SP_CHECK_GOTO(vmm_swap_retire(v, (uint32_t)w, 1), rc, out);
 	}
+out:
+	if (rc < 0 && rc != -ENOMEM && rc != -ENOSPC) { /* a victim's transfer failed */
+		char pn[16];
+		sp_error_context("vmm: making room for '%s' on %s", o->name,
+		                 place_name(v, p, pn, sizeof(pn)));
+	}
+	if (nskip)
+		for (int32_t i = v->pl[p].rhead; i >= 0; i = vmm_obj_at(v, (uint32_t)i)->c[p].rnext)
+			vmm_obj_at(v, (uint32_t)i)->c[p].skip = 0;
+	return rc;
 }
 
 /* Brings obj to host (p == host) from a device or disk. nonblock: leave a disk
@@ -692,8 +751,11 @@ int vmm_swap_prefetch(struct vmm *v, uint32_t idx, int p, int *started)
 	struct vmm_obj *o = vmm_obj_at(v, idx);
 	int h = P_HOST(v);
 	*started = 0;
-	if (o->c[p].valid)
+	if (o->c[p].valid) {
+		if (o->x.active && o->x.src == p)
+			o->x.drop_src = 0; /* being evicted: keep it */
 		return 0;
+	}
 	if (o->x.active) {
 		int rc = vmm_swap_retire(v, idx, 0);
 		if (rc == -EAGAIN) {
@@ -704,15 +766,15 @@ int vmm_swap_prefetch(struct vmm *v, uint32_t idx, int p, int *started)
 		if (rc < 0)
 			return rc;
 	}
-	if (p != h && !o->c[h].valid && o->disk_valid) {
+	if (!o->c[h].valid && o->disk_valid) {
 		int any = 0;
 		for (int d = 0; d < v->ndev; d++)
 			any |= o->c[d].valid;
-		if (!any) {
+		if (!any) { /* disk -> host without waiting, then on to the device */
 			o->busy = 1;
 			int rc = bring_host(v, idx, started, 1);
 			o->busy = 0;
-			if (rc == 0)
+			if (rc == 0 && p != h)
 				o->pending_dev = p;
 			return rc;
 		}

@@ -37,6 +37,21 @@ static int bad_place(int place)
 	return sp_error(-EINVAL, "vmm: place %d is not a device of this vmm nor VMM_HOST", place);
 }
 
+/* The place other than p where obj is acquired for writing, or -1. */
+static int writer_elsewhere(struct vmm *v, const struct vmm_obj *o, int p)
+{
+	for (int q = 0; q <= P_HOST(v); q++)
+		if (q != p && o->c[q].writing)
+			return q;
+	return -1;
+}
+
+static int busy_writing(struct vmm *v, const struct vmm_obj *o, int q, const char *what)
+{
+	return sp_error(-EBUSY, "vmm: object '%s' is acquired for writing on place %d; %s", o->name,
+	                vmm_place_public(v, q), what);
+}
+
 void vmm_close(struct vmm *v)
 {
 	if (!v)
@@ -346,7 +361,7 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 {
 	uint32_t idx;
 	int p, rc = 0, started = 0;
-	struct vmm_obj *o;
+	struct vmm_obj *o = NULL;
 	SP_CHECK_ARG(ptr && ready, "vmm_acquire: NULL out-parameter");
 	VMM_ENTER(v, id, place, idx, o, p);
 	struct vmm_copy *c = &o->c[p];
@@ -376,6 +391,14 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 		    sp_format_size(o->stable ? v->pl[p].stable_cap : v->pl[p].pool.size, b, 32));
 		goto out;
 	}
+	if (access == VMM_READ) {
+		/* a copy made now would miss the writer's bytes */
+		int q = writer_elsewhere(v, o, p);
+		if (q >= 0) {
+			rc = busy_writing(v, o, q, "it cannot be read elsewhere until released");
+			goto out;
+		}
+	}
 	if (access != VMM_READ) {
 		for (int q = 0; q <= P_HOST(v); q++)
 			if (q != p && o->c[q].pins) {
@@ -385,6 +408,9 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 				              o->name, vmm_place_public(v, q), place);
 				goto out;
 			}
+		o->pending_dev = -1;
+		if (o->x.active && o->x.src == p)
+			o->x.drop_src = 0; /* being evicted from here: keep it */
 		if (o->x.active && vmm_swap_retire(v, idx, 1) < 0)
 			SP_INFO(VMM, "%s", sp_last_error());
 		int was = c->valid;
@@ -404,6 +430,7 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 			if (q != p)
 				vmm_swap_free_copy(v, idx, q);
 		vmm_swap_free_disk(v, idx);
+		c->writing = 1;
 		sp_counter_add(was ? &v->st.hits : &v->st.misses, 1);
 	} else {
 		if (c->valid && !c->filling) {
@@ -437,6 +464,8 @@ done:
 	*ptr = c->ptr;
 	*ready = c->filling ? c->ev : NULL;
 out:
+	if (rc < 0 && o && rc == o->err)
+		o->err = 0; /* the caller has it now */
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }
@@ -445,7 +474,7 @@ int vmm_release(struct vmm *v, uint64_t id, int place, struct dev_event *done)
 {
 	uint32_t idx;
 	int p, rc = 0;
-	struct vmm_obj *o;
+	struct vmm_obj *o = NULL;
 	VMM_ENTER(v, id, place, idx, o, p);
 	struct vmm_copy *c = &o->c[p];
 	if (!c->pins) {
@@ -461,7 +490,8 @@ int vmm_release(struct vmm *v, uint64_t id, int place, struct dev_event *done)
 		SP_CHECK_GOTO(dev_event_record(c->fence, fs), rc, out);
 		c->fenced = 1;
 	}
-	c->pins--;
+	if (--c->pins == 0)
+		c->writing = 0;
 	sp_count_add(&v->st.pinned, -1);
 out:
 	pthread_mutex_unlock(&v->lock);
@@ -474,7 +504,7 @@ int vmm_prefetch(struct vmm *v, uint64_t id, int place)
 {
 	uint32_t idx;
 	int p, rc = 0, started = 0;
-	struct vmm_obj *o;
+	struct vmm_obj *o = NULL;
 	VMM_ENTER(v, id, place, idx, o, p);
 	if (o->stable && p < v->ndev && p != o->home) {
 		rc = sp_error(-EINVAL, "vmm: stable object '%s' lives on device %d, not %d",
@@ -486,10 +516,17 @@ int vmm_prefetch(struct vmm *v, uint64_t id, int place)
 		              o->name, o->bytes, p);
 		goto out;
 	}
+	int q = writer_elsewhere(v, o, p);
+	if (q >= 0) {
+		rc = busy_writing(v, o, q, "it cannot be prefetched elsewhere until released");
+		goto out;
+	}
 	rc = vmm_swap_prefetch(v, idx, p, &started);
 	if (rc == 0 && started)
 		sp_counter_add(&v->st.prefetches, 1);
 out:
+	if (rc < 0 && o && rc == o->err)
+		o->err = 0; /* the caller has it now */
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }
@@ -513,10 +550,12 @@ int vmm_evict(struct vmm *v, uint64_t id, int place)
 {
 	uint32_t idx;
 	int p, rc = 0;
-	struct vmm_obj *o;
+	struct vmm_obj *o = NULL;
 	VMM_ENTER(v, id, place, idx, o, p);
 	rc = vmm_swap_evict(v, idx, p);
 out:
+	if (rc < 0 && o && rc == o->err)
+		o->err = 0; /* the caller has it now */
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }
@@ -528,13 +567,18 @@ int vmm_writeback(struct vmm *v, uint64_t id, int to_disk)
 	SP_CHECK_ARG(v, "vmm_writeback: NULL vmm");
 	pthread_mutex_lock(&v->lock);
 	struct vmm_obj *o = lookup(v, id, &idx);
+	int q;
 	if (!o)
 		rc = bad_id(id);
 	else if (to_disk && !v->disk)
 		rc = sp_error(-EINVAL, "vmm: write-back of '%s' to disk: there is no disk tier",
 		              o->name);
+	else if ((q = writer_elsewhere(v, o, -1)) >= 0)
+		rc = busy_writing(v, o, q, "it cannot be written back until released");
 	else
 		rc = vmm_swap_writeback(v, idx, to_disk);
+	if (rc < 0 && o && rc == o->err)
+		o->err = 0; /* the caller has it now */
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }
@@ -546,10 +590,19 @@ int vmm_obj_wait(struct vmm *v, uint64_t id)
 	SP_CHECK_ARG(v, "vmm_obj_wait: NULL vmm");
 	pthread_mutex_lock(&v->lock);
 	struct vmm_obj *o = lookup(v, id, &idx);
-	if (!o)
+	if (!o) {
 		rc = bad_id(id);
-	else
+	} else {
 		rc = vmm_swap_retire(v, idx, 1);
+		if (rc == 0 && o->err) /* failed earlier, retired by someone else */
+			rc = sp_error(
+			    o->err,
+			    "vmm: %s of object '%s' failed: %s (errno %d); its source copy "
+			    "was kept",
+			    vmm_xfer_kind_name((enum vmm_xfer_kind)o->err_kind), o->name,
+			    strerror(-o->err), -o->err);
+		o->err = 0;
+	}
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }
@@ -564,6 +617,10 @@ int vmm_progress(struct vmm *v)
 		struct vmm_obj *o = vmm_obj_at(v, i);
 		if (!o->live || o->pending_dev < 0 || o->x.active)
 			continue;
+		if (writer_elsewhere(v, o, o->pending_dev) >= 0) {
+			o->pending_dev = -1;
+			continue;
+		}
 		int d = o->pending_dev, started;
 		o->pending_dev = -1;
 		if (vmm_swap_bring(v, i, d, &started) < 0)
@@ -593,6 +650,8 @@ int vmm_obj_info(struct vmm *v, uint64_t id, struct vmm_obj_info *out)
 		rc = bad_id(id);
 		goto out;
 	}
+	if (o->x.active && vmm_swap_retire(v, idx, 0) < -EAGAIN)
+		SP_INFO(VMM, "%s", sp_last_error()); /* kept in o->err for vmm_obj_wait */
 	struct vmm_obj_info inf;
 	memset(&inf, 0, sizeof(inf));
 	inf.bytes = o->bytes;

@@ -117,9 +117,13 @@ int vmm_obj_destroy(struct vmm *v, uint64_t obj) SP_MUST_CHECK;
  * transfers. Device copies come by P2P from another device when one holds the
  * object, by H2D otherwise (disk -> host first when needed).
  * Returns 0; -EINVAL (bad id, place or access; a stable object off its home);
- * -EBUSY (a write access while another place holds it acquired); -ENOMEM naming
- * the object, the place and the bytes when it does not fit even after evicting
- * everything unpinned; -ENOSPC/-EIO from the disk tier (nothing is lost). */
+ * -EBUSY (a write access while another place holds it acquired, or any access
+ * while another place holds it acquired for writing: a copy made then would miss
+ * the writer's bytes); -ENOMEM naming the object, the place and the bytes when it
+ * does not fit even after evicting everything unpinned (dirty victims that cannot
+ * be written down for lack of room below are skipped, and named); -ENOSPC/-EIO/
+ * -EFBIG from the disk tier, also when a victim's write-down failed ("making room
+ * for <obj>: ..."; nothing is lost). */
 int vmm_acquire(struct vmm *v, uint64_t obj, int place, enum vmm_access access, void **ptr,
                 struct dev_event **ready) SP_MUST_CHECK;
 /* Unpins one acquire of obj on place. done (may be NULL) is an event recorded
@@ -129,8 +133,9 @@ int vmm_acquire(struct vmm *v, uint64_t obj, int place, enum vmm_access access, 
 int vmm_release(struct vmm *v, uint64_t obj, int place, struct dev_event *done) SP_MUST_CHECK;
 
 /* Starts bringing obj to place without pinning it (returns without waiting for
- * the copy; a later acquire finds it there or in flight). Same errors as
- * vmm_acquire. */
+ * the copy; a later acquire finds it there or in flight; a disk read continues
+ * to the device on vmm_progress). Cancels an eviction of obj from place in
+ * flight. Same errors as vmm_acquire (-EBUSY while another place writes it). */
 int vmm_prefetch(struct vmm *v, uint64_t obj, int place) SP_MUST_CHECK;
 /* Sets the logical time of obj's next use (VMM_NO_HINT = unknown). Belady
  * evicts the candidate whose next use is farthest. */
@@ -140,16 +145,20 @@ int vmm_hint(struct vmm *v, uint64_t obj, uint64_t next_use) SP_MUST_CHECK;
  * Returns 0 (also when there is no copy there), -EBUSY if pinned there. */
 int vmm_evict(struct vmm *v, uint64_t obj, int place) SP_MUST_CHECK;
 /* Makes sure a copy below the devices is valid: device -> host (to_disk=0) or
- * further to disk (to_disk=1). Asynchronous; vmm_obj_wait() waits for it. */
+ * further to disk (to_disk=1). Asynchronous; vmm_obj_wait() waits for it and
+ * reports a failed disk write. Returns 0, -EINVAL (to disk without a disk tier),
+ * -EBUSY while the object is acquired for writing, -ENOSPC when no extent fits. */
 int vmm_writeback(struct vmm *v, uint64_t obj, int to_disk) SP_MUST_CHECK;
-/* Waits for obj's transfer in flight, if any. Returns 0 or the transfer's error. */
+/* Waits for obj's transfer in flight, if any. Returns 0, or the error of obj's
+ * last failed transfer that no call has returned yet — including one retired
+ * meanwhile by vmm_progress or by another caller's eviction (reported once). */
 int vmm_obj_wait(struct vmm *v, uint64_t obj) SP_MUST_CHECK;
 /* Retires completed transfers without blocking. Returns 0. */
 int vmm_progress(struct vmm *v) SP_MUST_CHECK;
 /* Waits for every transfer the vmm started. Returns 0 or the first error. */
 int vmm_sync(struct vmm *v) SP_MUST_CHECK;
 
-/* A snapshot of one object. */
+/* A snapshot of one object (a completed transfer is retired first). */
 struct vmm_obj_info {
 	size_t bytes;
 	enum vmm_kind kind;
