@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/params.h"
 #include "vmm/disk.h"
+#include "bench/bench.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -41,21 +42,14 @@ static double now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
 /* Median of column col of the reps x 4 table (mean of the middle two if even). */
 static double median(const double *all, int reps, int col)
 {
-	double v[64];
-	int n = reps < 64 ? reps : 64;
+	double v[BENCH_MAX_REPS];
+	int n = reps < BENCH_MAX_REPS ? reps : BENCH_MAX_REPS;
 	for (int i = 0; i < n; i++)
 		v[i] = all[i * 4 + col];
-	qsort(v, (size_t)n, sizeof(v[0]), cmp_double);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+	return bench_median(v, n);
 }
 
 static void die(const char *what)
@@ -153,32 +147,6 @@ static double fio_run(const struct opts *o, size_t block, unsigned qd, int write
 	if (st != 0)
 		fprintf(stderr, "bench-disk: fio exited with status %d (%s)\n", st, cmd);
 	return st == 0 ? bw : -1;
-}
-
-static void machine_json(FILE *f)
-{
-	struct utsname u;
-	uname(&u);
-	char host[256] = "";
-	gethostname(host, sizeof(host) - 1);
-	char cpu[256] = "unknown";
-	FILE *c = fopen("/proc/cpuinfo", "r");
-	if (c) {
-		char line[512];
-		while (fgets(line, sizeof(line), c))
-			if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-				snprintf(cpu, sizeof(cpu), "%s", strchr(line, ':') + 2);
-				cpu[strcspn(cpu, "\n\"")] = '\0';
-				break;
-			}
-		fclose(c);
-	}
-	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-	fprintf(f,
-	        "  \"machine\": {\"host\": \"%s\", \"kernel\": \"%s %s\", \"cpu\": \"%s\", "
-	        "\"cores\": %ld, \"mem_bytes\": %lld},\n",
-	        host, u.sysname, u.release, cpu, sysconf(_SC_NPROCESSORS_ONLN),
-	        (long long)pages * psz);
 }
 
 static const char *fs_name(const char *path)
@@ -304,7 +272,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		fprintf(f, "{\n  \"bench\": \"disk\",\n");
-		machine_json(f);
+		bench_machine_json(f);
 		fprintf(f,
 		        "  \"path\": \"%s\", \"fs\": \"%s\", \"bytes\": %llu, \"extent\": %llu, "
 		        "\"block\": %zu, \"queue_depth\": %u, \"reps\": %d,\n",

@@ -18,6 +18,7 @@
 #include "common/params.h"
 #include "device/device.h"
 #include "vmm/vmm.h"
+#include "bench/bench.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -32,7 +33,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#define MAX_REPS     64
+#define MAX_REPS     BENCH_MAX_REPS
 #define TARGET_NS    1000.0
 #define TARGET_RATIO 0.9
 
@@ -54,46 +55,6 @@ static void die(const char *what)
 		if ((call) != 0)    \
 			die(#call); \
 	} while (0)
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(const double *v, int n)
-{
-	double t[MAX_REPS];
-	memcpy(t, v, sizeof(double) * (size_t)n);
-	qsort(t, (size_t)n, sizeof(t[0]), cmp_double);
-	return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
-static void machine_json(FILE *f)
-{
-	struct utsname u;
-	uname(&u);
-	char host[256] = "";
-	gethostname(host, sizeof(host) - 1);
-	char cpu[256] = "unknown";
-	FILE *c = fopen("/proc/cpuinfo", "r");
-	if (c) {
-		char line[512];
-		while (fgets(line, sizeof(line), c))
-			if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-				snprintf(cpu, sizeof(cpu), "%s", strchr(line, ':') + 2);
-				cpu[strcspn(cpu, "\n\"")] = '\0';
-				break;
-			}
-		fclose(c);
-	}
-	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-	fprintf(f,
-	        "  \"machine\": {\"host\": \"%s\", \"kernel\": \"%s %s\", \"cpu\": \"%s\", "
-	        "\"cores\": %ld, \"mem_bytes\": %lld},\n",
-	        host, u.sysname, u.release, cpu, sysconf(_SC_NPROCESSORS_ONLN),
-	        (long long)pages * psz);
-}
 
 struct host_result {
 	double ns, ns_done; /* per pair: release(NULL), release(done) */
@@ -150,8 +111,8 @@ static void bench_host(int reps, long iters, struct host_result *r)
 		r->all_done[rep] = (t2 - t1) * 1e9 / (double)n_done;
 		OK(vmm_sync(v));
 	}
-	r->ns = median(r->all, reps);
-	r->ns_done = median(r->all_done, reps);
+	r->ns = bench_median(r->all, reps);
+	r->ns_done = bench_median(r->all_done, reps);
 	OK(dev_stream_destroy(s));
 	OK(dev_event_destroy(done));
 	vmm_close(v);
@@ -262,10 +223,10 @@ static void bench_gpu(int reps, uint64_t bytes, struct gpu_result *r)
 		       r->all[2][rep] / 1048576, r->all[3][rep] / 1048576);
 		fflush(stdout);
 	}
-	r->vmm_h2d = median(r->all[0], reps);
-	r->cpy_h2d = median(r->all[1], reps);
-	r->vmm_d2h = median(r->all[2], reps);
-	r->cpy_d2h = median(r->all[3], reps);
+	r->vmm_h2d = bench_median(r->all[0], reps);
+	r->cpy_h2d = bench_median(r->all[1], reps);
+	r->vmm_d2h = bench_median(r->all[2], reps);
+	r->cpy_d2h = bench_median(r->all[3], reps);
 	r->bytes = bytes;
 	r->ran = 1;
 	cuda_ok(cudaStreamDestroy(cs), "stream destroy");
@@ -347,7 +308,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		fprintf(f, "{\n  \"bench\": \"vmm\",\n");
-		machine_json(f);
+		bench_machine_json(f);
 		fprintf(f,
 		        "  \"host\": {\"backend\": \"host\", \"pairs\": %ld, \"reps\": %d, "
 		        "\"acquire_release_ns\": %.1f, \"acquire_release_done_ns\": %.1f, "
