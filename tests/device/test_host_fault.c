@@ -3,10 +3,10 @@
  * process that reads an unmapped range, one whose copy (on a stream worker)
  * writes into one, and one whose kernel reads one must each die of SIGSEGV;
  * a child that touches the same range while it is mapped exits cleanly.
- * Each child is this program re-executed with the sanitizers told to leave
- * SIGSEGV alone, so the test means the same under ASAN and TSAN. */
+ * Each child is this program re-executed (tests/child.h). */
 #include "device/device.h"
 #include "tests/test.h"
+#include "tests/child.h"
 
 #include <signal.h>
 #include <stdint.h>
@@ -61,38 +61,15 @@ static int child(const char *what)
 	return 3; /* should have died */
 }
 
-static int run_child(const char *self, const char *what)
-{
-	pid_t pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		struct rlimit no_core = {0, 0};
-		setrlimit(RLIMIT_CORE, &no_core); /* the deaths are expected: no core files */
-		setenv("ASAN_OPTIONS", "handle_segv=0:detect_leaks=0:protect_shadow_gap=0", 1);
-		setenv("TSAN_OPTIONS", "handle_segv=0", 1);
-		setenv("UBSAN_OPTIONS", "handle_segv=0", 1);
-		execl(self, self, what, (char *)NULL);
-		_exit(127);
-	}
-	int st;
-	CHECK(waitpid(pid, &st, 0) == pid);
-	return st;
-}
-
 int main(int argc, char **argv)
 {
 	if (argc > 1)
 		return child(argv[1]);
-	const char *self = "/proc/self/exe";
-	char path[4096];
-	ssize_t n = readlink(self, path, sizeof(path) - 1);
-	CHECK(n > 0);
-	path[n] = 0;
-	int st = run_child(path, "mapped");
+	int st = test_run_self("mapped");
 	CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "mapped access: status %#x", st);
 	const char *faulting[] = {"read", "never-mapped", "copy", "kernel"};
 	for (size_t i = 0; i < SP_ARRAY_SIZE(faulting); i++) {
-		st = run_child(path, faulting[i]);
+		st = test_run_self(faulting[i]);
 		CHECK_MSG(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV,
 		          "%s of an unmapped range: status %#x, want SIGSEGV", faulting[i], st);
 		printf("%s of an unmapped range: SIGSEGV\n", faulting[i]);

@@ -8,6 +8,7 @@
  * evicts a window; -ENOMEM names the object, the device and the bytes; bad
  * calls are errors; the vmm's byte counts equal the device layer's copies. */
 #include "tests/vmm/vmm_test.h"
+#include "tests/child.h"
 
 #include <signal.h>
 #include <sys/resource.h>
@@ -333,33 +334,11 @@ static int child(const char *what)
 	return 0;
 }
 
-static int run_child(const char *self, const char *what)
-{
-	pid_t pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		struct rlimit no_core = {0, 0};
-		setrlimit(RLIMIT_CORE, &no_core); /* the death is expected: no core file */
-		setenv("ASAN_OPTIONS", "handle_segv=0:detect_leaks=0:protect_shadow_gap=0", 1);
-		setenv("TSAN_OPTIONS", "handle_segv=0", 1);
-		setenv("UBSAN_OPTIONS", "handle_segv=0", 1);
-		execl(self, self, what, (char *)NULL);
-		_exit(127);
-	}
-	int status;
-	CHECK(waitpid(pid, &status, 0) == pid);
-	return status;
-}
-
 static void test_fault(void)
 {
-	char path[4096];
-	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-	CHECK(n > 0);
-	path[n] = 0;
-	int status = run_child(path, "resident");
+	int status = test_run_self("resident");
 	CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "resident: status %#x", status);
-	status = run_child(path, "evicted");
+	status = test_run_self("evicted");
 	CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
 	          "touching an evicted stable object: status %#x, want SIGSEGV", status);
 	printf("touching an evicted stable object: SIGSEGV\n");
