@@ -95,6 +95,8 @@ struct host_stream {
 struct host_event {
 	uint64_t recorded, done; /* generations, under ev_lock */
 	double time;
+	unsigned waiters; /* OP_WAITs queued on it: destroy frees it after them (as CUDA) */
+	int dead;
 };
 
 static struct host_ctx *hctx(const struct dev_ctx *ctx)
@@ -415,6 +417,8 @@ static void run_op(struct host_stream *st, struct host_op *op)
 		pthread_mutex_lock(&h->ev_lock);
 		while (op->u.ev.e->done < op->u.ev.gen)
 			pthread_cond_wait(&h->ev_cond, &h->ev_lock);
+		if (--op->u.ev.e->waiters == 0 && op->u.ev.e->dead)
+			free(op->u.ev.e);
 		pthread_mutex_unlock(&h->ev_lock);
 		break;
 	}
@@ -550,9 +554,17 @@ static int host_event_sync(struct dev_event *e)
 
 static int host_event_destroy(struct dev_event *e)
 {
-	/* A pending record still points at the event: let it land first. */
+	/* A pending record still points at the event: let it land first. Waits
+	 * queued on other streams still read it: the last one frees it. */
+	struct host_ctx *h = hctx(e->ctx);
+	struct host_event *he = e->impl;
 	int rc = host_event_sync(e);
-	free(e->impl);
+	pthread_mutex_lock(&h->ev_lock);
+	he->dead = 1;
+	int last = he->waiters == 0;
+	pthread_mutex_unlock(&h->ev_lock);
+	if (last)
+		free(he);
 	return rc;
 }
 
@@ -589,6 +601,7 @@ static int host_stream_wait_event(struct dev_stream *s, struct dev_event *e)
 	op->u.ev.e = e->impl;
 	pthread_mutex_lock(&h->ev_lock);
 	op->u.ev.gen = op->u.ev.e->recorded;
+	op->u.ev.e->waiters++;
 	pthread_mutex_unlock(&h->ev_lock);
 	op_submit(hs(s), op);
 	return 0;

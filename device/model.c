@@ -36,6 +36,8 @@ enum model_op_kind { MOP_WORK, MOP_CALLBACK, MOP_RECORD, MOP_WAIT };
 struct model_event {
 	uint64_t recorded, done;
 	double time;
+	unsigned waiters; /* MOP_WAITs queued on it: destroy frees it after them (as CUDA) */
+	int dead;
 };
 
 struct model_op {
@@ -251,6 +253,8 @@ static int activate(struct model_ctx *m)
 				}
 				if (op->kind == MOP_CALLBACK)
 					op->fn(op->arg);
+				if (op->kind == MOP_WAIT && --op->e->waiters == 0 && op->e->dead)
+					free(op->e);
 				op_retire(m, st);
 				changed = 1;
 			}
@@ -403,8 +407,16 @@ static int model_event_sync(struct dev_event *e)
 
 static int model_event_destroy(struct dev_event *e)
 {
+	/* Waits queued on other streams still read it: the last one frees it. */
+	struct model_ctx *m = mctx(e->ctx);
+	struct model_event *me = e->impl;
 	int rc = model_event_sync(e);
-	free(e->impl);
+	pthread_mutex_lock(&m->lock);
+	me->dead = 1;
+	int last = me->waiters == 0;
+	pthread_mutex_unlock(&m->lock);
+	if (last)
+		free(me);
 	return rc;
 }
 
@@ -449,6 +461,7 @@ static int model_stream_wait_event(struct dev_stream *s, struct dev_event *e)
 	if (rc == 0) {
 		op->e = e->impl;
 		op->gen = op->e->recorded;
+		op->e->waiters++;
 		op_push(ms(s), op);
 	}
 	pthread_mutex_unlock(&m->lock);

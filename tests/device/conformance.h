@@ -323,6 +323,19 @@ static void cf_events(struct dev_ctx *ctx, int data, int real_time)
 	while (dev_event_query(e) == -EAGAIN && polls < 1000000)
 		polls++;
 	CHECK(dev_event_query(e) == 0);
+	/* An event may be destroyed while a wait on it is still queued behind
+	 * other work (CUDA allows it): the wait orders its stream all the same and
+	 * nothing reads freed memory (ASAN watches the emulations). */
+	struct dev_event *gone;
+	CHECK_OK(dev_event_create(ctx, &gone));
+	struct cf_slow_store st2 = {st.dst, 0xBEEF, 30};
+	CHECK_OK(dev_host_callback(b, cf_slow_store_fn, &st2));
+	CHECK_OK(dev_memcpy_async(a, dbig, 0, hbig, DEV_HOST, 1 << 20));
+	CHECK_OK(dev_event_record(gone, a));
+	CHECK_OK(dev_stream_wait_event(b, gone));
+	CHECK_OK(dev_event_destroy(gone));
+	CHECK_OK(dev_memcpy_async(b, dflag, nd - 1, hflag, DEV_HOST, 4096));
+	CHECK_OK(dev_stream_sync(b));
 
 	CHECK_OK(dev_mem_free(ctx, 0, dbig));
 	CHECK_OK(dev_host_free(ctx, hbig));
