@@ -63,12 +63,13 @@ int vmm_policy_parse(const char *s, enum vmm_policy *out) SP_MUST_CHECK;
 
 /* ---- objects ---- */
 struct vmm_copy {
-	uint8_t valid;   /* bytes are (or, while filling, will be) the object's */
-	uint8_t filling; /* a transfer into this copy is in flight */
-	uint8_t has_mem; /* space allocated here */
-	uint8_t fenced;  /* fence holds the caller's last use (vmm_release) */
-	uint8_t writing; /* acquired for writing; cleared when pins drop to 0 */
-	uint8_t skip;    /* make_space: could not be written down, not a victim now */
+	uint8_t valid;      /* bytes are (or, while filling, will be) the object's */
+	uint8_t filling;    /* a transfer into this copy is in flight */
+	uint8_t has_mem;    /* space allocated here */
+	uint8_t fenced;     /* fence holds the caller's last use (vmm_release) */
+	uint8_t writing;    /* acquired for writing; cleared when pins drop to 0 */
+	uint8_t skip;       /* make_space: could not be written down, not a victim now */
+	uint8_t space_wait; /* ev marks when the space is free to write (stream-ordered reuse) */
 	uint32_t pins;
 	int32_t blk;             /* pool block (pool objects) */
 	void *ptr;               /* address of the copy */
@@ -84,6 +85,7 @@ struct vmm_xfer {
 	int kind;     /* enum vmm_xfer_kind */
 	int src, dst; /* internal places */
 	int drop_src; /* eviction: free the source copy when done */
+	int src_gone; /* the source's space was handed on in stream order (make_space) */
 	uint64_t bytes;
 	double t_start;
 	struct dev_event *ev; /* device copies (the destination copy's event or obj->xev) */
@@ -104,6 +106,7 @@ struct vmm_obj {
 	void *va; /* stable objects: reserved range on home */
 	uint8_t disk_valid, disk_has;
 	uint8_t busy; /* being brought: its copies are not victims */
+	uint8_t lost; /* a write-down whose source was already released failed */
 	uint64_t extent;
 	struct dev_event *xev; /* D2H transfers (out of a device) */
 	int pending_dev;       /* prefetch chain: after disk->host, go on to this device, -1 none */
@@ -121,6 +124,10 @@ struct vmm_place {
 	uint64_t stable_cap, stable_used;
 	struct dev_stream *in, *out, *fence; /* copies into / out of the place, fences */
 	int32_t rhead;                       /* objects with space here (victim candidates) */
+	/* devices: pool space freed while still read (a fence, a D2H) is reused in
+	 * stream order; free_ev is recorded on "in" after its last such wait */
+	struct dev_event *free_ev;
+	uint8_t free_pending;
 };
 
 struct vmm {

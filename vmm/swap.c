@@ -127,20 +127,35 @@ static void copy_unfence(struct vmm *v, struct vmm_copy *c)
 {
 	if (!c->fenced)
 		return;
+	sp_counter_add(&v->st.fence_waits, 1);
 	if (dev_event_sync(c->fence) < 0)
 		SP_WARN(VMM, "fence wait failed: %s", sp_last_error());
 	c->fenced = 0;
 }
 
-void vmm_swap_free_copy(struct vmm *v, uint32_t idx, int p)
+/* Stream-ordered reuse of device pool space: rather than the host waiting for
+ * the last reader of a block it frees (the caller's fence, a D2H still reading
+ * it), device p's "in" stream waits for that reader. Every later write into the
+ * pool is ordered after that point: transfers into p run on "in", and an
+ * acquire of fresh space with nothing to bring returns an event recorded there
+ * (try_alloc). Returns 0, or the device error (the caller then waits on the host). */
+static int order_reuse(struct vmm *v, int p, struct dev_event *last_reader)
+{
+	struct vmm_place *pl = &v->pl[p];
+	if (!pl->free_ev)
+		SP_CHECK(vmm_event_get(v, &pl->free_ev));
+	SP_CHECK(dev_stream_wait_event(pl->in, last_reader));
+	SP_CHECK(dev_event_record(pl->free_ev, pl->in));
+	pl->free_pending = 1;
+	sp_counter_add(&v->st.ordered_reuses, 1);
+	return 0;
+}
+
+/* Gives back the space of obj's copy on p; its readers are done or ordered. */
+static void release_space(struct vmm *v, uint32_t idx, int p)
 {
 	struct vmm_obj *o = vmm_obj_at(v, idx);
 	struct vmm_copy *c = &o->c[p];
-	if (!c->has_mem) {
-		c->valid = c->filling = 0;
-		return;
-	}
-	copy_unfence(v, c);
 	if (p < v->ndev && o->stable) {
 		if (dev_va_unmap(v->ctx, o->va, o->dev_bytes) < 0)
 			SP_WARN(VMM, "unmap of '%s' failed: %s", o->name, sp_last_error());
@@ -158,9 +173,25 @@ void vmm_swap_free_copy(struct vmm *v, uint32_t idx, int p)
 		else
 			sp_count_add(&v->st.device_bytes, -(int64_t)sz);
 	}
-	c->has_mem = c->valid = c->filling = 0;
+	c->has_mem = c->valid = c->filling = c->space_wait = 0;
 	c->ptr = NULL;
 	resident_unlink(v, idx, p);
+}
+
+void vmm_swap_free_copy(struct vmm *v, uint32_t idx, int p)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	struct vmm_copy *c = &o->c[p];
+	if (!c->has_mem) {
+		c->valid = c->filling = 0;
+		return;
+	}
+	/* a stable chunk is unmapped at once and host space is reused by the
+	 * host and the disk tier: those wait here; device pool space is ordered */
+	if (c->fenced && p < v->ndev && !o->stable && order_reuse(v, p, c->fence) == 0)
+		c->fenced = 0;
+	copy_unfence(v, c);
+	release_space(v, idx, p);
 }
 
 void vmm_swap_free_disk(struct vmm *v, uint32_t idx)
@@ -213,7 +244,23 @@ static int try_alloc(struct vmm *v, uint32_t idx, int p)
 			sp_count_add(&v->st.device_bytes, sz);
 	}
 	c->has_mem = 1;
-	c->valid = c->filling = 0;
+	c->valid = c->filling = c->space_wait = 0;
+	if (p < v->ndev && !o->stable && v->pl[p].free_pending) {
+		/* freed space may still be read: writes into it wait for "in" */
+		struct vmm_place *pl = &v->pl[p];
+		if (dev_event_query(pl->free_ev) == 0) {
+			pl->free_pending = 0;
+		} else if ((c->ev || vmm_event_get(v, &c->ev) == 0) &&
+		           dev_event_record(c->ev, pl->in) == 0) {
+			c->space_wait = 1;
+		} else {
+			SP_WARN(VMM, "ordering reuse on device %d: %s; waiting", p,
+			        sp_last_error());
+			sp_counter_add(&v->st.waits, 1);
+			if (dev_event_sync(pl->free_ev) < 0)
+				SP_WARN(VMM, "wait failed: %s", sp_last_error());
+		}
+	}
 	c->last_use = ++v->clock; /* a prefetched copy is not the oldest at once */
 	resident_link(v, idx, p);
 	return 0;
@@ -429,19 +476,27 @@ int vmm_swap_retire(struct vmm *v, uint32_t idx, int block)
 		o->pending_dev = -1; /* a prefetch chain stops here */
 		o->err = err;
 		o->err_kind = x->kind;
-		return sp_error(err,
-		                "vmm: %s of object '%s' (%s) from %s to %s failed: %s (errno %d); "
-		                "the %s copy is kept",
-		                vmm_xfer_kind_name((enum vmm_xfer_kind)x->kind), o->name,
-		                sp_format_size(o->bytes, sz, sizeof(sz)),
-		                place_name(v, x->src, a, 16), place_name(v, x->dst, b, 16),
-		                strerror(-err), -err, place_name(v, x->src, a, 16));
+		/* A D2H made to free space had handed the space on already (only a
+		 * device fault fails a copy, and on CUDA that ends the context). */
+		o->lost = x->src_gone && vmm_obj_nvalid(v, o) == 0;
+		return sp_error(
+		    err,
+		    "vmm: %s of object '%s' (%s) from %s to %s failed: %s (errno %d); "
+		    "%s%s%s",
+		    vmm_xfer_kind_name((enum vmm_xfer_kind)x->kind), o->name,
+		    sp_format_size(o->bytes, sz, sizeof(sz)), place_name(v, x->src, a, 16),
+		    place_name(v, x->dst, b, 16), strerror(-err), -err,
+		    o->lost ? "its device space was already reused: the data is lost" : "the ",
+		    o->lost       ? ""
+		    : x->src_gone ? "other"
+		                  : place_name(v, x->src, a, 16),
+		    o->lost ? "" : " copy is kept");
 	}
 	vmm_acct_xfer(v, idx, x->kind, x->src, x->dst, x->bytes, x->t_start, t_end);
 	if (x->dst == P_DISK(v))
 		o->disk_valid = 1;
-	else
-		o->c[x->dst].filling = 0;
+	else /* the transfer ran on "in" after any wait for the space: both done */
+		o->c[x->dst].filling = o->c[x->dst].space_wait = 0;
 	if (x->drop_src && !o->c[x->src].pins)
 		vmm_swap_free_copy(v, idx, x->src);
 	return 0;
@@ -558,6 +613,18 @@ static int evict_for_space(struct vmm *v, uint32_t victim, int p, int *nskip, in
 	}
 	if (rc < 0)
 		return rc;
+	struct vmm_obj *o = vmm_obj_at(v, victim);
+	struct vmm_xfer *x = &o->x;
+	if (p < v->ndev && !o->stable && x->active && x->kind == VMM_XFER_D2H && x->src == p &&
+	    x->drop_src && order_reuse(v, p, x->ev) == 0) {
+		/* the D2H (which waited for the caller's fence on "out") still reads
+		 * the space; "in" waits for it, so the host does not */
+		x->drop_src = 0;
+		x->src_gone = 1;
+		o->c[p].fenced = 0;
+		release_space(v, victim, p);
+		return 0;
+	}
 	/* a written-down copy frees its space when the write completes */
 	return vmm_swap_retire(v, victim, 1);
 }

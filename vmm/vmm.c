@@ -46,6 +46,15 @@ static int writer_elsewhere(struct vmm *v, const struct vmm_obj *o, int p)
 	return -1;
 }
 
+/* An object whose data went with a failed write-down (vmm_swap_retire). */
+static int lost_error(const struct vmm_obj *o)
+{
+	return sp_error(-EIO,
+	                "vmm: object '%s' lost its data when its write-down failed; only "
+	                "VMM_OVERWRITE can use it again",
+	                o->name);
+}
+
 static int busy_writing(struct vmm *v, const struct vmm_obj *o, int q, const char *what)
 {
 	return sp_error(-EBUSY, "vmm: object '%s' is acquired for writing on place %d; %s", o->name,
@@ -78,6 +87,8 @@ void vmm_close(struct vmm *v)
 		if (o->va && dev_va_release(v->ctx, o->va, o->dev_bytes) < 0)
 			SP_WARN(VMM, "va release: %s", sp_last_error());
 	}
+	for (int p = 0; p < v->ndev; p++)
+		vmm_event_put(v, v->pl[p].free_ev);
 	for (uint32_t i = 0; i < v->nev_free; i++)
 		if (dev_event_destroy(v->ev_free[i]) < 0)
 			SP_WARN(VMM, "event destroy: %s", sp_last_error());
@@ -382,6 +393,10 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 		              o->name, o->home, p);
 		goto out;
 	}
+	if (o->lost && access != VMM_OVERWRITE) {
+		rc = lost_error(o);
+		goto out;
+	}
 	if (p < v->ndev && o->dev_bytes > (o->stable ? v->pl[p].stable_cap : v->pl[p].pool.size)) {
 		char a[32], b[32];
 		sp_counter_add(&v->st.enomem, 1);
@@ -426,6 +441,7 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 				goto out;
 		}
 		c->valid = 1;
+		o->lost = 0; /* overwritten */
 		for (int q = 0; q <= P_HOST(v); q++)
 			if (q != p)
 				vmm_swap_free_copy(v, idx, q);
@@ -456,13 +472,16 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 			sp_counter_add(was ? &v->st.hits : &v->st.misses, 1);
 		}
 	}
+	if (c->space_wait && !c->filling && dev_event_query(c->ev) == 0)
+		c->space_wait = 0; /* the space's last reader before us is done */
 	c->pins++;
 	c->last_use = ++v->clock;
 done:
 	sp_count_add(&v->st.pinned, 1);
 	sp_counter_add(&v->st.acquires, 1);
 	*ptr = c->ptr;
-	*ready = c->filling ? c->ev : NULL;
+	/* a transfer into the copy, or fresh space still read by its former owner */
+	*ready = c->filling || c->space_wait ? c->ev : NULL;
 out:
 	if (rc < 0 && o && rc == o->err)
 		o->err = 0; /* the caller has it now */
@@ -514,6 +533,10 @@ int vmm_prefetch(struct vmm *v, uint64_t id, int place)
 	if (p < v->ndev && o->dev_bytes > (o->stable ? v->pl[p].stable_cap : v->pl[p].pool.size)) {
 		rc = sp_error(-ENOMEM, "vmm: object '%s' (%" PRIu64 " bytes) never fits device %d",
 		              o->name, o->bytes, p);
+		goto out;
+	}
+	if (o->lost) {
+		rc = lost_error(o);
 		goto out;
 	}
 	int q = writer_elsewhere(v, o, p);

@@ -220,7 +220,9 @@ size_t vmm_trace_get(struct vmm *v, struct vmm_trace_rec *out, size_t max, uint6
 	X(COUNTER, frag_evictions, "evictions made to open a contiguous hole")      \
 	X(COUNTER, enomem, "requests that did not fit after evicting all unpinned") \
 	X(COUNTER, disk_errors, "disk allocations or I/Os that failed")             \
-	X(COUNTER, waits, "blocking waits on one transfer's event or ticket")
+	X(COUNTER, waits, "blocking waits on one transfer's event or ticket")       \
+	X(COUNTER, fence_waits, "blocking waits on a caller's done event")          \
+	X(COUNTER, ordered_reuses, "device space reused in stream order, no wait")
 SP_STATS_DECLARE(vmm_stats, VMM_STATS)
 
 /* A snapshot of the counters. */

@@ -369,6 +369,7 @@ int main(int argc, char **argv)
 	       ds.bytes_written, ds.bytes_read, ds.errors);
 	/* pressure really happened, on every tier */
 	CHECK(st.evictions.total > 0 && st.writebacks.total > 0 && st.drops.total > 0);
+	CHECK(st.ordered_reuses.total > 0); /* device space handed on in stream order */
 	CHECK(vmm_xfer_bytes(v, VMM_XFER_P2P) > 0 && vmm_xfer_bytes(v, VMM_XFER_D2H) > 0);
 	CHECK(ds.bytes_written > 0 && ds.bytes_read > 0);
 	CHECK(st.enomem.total == 0 && st.disk_errors.total == 0);

@@ -5,12 +5,15 @@
  * dropped and dirty ones written back; prefetch, writeback, hint, obj_wait and
  * the info masks; a stable object keeps its address across evict/re-acquire and
  * a child process touching it while evicted dies of SIGSEGV; fragmentation
- * evicts a window; -ENOMEM names the object, the device and the bytes; bad
+ * evicts a window; a dirty victim's space is reused in stream order while its
+ * write-down and its last reader are still pending; -ENOMEM names the object, the device and the bytes; bad
  * calls are errors; the vmm's byte counts equal the device layer's copies. */
 #include "tests/vmm/vmm_test.h"
 #include "tests/child.h"
 
 #include <signal.h>
+#include <stdint.h>
+#include <time.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 
@@ -226,6 +229,62 @@ static void test_fragmentation(void)
 	CHECK_OK(vmm_obj_destroy(v, big));
 }
 
+static void sleep_ms_fn(void *arg)
+{
+	struct timespec ts = {0, (long)(intptr_t)arg * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+/* Stream-ordered reuse: a dirty victim evicted to make room is written down
+ * while the host goes on. Its fill is still queued behind a 200 ms sleep, so
+ * its fence, its D2H and the reuse of its space are all pending when the new
+ * object's acquire returns: no blocking wait was made, the acquire's ready
+ * event is not complete, and the bytes written into the reused space after
+ * waiting on it do not reach the victim's copy on the host. */
+static void test_ordered_reuse(void)
+{
+	const size_t n = 384 * KiB; /* 2 fit in the 768 KiB pool of a device */
+	struct dev_stream *other;
+	struct dev_event *done2;
+	CHECK_OK(dev_stream_create(ctx, 0, &other));
+	CHECK_OK(dev_event_create(ctx, &done2));
+	uint64_t g1 = vt_create(v, n, VMM_KIND_GRAD, "g1");
+	uint64_t g2 = vt_create(v, n, VMM_KIND_GRAD, "g2");
+	uint64_t g3 = vt_create(v, n, VMM_KIND_GRAD, "g3");
+	CHECK_OK(dev_host_callback(st[0], sleep_ms_fn, (void *)(intptr_t)200));
+	vt_write_dev(v, g1, 0, VMM_OVERWRITE, st[0], done[0], n, 401);
+	vt_write_dev(v, g2, 0, VMM_OVERWRITE, other, done2, n, 402);
+	CHECK_OK(dev_event_sync(done2));
+	CHECK_OK(vmm_hint(v, g1, 10)); /* Belady: g1 (used later) is the victim */
+	CHECK_OK(vmm_hint(v, g2, 5));
+	struct vmm_stats s0 = stats();
+	void *p;
+	struct dev_event *ready;
+	CHECK_OK(vmm_acquire(v, g3, 0, VMM_OVERWRITE, &p, &ready));
+	struct vmm_stats s1 = stats();
+	CHECK(ready != NULL && dev_event_query(ready) == -EAGAIN);
+	CHECK_MSG(s1.waits.total == s0.waits.total && s1.fence_waits.total == s0.fence_waits.total,
+	          "the acquire waited: %" PRIu64 " transfer and %" PRIu64 " fence waits",
+	          s1.waits.total - s0.waits.total, s1.fence_waits.total - s0.fence_waits.total);
+	CHECK(s1.ordered_reuses.total == s0.ordered_reuses.total + 1);
+	CHECK(s1.writebacks.total == s0.writebacks.total + 1);
+	struct vmm_obj_info i = info(g1);
+	CHECK(i.valid_mask == VMM_INFO_HOST && i.in_flight == VMM_XFER_D2H);
+	vt_wait_ready(other, ready);
+	CHECK_OK(vt_fill_async(other, p, n, 403));
+	CHECK_OK(dev_event_record(done2, other));
+	CHECK_OK(vmm_release(v, g3, 0, done2));
+	CHECK(vt_read_host(v, g1, n, 401) == 0);
+	CHECK(vt_read_dev(v, g3, 0, other, done2, n, 403) == 0);
+	CHECK(vt_read_dev(v, g1, 1, st[1], done[1], n, 401) == 0);
+	CHECK(vt_read_dev(v, g2, 0, other, done2, n, 402) == 0);
+	CHECK_OK(vmm_obj_destroy(v, g1));
+	CHECK_OK(vmm_obj_destroy(v, g2));
+	CHECK_OK(vmm_obj_destroy(v, g3));
+	CHECK_OK(dev_stream_destroy(other));
+	CHECK_OK(dev_event_destroy(done2));
+}
+
 /* -ENOMEM names the object, the device and the bytes. */
 static void test_enomem(void)
 {
@@ -376,6 +435,7 @@ int main(int argc, char **argv)
 	test_moves();
 	test_pressure();
 	test_fragmentation();
+	test_ordered_reuse();
 	test_enomem();
 	test_stable();
 	test_bad_calls();
