@@ -32,6 +32,7 @@ int vmm_config_from_params(const struct sp_params *p, struct vmm_config *cfg)
 	c.trace_cap = (unsigned)p->vmm_trace;
 	c.align = 256;
 	c.stats_at_close = p->stats;
+	c.host_waits = !p->vmm_ordered_reuse;
 	*cfg = c;
 	return 0;
 }

@@ -69,7 +69,7 @@ struct vmm_copy {
 	uint8_t fenced;     /* fence holds the caller's last use (vmm_release) */
 	uint8_t writing;    /* acquired for writing; cleared when pins drop to 0 */
 	uint8_t skip;       /* make_space: could not be written down, not a victim now */
-	uint8_t space_wait; /* ev marks when the space is free to write (stream-ordered reuse) */
+	uint8_t space_wait; /* ev (on "reuse") marks when the space is free to write */
 	uint32_t pins;
 	int32_t blk;             /* pool block (pool objects) */
 	void *ptr;               /* address of the copy */
@@ -110,6 +110,7 @@ struct vmm_obj {
 	uint64_t extent;
 	struct dev_event *xev; /* D2H transfers (out of a device) */
 	int pending_dev;       /* prefetch chain: after disk->host, go on to this device, -1 none */
+	int pending_wb;        /* write-back asked while a transfer was in flight: 1 host, 2 disk */
 	int err;               /* last failed transfer's error, until vmm_obj_wait reports it */
 	int err_kind;          /* its enum vmm_xfer_kind */
 	struct vmm_xfer x;
@@ -125,7 +126,9 @@ struct vmm_place {
 	struct dev_stream *in, *out, *fence; /* copies into / out of the place, fences */
 	int32_t rhead;                       /* objects with space here (victim candidates) */
 	/* devices: pool space freed while still read (a fence, a D2H) is reused in
-	 * stream order; free_ev is recorded on "in" after its last such wait */
+	 * stream order: the "reuse" stream waits for those readers, free_ev is
+	 * recorded there after the last such wait */
+	struct dev_stream *reuse;
 	struct dev_event *free_ev;
 	uint8_t free_pending;
 };

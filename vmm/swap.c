@@ -135,17 +135,22 @@ static void copy_unfence(struct vmm *v, struct vmm_copy *c)
 
 /* Stream-ordered reuse of device pool space: rather than the host waiting for
  * the last reader of a block it frees (the caller's fence, a D2H still reading
- * it), device p's "in" stream waits for that reader. Every later write into the
- * pool is ordered after that point: transfers into p run on "in", and an
- * acquire of fresh space with nothing to bring returns an event recorded there
- * (try_alloc). Returns 0, or the device error (the caller then waits on the host). */
+ * it), device p's "reuse" stream waits for that reader. Space allocated after
+ * that gets an event recorded on "reuse" (try_alloc, space_wait), and every
+ * write into it waits for that event: a transfer into the copy (start_copy) or
+ * the caller, through the acquire's ready event. A separate stream, so fresh
+ * space does not wait for unrelated copies queued on "in". Returns 0, or
+ * -EAGAIN (cfg.host_waits) or the device error: the caller then waits on the
+ * host. */
 static int order_reuse(struct vmm *v, int p, struct dev_event *last_reader)
 {
 	struct vmm_place *pl = &v->pl[p];
+	if (v->cfg.host_waits)
+		return -EAGAIN;
 	if (!pl->free_ev)
 		SP_CHECK(vmm_event_get(v, &pl->free_ev));
-	SP_CHECK(dev_stream_wait_event(pl->in, last_reader));
-	SP_CHECK(dev_event_record(pl->free_ev, pl->in));
+	SP_CHECK(dev_stream_wait_event(pl->reuse, last_reader));
+	SP_CHECK(dev_event_record(pl->free_ev, pl->reuse));
 	pl->free_pending = 1;
 	sp_counter_add(&v->st.ordered_reuses, 1);
 	return 0;
@@ -246,12 +251,12 @@ static int try_alloc(struct vmm *v, uint32_t idx, int p)
 	c->has_mem = 1;
 	c->valid = c->filling = c->space_wait = 0;
 	if (p < v->ndev && !o->stable && v->pl[p].free_pending) {
-		/* freed space may still be read: writes into it wait for "in" */
+		/* freed space may still be read: writes into it wait for "reuse" */
 		struct vmm_place *pl = &v->pl[p];
 		if (dev_event_query(pl->free_ev) == 0) {
 			pl->free_pending = 0;
 		} else if ((c->ev || vmm_event_get(v, &c->ev) == 0) &&
-		           dev_event_record(c->ev, pl->in) == 0) {
+		           dev_event_record(c->ev, pl->reuse) == 0) {
 			c->space_wait = 1;
 		} else {
 			SP_WARN(VMM, "ordering reuse on device %d: %s; waiting", p,
@@ -332,6 +337,8 @@ static int start_copy(struct vmm *v, uint32_t idx, int src, int dst, int drop_sr
 		SP_CHECK(vmm_event_get(v, evp));
 	if (s->fenced)
 		SP_CHECK(dev_stream_wait_event(st, s->fence));
+	if (d->space_wait) /* the space's former owner may still be read */
+		SP_CHECK(dev_stream_wait_event(st, d->ev));
 	SP_CHECK(dev_memcpy_async(st, d->ptr, vmm_place_public(v, dst), s->ptr,
 	                          vmm_place_public(v, src), o->bytes));
 	SP_CHECK(dev_event_record(*evp, st));
@@ -495,7 +502,7 @@ int vmm_swap_retire(struct vmm *v, uint32_t idx, int block)
 	vmm_acct_xfer(v, idx, x->kind, x->src, x->dst, x->bytes, x->t_start, t_end);
 	if (x->dst == P_DISK(v))
 		o->disk_valid = 1;
-	else /* the transfer ran on "in" after any wait for the space: both done */
+	else /* the transfer waited for the space to be free: both done */
 		o->c[x->dst].filling = o->c[x->dst].space_wait = 0;
 	if (x->drop_src && !o->c[x->src].pins)
 		vmm_swap_free_copy(v, idx, x->src);
@@ -618,7 +625,7 @@ static int evict_for_space(struct vmm *v, uint32_t victim, int p, int *nskip, in
 	if (p < v->ndev && !o->stable && x->active && x->kind == VMM_XFER_D2H && x->src == p &&
 	    x->drop_src && order_reuse(v, p, x->ev) == 0) {
 		/* the D2H (which waited for the caller's fence on "out") still reads
-		 * the space; "in" waits for it, so the host does not */
+		 * the space; "reuse" waits for it, so the host does not */
 		x->drop_src = 0;
 		x->src_gone = 1;
 		o->c[p].fenced = 0;
@@ -788,8 +795,18 @@ int vmm_swap_writeback(struct vmm *v, uint32_t idx, int to_disk)
 {
 	struct vmm_obj *o = vmm_obj_at(v, idx);
 	int h = P_HOST(v), started = 0;
-	if (o->x.active)
-		SP_CHECK(vmm_swap_retire(v, idx, 1));
+	if (o->x.active) {
+		int rc = vmm_swap_retire(v, idx, 0);
+		if (rc == -EAGAIN) {
+			/* starts when the transfer lands (vmm_progress, vmm_obj_wait,
+			 * vmm_sync): the host does not wait for it here */
+			if (o->pending_wb < 1 + to_disk)
+				o->pending_wb = 1 + to_disk;
+			return 0;
+		}
+		if (rc < 0)
+			return rc;
+	}
 	if (!to_disk && (o->c[h].valid || o->disk_valid))
 		return 0;
 	if (to_disk && o->disk_valid)

@@ -94,8 +94,8 @@ void vmm_close(struct vmm *v)
 			SP_WARN(VMM, "event destroy: %s", sp_last_error());
 	for (int p = 0; p <= v->ndev; p++) {
 		struct vmm_place *pl = &v->pl[p];
-		struct dev_stream *ss[3] = {pl->in, pl->out, pl->fence};
-		for (int k = 0; k < 3; k++)
+		struct dev_stream *ss[4] = {pl->in, pl->out, pl->fence, pl->reuse};
+		for (int k = 0; k < 4; k++)
 			if (ss[k] && dev_stream_destroy(ss[k]) < 0)
 				SP_WARN(VMM, "stream destroy: %s", sp_last_error());
 		if (pl->base) {
@@ -181,6 +181,7 @@ int vmm_open(struct dev_ctx *ctx, const struct vmm_config *cfg, struct vmm **out
 		SP_CHECK_GOTO(dev_stream_create(ctx, d, &pl->in), rc, fail);
 		SP_CHECK_GOTO(dev_stream_create(ctx, d, &pl->out), rc, fail);
 		SP_CHECK_GOTO(dev_stream_create(ctx, d, &pl->fence), rc, fail);
+		SP_CHECK_GOTO(dev_stream_create(ctx, d, &pl->reuse), rc, fail);
 	}
 	{
 		struct vmm_place *h = &v->pl[v->ndev];
@@ -426,14 +427,17 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 		o->pending_dev = -1;
 		if (o->x.active && o->x.src == p)
 			o->x.drop_src = 0; /* being evicted from here: keep it */
-		if (o->x.active && vmm_swap_retire(v, idx, 1) < 0)
+		/* a WRITE of a device copy already arriving (a prefetch) keeps its
+		 * transfer in flight: the caller waits on the ready event */
+		int arriving = access == VMM_WRITE && p < v->ndev && o->x.active && o->x.dst == p;
+		if (o->x.active && !arriving && vmm_swap_retire(v, idx, 1) < 0)
 			SP_INFO(VMM, "%s", sp_last_error());
 		int was = c->valid;
-		if (access == VMM_WRITE) {
+		if (access == VMM_WRITE && !arriving) {
 			SP_CHECK_GOTO(vmm_swap_bring(v, idx, p, &started), rc, out);
-			if (started)
+			if (started && p == P_HOST(v))
 				SP_CHECK_GOTO(vmm_swap_retire(v, idx, 1), rc, out);
-		} else if (!c->has_mem) {
+		} else if (access == VMM_OVERWRITE && !c->has_mem) {
 			o->busy = 1;
 			rc = vmm_swap_make_space(v, idx, p);
 			o->busy = 0;
@@ -442,9 +446,17 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 		}
 		c->valid = 1;
 		o->lost = 0; /* overwritten */
-		for (int q = 0; q <= P_HOST(v); q++)
-			if (q != p)
-				vmm_swap_free_copy(v, idx, q);
+		for (int q = 0; q <= P_HOST(v); q++) {
+			if (q == p)
+				continue;
+			if (o->x.active && o->x.src == q) {
+				/* still read by the transfer into p: freed when it lands */
+				o->c[q].valid = 0;
+				o->x.drop_src = 1;
+				continue;
+			}
+			vmm_swap_free_copy(v, idx, q);
+		}
 		vmm_swap_free_disk(v, idx);
 		c->writing = 1;
 		sp_counter_add(was ? &v->st.hits : &v->st.misses, 1);
@@ -583,6 +595,40 @@ out:
 	return rc;
 }
 
+int vmm_discard(struct vmm *v, uint64_t id)
+{
+	uint32_t idx;
+	int rc = 0;
+	SP_CHECK_ARG(v, "vmm_discard: NULL vmm");
+	pthread_mutex_lock(&v->lock);
+	struct vmm_obj *o = lookup(v, id, &idx);
+	if (!o) {
+		rc = bad_id(id);
+		goto out;
+	}
+	for (int p = 0; p <= P_HOST(v); p++)
+		if (o->c[p].pins) {
+			rc = sp_error(-EBUSY,
+			              "vmm: object '%s' is acquired on %d: it cannot be discarded",
+			              o->name, vmm_place_public(v, p));
+			goto out;
+		}
+	/* a failed transfer of dead contents loses nothing: not reported */
+	if (o->x.active && vmm_swap_retire(v, idx, 1) < 0)
+		SP_INFO(VMM, "discard '%s': %s", o->name, sp_last_error());
+	for (int p = 0; p <= P_HOST(v); p++)
+		vmm_swap_free_copy(v, idx, p);
+	vmm_swap_free_disk(v, idx);
+	o->lost = 0;
+	o->err = 0;
+	o->pending_dev = -1;
+	o->pending_wb = 0;
+	sp_counter_add(&v->st.discards, 1);
+out:
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
 int vmm_writeback(struct vmm *v, uint64_t id, int to_disk)
 {
 	uint32_t idx;
@@ -606,6 +652,36 @@ int vmm_writeback(struct vmm *v, uint64_t id, int to_disk)
 	return rc;
 }
 
+/* Starts what waited for obj's transfer to land: a deferred write-back (kept
+ * while another caller writes the object), then a prefetch's next hop (disk
+ * -> host -> device). A failed write-back is kept for vmm_obj_wait. */
+static void continue_chain(struct vmm *v, uint32_t i)
+{
+	struct vmm_obj *o = vmm_obj_at(v, i);
+	if (!o->live || o->x.active)
+		return;
+	if (o->pending_wb && writer_elsewhere(v, o, -1) < 0) {
+		int to_disk = o->pending_wb - 1;
+		o->pending_wb = 0;
+		int rc = vmm_swap_writeback(v, i, to_disk);
+		if (rc < 0) {
+			SP_INFO(VMM, "write-back of '%s': %s", o->name, sp_last_error());
+			o->err = rc;
+			o->err_kind = to_disk ? VMM_XFER_H2DISK : VMM_XFER_D2H;
+		}
+	}
+	if (o->pending_dev < 0 || o->x.active)
+		return;
+	if (writer_elsewhere(v, o, o->pending_dev) >= 0) {
+		o->pending_dev = -1;
+		return;
+	}
+	int d = o->pending_dev, started;
+	o->pending_dev = -1;
+	if (vmm_swap_bring(v, i, d, &started) < 0)
+		SP_INFO(VMM, "prefetch of '%s': %s", o->name, sp_last_error());
+}
+
 int vmm_obj_wait(struct vmm *v, uint64_t id)
 {
 	uint32_t idx;
@@ -617,6 +693,10 @@ int vmm_obj_wait(struct vmm *v, uint64_t id)
 		rc = bad_id(id);
 	} else {
 		rc = vmm_swap_retire(v, idx, 1);
+		if (rc == 0 && o->pending_wb) { /* a write-back deferred behind it */
+			continue_chain(v, idx);
+			rc = vmm_swap_retire(v, idx, 1);
+		}
 		if (rc == 0 && o->err) /* failed earlier, retired by someone else */
 			rc = sp_error(
 			    o->err,
@@ -635,20 +715,8 @@ int vmm_progress(struct vmm *v)
 	SP_CHECK_ARG(v, "vmm_progress: NULL vmm");
 	pthread_mutex_lock(&v->lock);
 	(void)vmm_swap_progress(v, 0);
-	/* prefetch chains: disk reads that landed go on to their device */
-	for (uint32_t i = 0; i < v->nobj_hw; i++) {
-		struct vmm_obj *o = vmm_obj_at(v, i);
-		if (!o->live || o->pending_dev < 0 || o->x.active)
-			continue;
-		if (writer_elsewhere(v, o, o->pending_dev) >= 0) {
-			o->pending_dev = -1;
-			continue;
-		}
-		int d = o->pending_dev, started;
-		o->pending_dev = -1;
-		if (vmm_swap_bring(v, i, d, &started) < 0)
-			SP_INFO(VMM, "prefetch of '%s': %s", o->name, sp_last_error());
-	}
+	for (uint32_t i = 0; i < v->nobj_hw; i++)
+		continue_chain(v, i);
 	pthread_mutex_unlock(&v->lock);
 	return 0;
 }
@@ -658,6 +726,18 @@ int vmm_sync(struct vmm *v)
 	SP_CHECK_ARG(v, "vmm_sync: NULL vmm");
 	pthread_mutex_lock(&v->lock);
 	int rc = vmm_swap_progress(v, 1);
+	/* deferred write-backs start now that everything landed; wait for them */
+	int more = 0;
+	for (uint32_t i = 0; i < v->nobj_hw; i++)
+		if (vmm_obj_at(v, i)->live && vmm_obj_at(v, i)->pending_wb) {
+			continue_chain(v, i);
+			more = 1;
+		}
+	if (more) {
+		int rc2 = vmm_swap_progress(v, 1);
+		if (!rc)
+			rc = rc2;
+	}
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }

@@ -78,6 +78,8 @@ struct vmm_config {
 	unsigned trace_cap;   /* transfers kept in the trace ring, 0 = no trace */
 	size_t align;         /* pool allocation alignment, power of two (0 = 256) */
 	int stats_at_close;   /* print the stats table at vmm_close (SPILL_STATS) */
+	int host_waits;       /* 1: the host waits for freed device space's last reader
+	                         (no stream-ordered reuse; a baseline) */
 };
 
 /* Fills cfg from SPILL_HOST_MEM, SPILL_DISK_*, SPILL_IO_*, SPILL_VMM_*, SPILL_STATS.
@@ -144,6 +146,11 @@ int vmm_hint(struct vmm *v, uint64_t obj, uint64_t next_use) SP_MUST_CHECK;
  * clean copy is dropped, a dirty one written down first (asynchronously).
  * Returns 0 (also when there is no copy there), -EBUSY if pinned there. */
 int vmm_evict(struct vmm *v, uint64_t obj, int place) SP_MUST_CHECK;
+/* Declares obj's contents dead (an activation after its backward, a gradient
+ * after its update): every copy is dropped and nothing is written down. The
+ * next use should be VMM_OVERWRITE; a READ or WRITE gets unspecified bytes.
+ * Waits for obj's transfer in flight, if any. Returns 0, -EBUSY while acquired. */
+int vmm_discard(struct vmm *v, uint64_t obj) SP_MUST_CHECK;
 /* Makes sure a copy below the devices is valid: device -> host (to_disk=0) or
  * further to disk (to_disk=1). Asynchronous; vmm_obj_wait() waits for it and
  * reports a failed disk write. Returns 0, -EINVAL (to disk without a disk tier),
@@ -217,6 +224,7 @@ size_t vmm_trace_get(struct vmm *v, struct vmm_trace_rec *out, size_t max, uint6
 	X(COUNTER, evictions, "copies evicted (dropped or written down)")           \
 	X(COUNTER, drops, "clean copies dropped with nothing written")              \
 	X(COUNTER, writebacks, "dirty copies written down a tier")                  \
+	X(COUNTER, discards, "objects whose contents were declared dead")           \
 	X(COUNTER, frag_evictions, "evictions made to open a contiguous hole")      \
 	X(COUNTER, enomem, "requests that did not fit after evicting all unpinned") \
 	X(COUNTER, disk_errors, "disk allocations or I/Os that failed")             \

@@ -15,6 +15,7 @@ int main(void)
 	CHECK(c.host_mem > 0); /* 0 = a quarter of physical memory */
 	CHECK(!c.use_disk);
 	CHECK(c.max_objects == 65536 && c.trace_cap == 4096 && c.align == 256);
+	CHECK(c.host_waits == 0); /* stream-ordered reuse by default */
 	CHECK_OK(sp_params_set(&p, "SPILL_VMM_POLICY", "lru"));
 	CHECK_OK(sp_params_set(&p, "SPILL_HOST_MEM", "64M"));
 	CHECK_OK(sp_params_set(&p, "SPILL_VMM_DEVICE_MEM", "1G"));
@@ -22,7 +23,9 @@ int main(void)
 	CHECK_OK(sp_params_set(&p, "SPILL_DISK_PATH", "/tmp/spill-disk"));
 	CHECK_OK(sp_params_set(&p, "SPILL_DISK_MEM", "2G"));
 	CHECK_OK(sp_params_set(&p, "SPILL_STATS", "1"));
+	CHECK_OK(sp_params_set(&p, "SPILL_VMM_ORDERED_REUSE", "0"));
 	CHECK_OK(vmm_config_from_params(&p, &c));
+	CHECK(c.host_waits == 1);
 	CHECK(c.policy == VMM_POLICY_LRU);
 	CHECK(c.host_mem == 64ull << 20 && c.device_mem == 1ull << 30);
 	CHECK(c.stable_mem == 256ull << 20);

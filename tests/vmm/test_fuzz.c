@@ -249,7 +249,16 @@ static void op_misc(void)
 	int li;
 	uint64_t id = any_id(&li);
 	int place = any_place(), rc;
-	switch (rnd_n(12)) {
+	switch (rnd_n(13)) {
+	case 11:
+		rc = ok(vmm_discard(v, id), "discard");
+		if (li < 0)
+			CHECK(rc == -EINVAL);
+		else
+			CHECK(rc == (held_count(id) ? -EBUSY : 0));
+		if (rc == 0)
+			live[li].seed = 0; /* dead contents */
+		break;
 	case 0:
 		rc = ok(vmm_prefetch(v, id, place), "prefetch");
 		if (li < 0 || !valid_place(place))

@@ -3,7 +3,7 @@
  * in a temp dir), objects of many sizes (some with stable addresses), 2 threads
  * each issuing thousands of random operations — reads and writes from kernels on
  * several streams per device, host reads and writes, prefetches, evictions,
- * write-backs, hints, waits, destroy/re-create — plus operations on the other
+ * write-backs, hints, waits, discards, destroy/re-create — plus operations on the other
  * thread's objects (which may be refused with -EBUSY or -EINVAL, never crash).
  * Reproducible per thread: fixed seeds (argv: [ops per thread] [seed]).
  *
@@ -311,6 +311,10 @@ static void *run(void *arg)
 			struct dev_event *ready;
 			CHECK(vmm_acquire(v, id, VMM_HOST, VMM_READ, &p, &ready) == -EINVAL);
 			w->n_recreate++;
+		} else if (r < 89) {
+			/* the contents die: the next op on k is a write */
+			CHECK_OK(vmm_discard(v, id));
+			o->seed = 0;
 		} else {
 			foreign_op(w);
 		}

@@ -6,7 +6,9 @@
  * the info masks; a stable object keeps its address across evict/re-acquire and
  * a child process touching it while evicted dies of SIGSEGV; fragmentation
  * evicts a window; a dirty victim's space is reused in stream order while its
- * write-down and its last reader are still pending; -ENOMEM names the object, the device and the bytes; bad
+ * write-down and its last reader are still pending, and a WRITE acquire and a
+ * write-back of a copy still arriving do not block; discard drops dead
+ * contents without writing them; -ENOMEM names the object, the device and the bytes; bad
  * calls are errors; the vmm's byte counts equal the device layer's copies. */
 #include "tests/vmm/vmm_test.h"
 #include "tests/child.h"
@@ -281,6 +283,61 @@ static void test_ordered_reuse(void)
 	CHECK_OK(vmm_obj_destroy(v, g1));
 	CHECK_OK(vmm_obj_destroy(v, g2));
 	CHECK_OK(vmm_obj_destroy(v, g3));
+
+	/* With the H2D of a prefetched weight held back the same way (it waits
+	 * for its space), a WRITE acquire of it and a write-back of it return at
+	 * once: the caller's kernel waits on the ready event, and the write-back
+	 * starts when the H2D lands; vmm_obj_wait sees both through. */
+	uint64_t w = vt_create(v, n, VMM_KIND_WEIGHT, "w");
+	vt_write_host(v, w, n, 410);
+	g1 = vt_create(v, n, VMM_KIND_GRAD, "g1");
+	g2 = vt_create(v, n, VMM_KIND_GRAD, "g2");
+	CHECK_OK(dev_host_callback(st[0], sleep_ms_fn, (void *)(intptr_t)200));
+	vt_write_dev(v, g1, 0, VMM_OVERWRITE, st[0], done[0], n, 411);
+	vt_write_dev(v, g2, 0, VMM_OVERWRITE, other, done2, n, 412);
+	CHECK_OK(dev_event_sync(done2));
+	CHECK_OK(vmm_hint(v, g1, 10));
+	CHECK_OK(vmm_hint(v, g2, 5));
+	s0 = stats();
+	CHECK_OK(vmm_prefetch(v, w, 0));
+	CHECK(info(w).in_flight == VMM_XFER_H2D);
+	CHECK_OK(vmm_acquire(v, w, 0, VMM_WRITE, &p, &ready));
+	CHECK(ready != NULL && dev_event_query(ready) == -EAGAIN);
+	i = info(w);
+	CHECK(i.valid_mask == DEV(0) &&
+	      i.in_flight == VMM_XFER_H2D); /* host copy goes on landing */
+	vt_wait_ready(other, ready);
+	CHECK_OK(vt_fill_async(other, p, n, 413));
+	CHECK_OK(dev_event_record(done2, other));
+	CHECK_OK(vmm_release(v, w, 0, done2));
+	CHECK_OK(vmm_writeback(v, w, 0));
+	s1 = stats();
+	CHECK_MSG(s1.waits.total == s0.waits.total && s1.fence_waits.total == s0.fence_waits.total,
+	          "blocking waits: %" PRIu64, s1.waits.total - s0.waits.total);
+	CHECK_OK(vmm_obj_wait(v, w));
+	i = info(w);
+	CHECK(i.valid_mask == (DEV(0) | VMM_INFO_HOST) && i.in_flight < 0);
+	CHECK(vt_read_host(v, w, n, 413) == 0);
+	CHECK(vt_read_dev(v, g1, 1, st[1], done[1], n, 411) == 0);
+
+	/* discard: dead contents are dropped everywhere, nothing is written */
+	uint64_t d2h = vmm_xfer_bytes(v, VMM_XFER_D2H);
+	vt_write_dev(v, g2, 0, VMM_OVERWRITE, other, done2, n, 414);
+	CHECK_OK(vmm_acquire(v, g2, 0, VMM_READ, &p, &ready));
+	CHECK(vmm_discard(v, g2) == -EBUSY);
+	CHECK_OK(vmm_release(v, g2, 0, NULL));
+	s0 = stats();
+	CHECK_OK(vmm_discard(v, g2));
+	CHECK(stats().discards.total == s0.discards.total + 1);
+	CHECK(info(g2).valid_mask == 0);
+	CHECK_OK(vmm_evict(v, g2, 0)); /* nothing there: fine */
+	CHECK(vmm_xfer_bytes(v, VMM_XFER_D2H) == d2h);
+	vt_write_dev(v, g2, 1, VMM_OVERWRITE, st[1], done[1], n, 415); /* reused at once */
+	CHECK(vt_read_dev(v, g2, 1, st[1], done[1], n, 415) == 0);
+	CHECK(vmm_discard(v, 12345) == -EINVAL);
+	CHECK_OK(vmm_obj_destroy(v, w));
+	CHECK_OK(vmm_obj_destroy(v, g1));
+	CHECK_OK(vmm_obj_destroy(v, g2));
 	CHECK_OK(dev_stream_destroy(other));
 	CHECK_OK(dev_event_destroy(done2));
 }
