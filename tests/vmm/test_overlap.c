@@ -33,7 +33,7 @@
 #define LAYERS    12
 #define ITERS     4
 #define FLOPS     1.2e10 /* ~1.06 ms on the profile's 11.3 TFLOP/s: ~1.5 copies of W */
-#define LOOKAHEAD 2 /* tasks whose inputs are prefetched */
+#define LOOKAHEAD 2      /* tasks whose inputs are prefetched */
 #define RATIO_MAX 1.05
 
 enum { W, A, G, KINDS };
@@ -114,11 +114,12 @@ static struct result run(struct dev_ctx *ctx, uint64_t budget, int host_waits)
 			for (int j = 0; j < k->n; j++) {
 				void *p;
 				struct dev_event *ready;
-				CHECK_OK(vmm_acquire(v, id[k->layer][k->u[j].what], 0, k->u[j].access,
-				                     &p, &ready));
+				CHECK_OK(vmm_acquire(v, id[k->layer][k->u[j].what], 0,
+				                     k->u[j].access, &p, &ready));
 				vt_wait_ready(s, ready);
 			}
-			CHECK_OK(dev_launch(s, &layer_kernel, NULL, 0, (struct dev_cost){FLOPS, 0}));
+			CHECK_OK(
+			    dev_launch(s, &layer_kernel, NULL, 0, (struct dev_cost){FLOPS, 0}));
 			CHECK_OK(dev_event_record(done, s));
 			for (int j = 0; j < k->n; j++) {
 				uint64_t obj = id[k->layer][k->u[j].what];
@@ -128,7 +129,8 @@ static struct result run(struct dev_ctx *ctx, uint64_t budget, int host_waits)
 				for (int d = 1; d <= n && next == VMM_NO_HINT; d++) {
 					const struct task *b = &t[(i + d) % n];
 					for (int q = 0; q < b->n; q++)
-						if (b->layer == k->layer && b->u[q].what == k->u[j].what)
+						if (b->layer == k->layer &&
+						    b->u[q].what == k->u[j].what)
 							next = (uint64_t)(it * n + i + d);
 				}
 				CHECK_OK(vmm_hint(v, obj, next));
@@ -136,7 +138,8 @@ static struct result run(struct dev_ctx *ctx, uint64_t budget, int host_waits)
 			/* dead values: an activation after its backward, a gradient
 			 * after its update (both are overwritten next iteration) */
 			if (k->u[1].what == G)
-				CHECK_OK(vmm_discard(v, id[k->layer][k->u[1].access == VMM_READ ? G : A]));
+				CHECK_OK(vmm_discard(
+				    v, id[k->layer][k->u[1].access == VMM_READ ? G : A]));
 			/* an updated weight is written back at once, so that evicting
 			 * it later is a drop that waits for nothing */
 			if (eager && k->u[0].what == W && k->u[0].access == VMM_WRITE)
@@ -147,7 +150,8 @@ static struct result run(struct dev_ctx *ctx, uint64_t budget, int host_waits)
 				const struct task *nx = &t[(i + d) % n];
 				for (int j = 0; j < nx->n; j++)
 					if (nx->u[j].access != VMM_OVERWRITE)
-						CHECK_OK(vmm_prefetch(v, id[nx->layer][nx->u[j].what], 0));
+						CHECK_OK(vmm_prefetch(
+						    v, id[nx->layer][nx->u[j].what], 0));
 			}
 		}
 	}
@@ -183,7 +187,8 @@ int main(void)
 	struct dev_ctx *ctx;
 	CHECK_OK(dev_open(&dc, &ctx));
 	const uint64_t state = LAYERS * 20 * MiB;
-	struct result r[3] = {run(ctx, 2 * state, 0), run(ctx, state / 3, 0), run(ctx, state / 3, 1)};
+	struct result r[3] = {run(ctx, 2 * state, 0), run(ctx, state / 3, 0),
+	                      run(ctx, state / 3, 1)};
 	static const char *name[3] = {"unlimited", "ordered", "host-waits"};
 	printf("%d layers x %d iterations, %.0f MiB of state, compute %.2f ms per task (model, "
 	       "gtx1080ti-x4)\n",
