@@ -486,18 +486,18 @@ int vmm_swap_retire(struct vmm *v, uint32_t idx, int block)
 		/* A D2H made to free space had handed the space on already (only a
 		 * device fault fails a copy, and on CUDA that ends the context). */
 		o->lost = x->src_gone && vmm_obj_nvalid(v, o) == 0;
+		char kept[80];
+		if (o->lost)
+			snprintf(kept, sizeof(kept),
+			         "its device space was reused: the data is lost");
+		else
+			snprintf(kept, sizeof(kept), "the %s copy is kept",
+			         x->src_gone ? "other" : place_name(v, x->src, a, 16));
 		return sp_error(
-		    err,
-		    "vmm: %s of object '%s' (%s) from %s to %s failed: %s (errno %d); "
-		    "%s%s%s",
+		    err, "vmm: %s of object '%s' (%s) from %s to %s failed: %s (errno %d); %s",
 		    vmm_xfer_kind_name((enum vmm_xfer_kind)x->kind), o->name,
 		    sp_format_size(o->bytes, sz, sizeof(sz)), place_name(v, x->src, a, 16),
-		    place_name(v, x->dst, b, 16), strerror(-err), -err,
-		    o->lost ? "its device space was already reused: the data is lost" : "the ",
-		    o->lost       ? ""
-		    : x->src_gone ? "other"
-		                  : place_name(v, x->src, a, 16),
-		    o->lost ? "" : " copy is kept");
+		    place_name(v, x->dst, b, 16), strerror(-err), -err, kept);
 	}
 	vmm_acct_xfer(v, idx, x->kind, x->src, x->dst, x->bytes, x->t_start, t_end);
 	if (x->dst == P_DISK(v))

@@ -311,6 +311,28 @@ out:
 	return rc;
 }
 
+/* Frees every copy of obj and its disk extent once its transfer in flight has
+ * landed (a failed one is only logged: the contents are going). -EBUSY while
+ * acquired anywhere, with what was asked in the message. */
+static int drop_contents(struct vmm *v, uint32_t idx, const char *what)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	for (int p = 0; p <= P_HOST(v); p++)
+		if (o->c[p].pins)
+			return sp_error(
+			    -EBUSY,
+			    "vmm: object '%s' is acquired (%u times on %d): it cannot be %s",
+			    o->name, o->c[p].pins, vmm_place_public(v, p), what);
+	if (o->x.active && vmm_swap_retire(v, idx, 1) < 0)
+		SP_INFO(VMM, "'%s' %s: %s", o->name, what, sp_last_error());
+	for (int p = 0; p <= P_HOST(v); p++)
+		vmm_swap_free_copy(v, idx, p);
+	vmm_swap_free_disk(v, idx);
+	o->pending_dev = -1;
+	o->pending_wb = 0;
+	return 0;
+}
+
 int vmm_obj_destroy(struct vmm *v, uint64_t id)
 {
 	uint32_t idx;
@@ -322,21 +344,12 @@ int vmm_obj_destroy(struct vmm *v, uint64_t id)
 		rc = bad_id(id);
 		goto out;
 	}
-	for (int p = 0; p <= P_HOST(v); p++)
-		if (o->c[p].pins) {
-			rc = sp_error(-EBUSY, "vmm: object '%s' is still acquired (%u times on %d)",
-			              o->name, o->c[p].pins, vmm_place_public(v, p));
-			goto out;
-		}
-	if (o->x.active && vmm_swap_retire(v, idx, 1) < 0)
-		SP_INFO(VMM, "destroy '%s': %s", o->name, sp_last_error());
+	SP_CHECK_GOTO(drop_contents(v, idx, "destroyed"), rc, out);
 	for (int p = 0; p <= P_HOST(v); p++) {
-		vmm_swap_free_copy(v, idx, p);
 		vmm_event_put(v, o->c[p].ev);
 		vmm_event_put(v, o->c[p].fence);
 		o->c[p].ev = o->c[p].fence = NULL;
 	}
-	vmm_swap_free_disk(v, idx);
 	vmm_event_put(v, o->xev);
 	o->xev = NULL;
 	if (o->va && dev_va_release(v->ctx, o->va, o->dev_bytes) < 0)
@@ -598,33 +611,15 @@ out:
 int vmm_discard(struct vmm *v, uint64_t id)
 {
 	uint32_t idx;
-	int rc = 0;
 	SP_CHECK_ARG(v, "vmm_discard: NULL vmm");
 	pthread_mutex_lock(&v->lock);
 	struct vmm_obj *o = lookup(v, id, &idx);
-	if (!o) {
-		rc = bad_id(id);
-		goto out;
+	int rc = o ? drop_contents(v, idx, "discarded") : bad_id(id);
+	if (rc == 0) {
+		o->lost = 0;
+		o->err = 0;
+		sp_counter_add(&v->st.discards, 1);
 	}
-	for (int p = 0; p <= P_HOST(v); p++)
-		if (o->c[p].pins) {
-			rc = sp_error(-EBUSY,
-			              "vmm: object '%s' is acquired on %d: it cannot be discarded",
-			              o->name, vmm_place_public(v, p));
-			goto out;
-		}
-	/* a failed transfer of dead contents loses nothing: not reported */
-	if (o->x.active && vmm_swap_retire(v, idx, 1) < 0)
-		SP_INFO(VMM, "discard '%s': %s", o->name, sp_last_error());
-	for (int p = 0; p <= P_HOST(v); p++)
-		vmm_swap_free_copy(v, idx, p);
-	vmm_swap_free_disk(v, idx);
-	o->lost = 0;
-	o->err = 0;
-	o->pending_dev = -1;
-	o->pending_wb = 0;
-	sp_counter_add(&v->st.discards, 1);
-out:
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }

@@ -114,9 +114,11 @@ int vmm_obj_destroy(struct vmm *v, uint64_t obj) SP_MUST_CHECK;
 /* Makes obj usable on place (device index or VMM_HOST) and pins it there.
  * *ptr receives its address there; *ready receives an event to wait on before
  * touching the bytes (dev_stream_wait_event / dev_event_sync), or NULL when the
- * copy is already there. The event belongs to the vmm and stays valid until the
- * matching release. May evict other objects (Belady/LRU) and wait for their
- * transfers. Device copies come by P2P from another device when one holds the
+ * copy is already there: it covers the transfer into the copy and, for fresh
+ * device space, the last use of that space by its former owner. The event
+ * belongs to the vmm and stays valid until the matching release. May evict
+ * other objects (Belady/LRU); on a device, their write-downs are ordered on
+ * streams, not waited for. Device copies come by P2P from another device when one holds the
  * object, by H2D otherwise (disk -> host first when needed).
  * Returns 0; -EINVAL (bad id, place or access; a stable object off its home);
  * -EBUSY (a write access while another place holds it acquired, or any access
@@ -152,8 +154,9 @@ int vmm_evict(struct vmm *v, uint64_t obj, int place) SP_MUST_CHECK;
  * Waits for obj's transfer in flight, if any. Returns 0, -EBUSY while acquired. */
 int vmm_discard(struct vmm *v, uint64_t obj) SP_MUST_CHECK;
 /* Makes sure a copy below the devices is valid: device -> host (to_disk=0) or
- * further to disk (to_disk=1). Asynchronous; vmm_obj_wait() waits for it and
- * reports a failed disk write. Returns 0, -EINVAL (to disk without a disk tier),
+ * further to disk (to_disk=1). Asynchronous; behind a transfer of obj in
+ * flight it starts when that lands (vmm_progress, vmm_obj_wait, vmm_sync).
+ * vmm_obj_wait() waits for it and reports a failed disk write. Returns 0, -EINVAL (to disk without a disk tier),
  * -EBUSY while the object is acquired for writing, -ENOSPC when no extent fits. */
 int vmm_writeback(struct vmm *v, uint64_t obj, int to_disk) SP_MUST_CHECK;
 /* Waits for obj's transfer in flight, if any. Returns 0, or the error of obj's
