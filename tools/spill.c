@@ -4,6 +4,7 @@
  *   spill devices               open the configured backend and list its devices
  *   spill swap-demo             train-shaped accesses through the vmm on device 0 of the
  *                               configured backend, with and without next-use hints
+ *                               (SPILL_VMM_TRACE_FILE: the Belady run's Chrome trace)
  *   spill version
  * Every error is one line on stderr and a non-zero exit.
  */
@@ -134,9 +135,13 @@ static int sd_run(struct dev_ctx *ctx, const struct vmm_config *base, size_t uni
 	SP_CHECK(vmm_open(ctx, &cfg, &v));
 	SP_CHECK_GOTO(dev_stream_create(ctx, 0, &s), rc, out);
 	SP_CHECK_GOTO(dev_event_create(ctx, &done), rc, out);
+	static const char *const what[SD_KINDS] = {"w", "grad", "optim", "act"};
 	for (int l = 0; l < SD_LAYERS; l++)
 		for (int k = 0; k < SD_KINDS; k++) {
-			struct vmm_obj_desc d = {.bytes = mult[k] * unit, .kind = kinds[k]};
+			char name[32]; /* named in the stats and the trace */
+			snprintf(name, sizeof(name), "layer%d.%s", l, what[k]);
+			struct vmm_obj_desc d = {
+			    .bytes = mult[k] * unit, .kind = kinds[k], .name = name};
 			SP_CHECK_GOTO(vmm_obj_create(v, &d, &id[l][k]), rc, out);
 		}
 	double t0 = dev_now(ctx);
@@ -232,7 +237,7 @@ static int cmd_swap_demo(void)
 	       sp_format_size(2 * unit, a, 32), sp_format_size(state, b, 32),
 	       sp_format_size(vc.device_mem, c, 32), SD_ITERS);
 	struct sd_result r[2];
-	for (int h = 1; h >= 0; h--) {
+	for (int h = 0; h <= 1; h++) { /* Belady last: its trace is the one kept */
 		if (sd_run(ctx, &vc, unit, h, &r[h]) < 0) {
 			fprintf(stderr, "spill: swap-demo: %s\n", sp_last_error());
 			dev_close(ctx);

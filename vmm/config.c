@@ -33,6 +33,7 @@ int vmm_config_from_params(const struct sp_params *p, struct vmm_config *cfg)
 	c.align = 256;
 	c.stats_at_close = p->stats;
 	c.host_waits = !p->vmm_ordered_reuse;
+	c.trace_file = p->vmm_trace_file;
 	*cfg = c;
 	return 0;
 }

@@ -9,6 +9,7 @@
 #include "vmm/internal.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 SP_STATS_DEFINE(vmm_stats, VMM_STATS)
@@ -51,7 +52,9 @@ void vmm_acct_xfer(struct vmm *v, uint32_t idx, int kind, int src, int dst, uint
 		                            vmm_place_public(v, src),
 		                            vmm_place_public(v, dst),
 		                            kind,
-		                            o->kind};
+		                            o->kind,
+		                            {0}};
+		memcpy(r->name, o->name, sizeof(r->name));
 	}
 	v->ntrace++;
 }
@@ -92,6 +95,100 @@ size_t vmm_trace_get(struct vmm *v, struct vmm_trace_rec *out, size_t max, uint6
 		*total = n;
 	pthread_mutex_unlock(&v->lock);
 	return (size_t)take;
+}
+
+/* The lane of a transfer in the Chrome trace: one per link and direction. */
+static int trace_lane(const struct vmm_trace_rec *r)
+{
+	int dev = r->xfer == VMM_XFER_D2H ? r->src : r->dst;
+	if (r->xfer == VMM_XFER_H2DISK || r->xfer == VMM_XFER_DISK2H)
+		dev = 0;
+	return r->xfer * DEV_MAX + dev + 1;
+}
+
+static void trace_lane_name(const struct vmm_trace_rec *r, char *buf, size_t n)
+{
+	if (r->xfer == VMM_XFER_H2DISK || r->xfer == VMM_XFER_DISK2H)
+		snprintf(buf, n, "%s", xfer_names[r->xfer]);
+	else
+		snprintf(buf, n, "gpu%d %s", r->xfer == VMM_XFER_D2H ? r->src : r->dst,
+		         xfer_names[r->xfer]);
+}
+
+/* A JSON string body: quotes, backslashes and control characters escaped. */
+static void json_str(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+}
+
+static const char *trace_place(int place, char *buf, size_t n)
+{
+	if (place == VMM_HOST)
+		return "host";
+	if (place == VMM_DISK)
+		return "disk";
+	snprintf(buf, n, "gpu%d", place);
+	return buf;
+}
+
+int vmm_trace_write(struct vmm *v, FILE *f)
+{
+	SP_CHECK_ARG(v && f, "vmm_trace_write: NULL argument");
+	size_t cap = v->cfg.trace_cap;
+	struct vmm_trace_rec *r = cap ? malloc(cap * sizeof(*r)) : NULL;
+	if (cap && !r)
+		return sp_error(-ENOMEM, "vmm: trace: out of memory");
+	uint64_t total = 0;
+	size_t n = vmm_trace_get(v, r, cap, &total);
+	double t0 = 0;
+	for (size_t i = 0; i < n; i++)
+		if (i == 0 || r[i].t_start < t0)
+			t0 = r[i].t_start;
+	fprintf(f,
+	        "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"transfers\": %" PRIu64
+	        ", \"kept\": %zu},\n\"traceEvents\": [\n",
+	        total, n);
+	fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": "
+	           "{\"name\": \"spill vmm transfers\"}}");
+	uint8_t named[VMM_XFER_KINDS * DEV_MAX + 1] = {0};
+	for (size_t i = 0; i < n; i++) {
+		int lane = trace_lane(&r[i]);
+		if (named[lane])
+			continue;
+		char ln[32];
+		trace_lane_name(&r[i], ln, sizeof(ln));
+		fprintf(f,
+		        ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
+		        "\"args\": {\"name\": \"%s\"}}",
+		        lane, ln);
+		named[lane] = 1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char a[16], b[16];
+		fprintf(f, ",\n{\"name\": \"");
+		json_str(f, r[i].name);
+		fprintf(
+		    f,
+		    "\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, "
+		    "\"dur\": %.3f, \"args\": {\"bytes\": %" PRIu64 ", \"kind\": \"%s\", "
+		    "\"src\": \"%s\", \"dst\": \"%s\"}}",
+		    xfer_names[r[i].xfer], trace_lane(&r[i]), (r[i].t_start - t0) * 1e6,
+		    (r[i].t_end - r[i].t_start) * 1e6, r[i].bytes, kind_names[r[i].kind],
+		    trace_place(r[i].src, a, sizeof(a)), trace_place(r[i].dst, b, sizeof(b)));
+	}
+	fprintf(f, "\n]}\n");
+	free(r);
+	if (ferror(f))
+		return sp_error(-EIO, "vmm: writing the trace failed");
+	return 0;
 }
 
 void vmm_stats_get(struct vmm *v, struct vmm_stats *out)

@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static struct vmm_obj *lookup(struct vmm *v, uint64_t id, uint32_t *idx)
 {
@@ -61,6 +62,28 @@ static int busy_writing(struct vmm *v, const struct vmm_obj *o, int q, const cha
 	                vmm_place_public(v, q), what);
 }
 
+/* vmm_close's trace: path with %p replaced by the pid. Failures are warnings. */
+static void write_trace_file(struct vmm *v, const char *path)
+{
+	char buf[4096];
+	const char *pct = strstr(path, "%p");
+	if (pct)
+		snprintf(buf, sizeof(buf), "%.*s%d%s", (int)(pct - path), path, (int)getpid(),
+		         pct + 2);
+	else
+		snprintf(buf, sizeof(buf), "%s", path);
+	FILE *f = fopen(buf, "w");
+	if (!f) {
+		SP_WARN(VMM, "cannot write the trace to %s: %s", buf, strerror(errno));
+		return;
+	}
+	int rc = vmm_trace_write(v, f);
+	if (fclose(f) != 0 || rc < 0)
+		SP_WARN(VMM, "writing the trace to %s failed", buf);
+	else
+		SP_INFO(VMM, "trace written to %s", buf);
+}
+
 void vmm_close(struct vmm *v)
 {
 	if (!v)
@@ -68,9 +91,12 @@ void vmm_close(struct vmm *v)
 	pthread_mutex_lock(&v->lock);
 	if (vmm_swap_progress(v, 1) < 0)
 		SP_WARN(VMM, "close: %s", sp_last_error());
-	if (v->cfg.stats_at_close) {
+	if (v->cfg.stats_at_close || (v->cfg.trace_file && v->cfg.trace_file[0])) {
 		pthread_mutex_unlock(&v->lock);
-		vmm_stats_print(v, stderr, 0);
+		if (v->cfg.stats_at_close)
+			vmm_stats_print(v, stderr, 0);
+		if (v->cfg.trace_file && v->cfg.trace_file[0])
+			write_trace_file(v, v->cfg.trace_file);
 		pthread_mutex_lock(&v->lock);
 	}
 	for (uint32_t i = 0; v->objs && i < v->nobj_hw; i++) {

@@ -74,11 +74,13 @@ struct vmm_config {
 	int use_disk;        /* 1: open the disk tier with cfg.disk */
 	struct vmm_disk_config disk;
 	enum vmm_policy policy;
-	unsigned max_objects; /* live objects at most (metadata sized at open) */
-	unsigned trace_cap;   /* transfers kept in the trace ring, 0 = no trace */
-	size_t align;         /* pool allocation alignment, power of two (0 = 256) */
-	int stats_at_close;   /* print the stats table at vmm_close (SPILL_STATS) */
-	int host_waits;       /* 1: the host waits for freed device space's last reader
+	unsigned max_objects;   /* live objects at most (metadata sized at open) */
+	unsigned trace_cap;     /* transfers kept in the trace ring, 0 = no trace */
+	size_t align;           /* pool allocation alignment, power of two (0 = 256) */
+	int stats_at_close;     /* print the stats table at vmm_close (SPILL_STATS) */
+	const char *trace_file; /* vmm_close writes the Chrome trace there (NULL/"" = no;
+	                           must outlive the vmm; %p = the pid) */
+	int host_waits;         /* 1: the host waits for freed device space's last reader
 	                         (no stream-ordered reuse; a baseline) */
 };
 
@@ -205,13 +207,20 @@ struct vmm_trace_rec {
 	double t_start, t_end;
 	uint64_t obj;
 	uint64_t bytes;
-	int src, dst; /* places */
-	int xfer;     /* enum vmm_xfer_kind */
-	int kind;     /* enum vmm_kind */
+	int src, dst;  /* places */
+	int xfer;      /* enum vmm_xfer_kind */
+	int kind;      /* enum vmm_kind */
+	char name[32]; /* the object's, when the transfer landed */
 };
 /* Copies up to max of the most recent transfers (oldest first) into out and
  * returns how many; *total gets the count ever recorded. */
 size_t vmm_trace_get(struct vmm *v, struct vmm_trace_rec *out, size_t max, uint64_t *total);
+/* Writes the trace ring as a Chrome trace (Trace Event Format JSON, for
+ * chrome://tracing or ui.perfetto.dev): one complete event per transfer, named
+ * after its object, on one lane per link and direction ("gpu0 h2d", "gpu1 d2h",
+ * "host2disk", ...), times in us from the first transfer kept. Returns 0, or
+ * -EIO when writing fails. vmm_close writes it to cfg.trace_file when set. */
+int vmm_trace_write(struct vmm *v, FILE *f) SP_MUST_CHECK;
 
 /* Counters of the whole vmm. */
 #define VMM_STATS(X)                                                                \
