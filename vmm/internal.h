@@ -149,6 +149,10 @@ struct vmm {
 	uint32_t nfree;
 	int32_t xfer_head; /* objects with a transfer in flight */
 	uint64_t clock;    /* LRU stamps */
+	/* while a prefetch makes room on pf_place: only copies whose next use is
+	 * after pf_next are victims (VMM_NO_HINT: no such limit) */
+	int pf_place;
+	uint64_t pf_next;
 	/* events */
 	struct dev_event **ev_free;
 	uint32_t nev_free, ev_cap;
@@ -186,6 +190,10 @@ void vmm_swap_free_copy(struct vmm *v, uint32_t idx, int p);
 void vmm_swap_free_disk(struct vmm *v, uint32_t idx);
 /* Evicts obj's copy on p: drop if clean, else start writing it down. */
 int vmm_swap_evict(struct vmm *v, uint32_t idx, int p) SP_MUST_CHECK;
+/* Starts bringing obj to p (device or host) without pinning it. Makes room
+ * only by evicting copies needed after obj (its hint); when there is none,
+ * nothing starts (*started = 0, counted in prefetch_skips). */
+int vmm_swap_prefetch(struct vmm *v, uint32_t idx, int p, int *started) SP_MUST_CHECK;
 /* Writes obj down so that a copy on host (to_disk 0) or disk is valid. */
 int vmm_swap_writeback(struct vmm *v, uint32_t idx, int to_disk) SP_MUST_CHECK;
 /* Retires obj's transfer if complete (block=1: wait for it). Returns 0, -EAGAIN

@@ -279,6 +279,8 @@ static int evictable(struct vmm *v, const struct vmm_obj *o, int p, int stable_s
 		return 0;
 	if (p < v->ndev && (int)o->stable != stable_side)
 		return 0;
+	if (p == v->pf_place && o->next_use <= v->pf_next)
+		return 0; /* a prefetch does not evict what is needed before its object */
 	/* no disk tier: only host copies with another copy above can go */
 	if (p == P_HOST(v) && !v->disk && c->valid && vmm_obj_nvalid(v, (struct vmm_obj *)o) < 2)
 		return 0;
@@ -689,6 +691,10 @@ int vmm_swap_make_space(struct vmm *v, uint32_t idx, int p)
 				break;
 			}
 		}
+		if (w < 0 && p == v->pf_place) {
+			rc = -EAGAIN; /* a prefetch: no room worth making, not an error */
+			goto out;
+		}
 		if (w < 0) {
 			rc = enomem(v, idx, p);
 			if (nskip) {
@@ -705,7 +711,8 @@ int vmm_swap_make_space(struct vmm *v, uint32_t idx, int p)
 		SP_CHECK_GOTO(vmm_swap_retire(v, (uint32_t)w, 1), rc, out);
 	}
 out:
-	if (rc < 0 && rc != -ENOMEM && rc != -ENOSPC) { /* a victim's transfer failed */
+	if (rc < 0 && rc != -ENOMEM && rc != -ENOSPC &&
+	    rc != -EAGAIN) { /* a victim's transfer failed */
 		char pn[16];
 		sp_error_context("vmm: making room for '%s' on %s", o->name,
 		                 place_name(v, p, pn, sizeof(pn)));
@@ -829,8 +836,7 @@ int vmm_swap_writeback(struct vmm *v, uint32_t idx, int to_disk)
 	return start_disk_write(v, idx, 0);
 }
 
-int vmm_swap_prefetch(struct vmm *v, uint32_t idx, int p, int *started);
-int vmm_swap_prefetch(struct vmm *v, uint32_t idx, int p, int *started)
+static int prefetch(struct vmm *v, uint32_t idx, int p, int *started)
 {
 	struct vmm_obj *o = vmm_obj_at(v, idx);
 	int h = P_HOST(v);
@@ -864,4 +870,27 @@ int vmm_swap_prefetch(struct vmm *v, uint32_t idx, int p, int *started)
 		}
 	}
 	return vmm_swap_bring(v, idx, p, started);
+}
+
+int vmm_swap_prefetch(struct vmm *v, uint32_t idx, int p, int *started)
+{
+	struct vmm_obj *o = vmm_obj_at(v, idx);
+	int h = P_HOST(v);
+	/* the place that needs room: the host first when the object is on disk only */
+	int room = p;
+	if (!o->c[h].valid && o->disk_valid && !o->x.active)
+		room = h;
+	if (o->next_use != VMM_NO_HINT && v->cfg.policy != VMM_POLICY_LRU) {
+		v->pf_place = room;
+		v->pf_next = o->next_use;
+	}
+	int rc = prefetch(v, idx, p, started);
+	v->pf_place = -1;
+	v->pf_next = VMM_NO_HINT;
+	if (rc == -EAGAIN) {
+		sp_counter_add(&v->st.prefetch_skips, 1);
+		rc = 0;
+		*started = 0;
+	}
+	return rc;
 }

@@ -169,6 +169,8 @@ int vmm_open(struct dev_ctx *ctx, const struct vmm_config *cfg, struct vmm **out
 		v->cfg.align = 256;
 	v->ndev = cfg->ndevices ? cfg->ndevices : n;
 	v->xfer_head = -1;
+	v->pf_place = -1;
+	v->pf_next = VMM_NO_HINT;
 	pthread_mutex_init(&v->lock, NULL);
 	for (int p = 0; p <= DEV_MAX; p++) {
 		v->pl[p].pool.head = -1;
@@ -568,8 +570,6 @@ out:
 	return rc;
 }
 
-int vmm_swap_prefetch(struct vmm *v, uint32_t idx, int p, int *started);
-
 int vmm_prefetch(struct vmm *v, uint64_t id, int place)
 {
 	uint32_t idx;
@@ -699,7 +699,7 @@ static void continue_chain(struct vmm *v, uint32_t i)
 	}
 	int d = o->pending_dev, started;
 	o->pending_dev = -1;
-	if (vmm_swap_bring(v, i, d, &started) < 0)
+	if (vmm_swap_prefetch(v, i, d, &started) < 0)
 		SP_INFO(VMM, "prefetch of '%s': %s", o->name, sp_last_error());
 }
 

@@ -140,7 +140,9 @@ int vmm_release(struct vmm *v, uint64_t obj, int place, struct dev_event *done) 
 
 /* Starts bringing obj to place without pinning it (returns without waiting for
  * the copy; a later acquire finds it there or in flight; a disk read continues
- * to the device on vmm_progress). Cancels an eviction of obj from place in
+ * to the device on vmm_progress). When obj has a next-use hint, room is made
+ * only by evicting copies needed after it (Belady with prefetching): if there
+ * are none, nothing starts and 0 is returned (stats: prefetch_skips). Cancels an eviction of obj from place in
  * flight. Same errors as vmm_acquire (-EBUSY while another place writes it). */
 int vmm_prefetch(struct vmm *v, uint64_t obj, int place) SP_MUST_CHECK;
 /* Sets the logical time of obj's next use (VMM_NO_HINT = unknown). Belady
@@ -223,25 +225,26 @@ size_t vmm_trace_get(struct vmm *v, struct vmm_trace_rec *out, size_t max, uint6
 int vmm_trace_write(struct vmm *v, FILE *f) SP_MUST_CHECK;
 
 /* Counters of the whole vmm. */
-#define VMM_STATS(X)                                                                \
-	X(COUNT, device_bytes, "bytes of device copies (all devices)")              \
-	X(COUNT, host_bytes, "bytes in the pinned host pool")                       \
-	X(COUNT, disk_bytes, "bytes of disk extents")                               \
-	X(COUNT, objects, "live objects")                                           \
-	X(COUNT, pinned, "acquired copies")                                         \
-	X(COUNTER, acquires, "acquire calls that succeeded")                        \
-	X(COUNTER, hits, "acquires that found the copy resident")                   \
-	X(COUNTER, misses, "acquires that had to bring the copy")                   \
-	X(COUNTER, prefetches, "prefetches that started a transfer")                \
-	X(COUNTER, evictions, "copies evicted (dropped or written down)")           \
-	X(COUNTER, drops, "clean copies dropped with nothing written")              \
-	X(COUNTER, writebacks, "dirty copies written down a tier")                  \
-	X(COUNTER, discards, "objects whose contents were declared dead")           \
-	X(COUNTER, frag_evictions, "evictions made to open a contiguous hole")      \
-	X(COUNTER, enomem, "requests that did not fit after evicting all unpinned") \
-	X(COUNTER, disk_errors, "disk allocations or I/Os that failed")             \
-	X(COUNTER, waits, "blocking waits on one transfer's event or ticket")       \
-	X(COUNTER, fence_waits, "blocking waits on a caller's done event")          \
+#define VMM_STATS(X)                                                                    \
+	X(COUNT, device_bytes, "bytes of device copies (all devices)")                  \
+	X(COUNT, host_bytes, "bytes in the pinned host pool")                           \
+	X(COUNT, disk_bytes, "bytes of disk extents")                                   \
+	X(COUNT, objects, "live objects")                                               \
+	X(COUNT, pinned, "acquired copies")                                             \
+	X(COUNTER, acquires, "acquire calls that succeeded")                            \
+	X(COUNTER, hits, "acquires that found the copy resident")                       \
+	X(COUNTER, misses, "acquires that had to bring the copy")                       \
+	X(COUNTER, prefetches, "prefetches that started a transfer")                    \
+	X(COUNTER, prefetch_skips, "prefetches that would evict what is needed sooner") \
+	X(COUNTER, evictions, "copies evicted (dropped or written down)")               \
+	X(COUNTER, drops, "clean copies dropped with nothing written")                  \
+	X(COUNTER, writebacks, "dirty copies written down a tier")                      \
+	X(COUNTER, discards, "objects whose contents were declared dead")               \
+	X(COUNTER, frag_evictions, "evictions made to open a contiguous hole")          \
+	X(COUNTER, enomem, "requests that did not fit after evicting all unpinned")     \
+	X(COUNTER, disk_errors, "disk allocations or I/Os that failed")                 \
+	X(COUNTER, waits, "blocking waits on one transfer's event or ticket")           \
+	X(COUNTER, fence_waits, "blocking waits on a caller's done event")              \
 	X(COUNTER, ordered_reuses, "device space reused in stream order, no wait")
 SP_STATS_DECLARE(vmm_stats, VMM_STATS)
 

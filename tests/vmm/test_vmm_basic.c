@@ -8,7 +8,8 @@
  * evicts a window; a dirty victim's space is reused in stream order while its
  * write-down and its last reader are still pending, and a WRITE acquire and a
  * write-back of a copy still arriving do not block; discard drops dead
- * contents without writing them; -ENOMEM names the object, the device and the bytes; bad
+ * contents without writing them; a prefetch evicts only what is needed after
+ * its object; -ENOMEM names the object, the device and the bytes; bad
  * calls are errors; the vmm's byte counts equal the device layer's copies. */
 #include "tests/vmm/vmm_test.h"
 #include "tests/child.h"
@@ -342,6 +343,41 @@ static void test_ordered_reuse(void)
 	CHECK_OK(dev_event_destroy(done2));
 }
 
+/* Belady with prefetching: a prefetch makes room only by evicting copies
+ * needed after its own object; otherwise it starts nothing and says 0. An
+ * acquire still evicts whatever Belady picks. */
+static void test_prefetch_rule(void)
+{
+	const size_t n = 384 * KiB; /* 2 fit in the 768 KiB pool of a device */
+	uint64_t a = vt_create(v, n, VMM_KIND_WEIGHT, "pa");
+	uint64_t b = vt_create(v, n, VMM_KIND_WEIGHT, "pb");
+	uint64_t c = vt_create(v, n, VMM_KIND_WEIGHT, "pc");
+	vt_write_host(v, c, n, 500);
+	vt_write_dev(v, a, 0, VMM_OVERWRITE, st[0], done[0], n, 501);
+	vt_write_dev(v, b, 0, VMM_OVERWRITE, st[0], done[0], n, 502);
+	CHECK_OK(vmm_hint(v, a, 10));
+	CHECK_OK(vmm_hint(v, b, 20));
+	CHECK_OK(vmm_hint(v, c, 30)); /* needed after both: not worth either */
+	struct vmm_stats s0 = stats();
+	CHECK_OK(vmm_prefetch(v, c, 0));
+	struct vmm_stats s1 = stats();
+	CHECK(s1.prefetch_skips.total == s0.prefetch_skips.total + 1);
+	CHECK(s1.prefetches.total == s0.prefetches.total &&
+	      s1.evictions.total == s0.evictions.total);
+	CHECK(!(info(c).valid_mask & DEV(0)) && (info(a).valid_mask & info(b).valid_mask & DEV(0)));
+	CHECK_OK(vmm_hint(v, c, 15)); /* now before b: b goes */
+	CHECK_OK(vmm_prefetch(v, c, 0));
+	CHECK(stats().prefetches.total == s0.prefetches.total + 1);
+	CHECK((info(c).valid_mask & DEV(0)) && !(info(b).valid_mask & DEV(0)));
+	CHECK(info(a).valid_mask & DEV(0));
+	CHECK(vt_read_dev(v, c, 0, st[0], done[0], n, 500) == 0);
+	CHECK(vt_read_dev(v, b, 0, st[0], done[0], n, 502) == 0); /* an acquire evicts */
+	CHECK(vt_read_dev(v, a, 1, st[1], done[1], n, 501) == 0);
+	CHECK_OK(vmm_obj_destroy(v, a));
+	CHECK_OK(vmm_obj_destroy(v, b));
+	CHECK_OK(vmm_obj_destroy(v, c));
+}
+
 /* -ENOMEM names the object, the device and the bytes. */
 static void test_enomem(void)
 {
@@ -493,6 +529,7 @@ int main(int argc, char **argv)
 	test_pressure();
 	test_fragmentation();
 	test_ordered_reuse();
+	test_prefetch_rule();
 	test_enomem();
 	test_stable();
 	test_bad_calls();
