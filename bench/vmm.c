@@ -9,7 +9,9 @@
  * each next to a plain cudaMemcpyAsync of the same bytes between the same
  * pinned host and device buffers on a stream of its own; the order alternates
  * per repetition and each figure is the median. Prints a table, ends with
- * `vmm_vs_memcpy h2d=R d2h=R` (target >= 0.9) and writes JSON with the
+ * `vmm_vs_memcpy h2d=R d2h=R [p2p=R]` (target >= 0.9; p2p with two GPUs that
+ * have a peer link: acquire on device 1 of a copy on device 0 vs
+ * cudaMemcpyPeerAsync) and writes JSON with the
  * machine (--json). Flags: --bytes SIZE (GPU object, default 256M), --reps N,
  * --iters N (host pairs per repetition), --json FILE. Without a GPU the GPU
  * part is reported as skipped.
@@ -125,6 +127,9 @@ struct gpu_result {
 	uint64_t bytes;
 	double vmm_h2d, cpy_h2d, vmm_d2h, cpy_d2h; /* bytes/s, medians */
 	double all[4][MAX_REPS];
+	int p2p_ran; /* two devices with a peer link */
+	double vmm_p2p, cpy_p2p;
+	double all_p2p[2][MAX_REPS];
 };
 
 #if SPILL_HAVE_CUDA
@@ -234,6 +239,74 @@ static void bench_gpu(int reps, uint64_t bytes, struct gpu_result *r)
 	vmm_close(v);
 	dev_close(ctx);
 }
+
+/* P2P through the vmm (acquire on device 1 of an object valid on device 0 and
+ * the host: the vmm takes the peer link) next to cudaMemcpyPeerAsync of the
+ * same bytes between the same buffers. Skipped without 2 peer devices. */
+static void bench_p2p(int reps, uint64_t bytes, struct gpu_result *r)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2)
+		return;
+	struct dev_config dc = {.backend = DEV_BACKEND_CUDA, .ndevices = 2};
+	struct dev_ctx *ctx;
+	OK(dev_open(&dc, &ctx));
+	if (!dev_p2p_possible(ctx, 0, 1)) {
+		dev_close(ctx);
+		return;
+	}
+	struct vmm_config c;
+	memset(&c, 0, sizeof(c));
+	c.device_mem = bytes + (64 << 20);
+	c.host_mem = bytes + (64 << 20);
+	c.max_objects = 16;
+	c.align = 256;
+	struct vmm *v;
+	OK(vmm_open(ctx, &c, &v));
+	struct vmm_obj_desc d = {bytes, VMM_KIND_WEIGHT, "bench-p2p", 0, 0};
+	uint64_t id;
+	OK(vmm_obj_create(v, &d, &id));
+	void *p0, *p1 = NULL;
+	struct dev_event *ready;
+	OK(vmm_acquire(v, id, 0, VMM_OVERWRITE, &p0, &ready));
+	OK(vmm_release(v, id, 0, NULL));
+	OK(vmm_writeback(v, id, 0)); /* a host copy too: device 0's copy stays clean */
+	OK(vmm_obj_wait(v, id));
+	cuda_ok(cudaSetDevice(1), "cudaSetDevice");
+	cudaStream_t cs;
+	cuda_ok(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), "stream");
+	for (int rep = 0; rep < reps; rep++) {
+		for (int k = 0; k < 2; k++) {
+			if ((k == 0) == (rep % 2 == 0)) {
+				OK(vmm_evict(v, id, 1)); /* clean: dropped */
+				OK(vmm_obj_wait(v, id));
+				double t0 = now_s();
+				OK(vmm_acquire(v, id, 1, VMM_READ, &p1, &ready));
+				if (ready)
+					OK(dev_event_sync(ready));
+				double t1 = now_s();
+				OK(vmm_release(v, id, 1, NULL));
+				r->all_p2p[0][rep] = (double)bytes / (t1 - t0);
+			} else { /* rep 0 runs the vmm first: p1 is device 1's copy */
+				cuda_ok(cudaStreamSynchronize(cs), "sync");
+				double t0 = now_s();
+				cuda_ok(cudaMemcpyPeerAsync(p1, 1, p0, 0, bytes, cs),
+				        "cudaMemcpyPeerAsync");
+				cuda_ok(cudaStreamSynchronize(cs), "sync");
+				r->all_p2p[1][rep] = (double)bytes / (now_s() - t0);
+			}
+		}
+		printf("  rep %d: p2p vmm %8.1f memcpy %8.1f MiB/s\n", rep + 1,
+		       r->all_p2p[0][rep] / 1048576, r->all_p2p[1][rep] / 1048576);
+	}
+	r->vmm_p2p = bench_median(r->all_p2p[0], reps);
+	r->cpy_p2p = bench_median(r->all_p2p[1], reps);
+	r->p2p_ran = 1;
+	cuda_ok(cudaStreamDestroy(cs), "stream destroy");
+	OK(vmm_obj_destroy(v, id));
+	vmm_close(v);
+	dev_close(ctx);
+}
 #endif
 
 static void usage(void)
@@ -292,6 +365,15 @@ int main(int argc, char **argv)
 		       gr.cpy_d2h / 1048576);
 		printf("%-8s %14.3f %14.3f   target >= %.1f\n", "ratio", gr.vmm_h2d / gr.cpy_h2d,
 		       gr.vmm_d2h / gr.cpy_d2h, TARGET_RATIO);
+		printf("\nbench-vmm: p2p device 0 -> 1\n");
+		bench_p2p(reps, bytes, &gr);
+		if (gr.p2p_ran)
+			printf("p2p: vmm %.1f MiB/s, cudaMemcpyPeerAsync %.1f MiB/s, ratio %.3f   "
+			       "target >= %.1f\n",
+			       gr.vmm_p2p / 1048576, gr.cpy_p2p / 1048576, gr.vmm_p2p / gr.cpy_p2p,
+			       TARGET_RATIO);
+		else
+			printf("p2p skipped: fewer than 2 devices with a peer link\n");
 	} else {
 		skip = "no CUDA device";
 	}
@@ -318,18 +400,23 @@ int main(int argc, char **argv)
 			fprintf(f,
 			        "  \"gpu\": {\"device\": \"%s\", \"bytes\": %llu, \"reps\": %d, "
 			        "\"vmm_h2d_Bps\": %.0f, \"memcpy_h2d_Bps\": %.0f, \"vmm_d2h_Bps\": "
-			        "%.0f, \"memcpy_d2h_Bps\": %.0f, \"ratio\": {\"h2d\": %.3f, "
-			        "\"d2h\": %.3f}, \"target_ratio\": %.1f}\n",
+			        "%.0f, \"memcpy_d2h_Bps\": %.0f, \"vmm_p2p_Bps\": %.0f, "
+			        "\"memcpy_p2p_Bps\": %.0f, \"ratio\": {\"h2d\": %.3f, "
+			        "\"d2h\": %.3f, \"p2p\": %.3f}, \"target_ratio\": %.1f}\n",
 			        gr.name, (unsigned long long)gr.bytes, reps, gr.vmm_h2d, gr.cpy_h2d,
-			        gr.vmm_d2h, gr.cpy_d2h, gr.vmm_h2d / gr.cpy_h2d,
-			        gr.vmm_d2h / gr.cpy_d2h, TARGET_RATIO);
+			        gr.vmm_d2h, gr.cpy_d2h, gr.vmm_p2p, gr.cpy_p2p,
+			        gr.vmm_h2d / gr.cpy_h2d, gr.vmm_d2h / gr.cpy_d2h,
+			        gr.p2p_ran ? gr.vmm_p2p / gr.cpy_p2p : 0, TARGET_RATIO);
 		else
 			fprintf(f, "  \"gpu\": {\"skipped\": \"%s\"}\n", skip ? skip : "?");
 		fprintf(f, "}\n");
 		fclose(f);
 		printf("wrote %s\n", json);
 	}
-	if (gr.ran)
+	if (gr.ran && gr.p2p_ran)
+		printf("vmm_vs_memcpy h2d=%.2f d2h=%.2f p2p=%.2f\n", gr.vmm_h2d / gr.cpy_h2d,
+		       gr.vmm_d2h / gr.cpy_d2h, gr.vmm_p2p / gr.cpy_p2p);
+	else if (gr.ran)
 		printf("vmm_vs_memcpy h2d=%.2f d2h=%.2f\n", gr.vmm_h2d / gr.cpy_h2d,
 		       gr.vmm_d2h / gr.cpy_d2h);
 	return 0;
