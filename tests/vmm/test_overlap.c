@@ -142,8 +142,9 @@ static struct result run(struct dev_ctx *ctx, uint64_t budget, int host_waits)
 				}
 				CHECK_OK(vmm_hint(v, obj, next));
 			}
-			/* dead values: an activation after its backward, a gradient
-			 * after its update (both are overwritten next iteration) */
+			/* dead values (both are overwritten next iteration): after a
+			 * backward (which writes G) its A, after an update (which reads
+			 * G) its G */
 			if (k->u[1].what == G)
 				CHECK_OK(vmm_discard(
 				    v, id[k->layer][k->u[1].access == VMM_READ ? G : A]));
