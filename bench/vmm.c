@@ -152,14 +152,10 @@ static double memcpy_rate(void *dst, const void *src, size_t bytes, enum cudaMem
 	return (double)bytes / (now_s() - t0);
 }
 
-static void bench_gpu(int reps, uint64_t bytes, struct gpu_result *r)
+/* A vmm with room for one object of bytes on each device and the host, and
+ * that object (*id). */
+static struct vmm *open_vmm(struct dev_ctx *ctx, uint64_t bytes, const char *name, uint64_t *id)
 {
-	struct dev_config dc = {.backend = DEV_BACKEND_CUDA, .ndevices = 1};
-	struct dev_ctx *ctx;
-	OK(dev_open(&dc, &ctx));
-	struct dev_info inf;
-	OK(dev_info(ctx, 0, &inf));
-	snprintf(r->name, sizeof(r->name), "%s", inf.name);
 	struct vmm_config c;
 	memset(&c, 0, sizeof(c));
 	c.device_mem = bytes + (64 << 20);
@@ -168,9 +164,21 @@ static void bench_gpu(int reps, uint64_t bytes, struct gpu_result *r)
 	c.align = 256;
 	struct vmm *v;
 	OK(vmm_open(ctx, &c, &v));
-	struct vmm_obj_desc d = {bytes, VMM_KIND_WEIGHT, "bench", 0, 0};
+	struct vmm_obj_desc d = {bytes, VMM_KIND_WEIGHT, name, 0, 0};
+	OK(vmm_obj_create(v, &d, id));
+	return v;
+}
+
+static void bench_gpu(int reps, uint64_t bytes, struct gpu_result *r)
+{
+	struct dev_config dc = {.backend = DEV_BACKEND_CUDA, .ndevices = 1};
+	struct dev_ctx *ctx;
+	OK(dev_open(&dc, &ctx));
+	struct dev_info inf;
+	OK(dev_info(ctx, 0, &inf));
+	snprintf(r->name, sizeof(r->name), "%s", inf.name);
 	uint64_t id;
-	OK(vmm_obj_create(v, &d, &id));
+	struct vmm *v = open_vmm(ctx, bytes, "bench", &id);
 	void *hp, *dp;
 	struct dev_event *ready;
 	OK(vmm_acquire(v, id, VMM_HOST, VMM_OVERWRITE, &hp, &ready));
@@ -255,17 +263,8 @@ static void bench_p2p(int reps, uint64_t bytes, struct gpu_result *r)
 		dev_close(ctx);
 		return;
 	}
-	struct vmm_config c;
-	memset(&c, 0, sizeof(c));
-	c.device_mem = bytes + (64 << 20);
-	c.host_mem = bytes + (64 << 20);
-	c.max_objects = 16;
-	c.align = 256;
-	struct vmm *v;
-	OK(vmm_open(ctx, &c, &v));
-	struct vmm_obj_desc d = {bytes, VMM_KIND_WEIGHT, "bench-p2p", 0, 0};
 	uint64_t id;
-	OK(vmm_obj_create(v, &d, &id));
+	struct vmm *v = open_vmm(ctx, bytes, "bench-p2p", &id);
 	void *p0, *p1 = NULL;
 	struct dev_event *ready;
 	OK(vmm_acquire(v, id, 0, VMM_OVERWRITE, &p0, &ready));
