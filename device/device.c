@@ -831,6 +831,13 @@ int dev_event_query(struct dev_event *e)
 	return e->ctx->ops->event_query(e);
 }
 
+int dev_event_peek(struct dev_event *e)
+{
+	SP_CHECK_ARG(e, "dev_event_peek: NULL event");
+	const struct dev_backend_ops *ops = e->ctx->ops;
+	return ops->event_peek ? ops->event_peek(e) : ops->event_query(e);
+}
+
 int dev_event_sync(struct dev_event *e)
 {
 	SP_CHECK_ARG(e, "dev_event_sync: NULL event");

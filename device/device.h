@@ -116,8 +116,13 @@ int dev_event_create(struct dev_ctx *ctx, struct dev_event **out) SP_MUST_CHECK;
 int dev_event_destroy(struct dev_event *e) SP_MUST_CHECK;
 /* Captures the work queued on s so far; a later record replaces the capture. */
 int dev_event_record(struct dev_event *e, struct dev_stream *s) SP_MUST_CHECK;
-/* 0 if complete (or never recorded), -EAGAIN if pending, <0 on error. */
+/* 0 if complete (or never recorded), -EAGAIN if pending, <0 on error. On the
+ * model backend a query of pending work lets virtual time run to the next
+ * completion (a polling loop makes progress). */
 int dev_event_query(struct dev_event *e);
+/* The same answer without side effects: on the model backend virtual time does
+ * not move (for bookkeeping such as "may this event be recycled?"). */
+int dev_event_peek(struct dev_event *e);
 int dev_event_sync(struct dev_event *e) SP_MUST_CHECK;
 /* Work queued on s after this call waits for e's captured work. */
 int dev_stream_wait_event(struct dev_stream *s, struct dev_event *e) SP_MUST_CHECK;

@@ -6,8 +6,12 @@
  * has no chunk mapped is PROT_NONE, so touching non-resident memory faults at
  * once, as a GPU's MMU would. Each stream is a worker thread running its ops in
  * order: copies are memcpy (optionally throttled to the profile's link
- * bandwidths), kernels call the CPU function. Events count records and
- * completions (a generation each) under one mutex and condition variable.
+ * bandwidths), kernels call the CPU function. Each record of an event makes a
+ * capture (a reference-counted completion flag) that the record op completes;
+ * the event points at its latest capture, and a stream wait holds the capture
+ * current at the time of the call, so re-recording the event never releases a
+ * wait queued earlier (as with CUDA). Captures complete under one mutex and
+ * condition variable.
  */
 #include "device/internal.h"
 
@@ -42,11 +46,22 @@ struct host_dev {
 /* Link reservations for throttling: the time each link is busy until. */
 enum { LINK_H2D, LINK_D2H, LINK_P2P_OUT, LINK_KINDS };
 
+/* One record of an event: complete once the work queued before the record is.
+ * Referenced by its event (while it is the latest record), by the record op and
+ * by every wait op queued while it was the latest; freed at the last reference. */
+struct host_capture {
+	unsigned refs; /* under ev_lock */
+	int done;
+	double time;
+	struct host_capture *next_free;
+};
+
 struct host_ctx {
 	struct host_dev dev[DEV_MAX];
 	pthread_mutex_t lock; /* free lists, link reservations */
 	pthread_mutex_t ev_lock;
-	pthread_cond_t ev_cond; /* any event completed */
+	pthread_cond_t ev_cond;         /* any capture completed */
+	struct host_capture *cap_spare; /* free captures, under ev_lock */
 	int throttle;
 	double link_busy[DEV_MAX][LINK_KINDS];
 	double host_busy[2]; /* shared host link: [0] into devices, [1] out of them */
@@ -74,10 +89,7 @@ struct host_op {
 			void (*fn)(void *);
 			void *arg;
 		} cb;
-		struct {
-			struct host_event *e;
-			uint64_t gen;
-		} ev;
+		struct host_capture *cap; /* OP_RECORD completes it, OP_WAIT waits for it */
 	} u;
 	_Alignas(16) char inline_args[HOST_ARGS_INLINE];
 };
@@ -93,10 +105,7 @@ struct host_stream {
 };
 
 struct host_event {
-	uint64_t recorded, done; /* generations, under ev_lock */
-	double time;
-	unsigned waiters; /* OP_WAITs queued on it: destroy frees it after them (as CUDA) */
-	int dead;
+	struct host_capture *cur; /* the latest record; NULL = never recorded */
 };
 
 static struct host_ctx *hctx(const struct dev_ctx *ctx)
@@ -160,6 +169,11 @@ static void host_close(struct dev_ctx *ctx)
 		if (h->dev[d].fd >= 0 && d < ctx->ndev)
 			close(h->dev[d].fd);
 		free(h->dev[d].free);
+	}
+	while (h->cap_spare) { /* streams are gone: every capture is back here */
+		struct host_capture *c = h->cap_spare;
+		h->cap_spare = c->next_free;
+		free(c);
 	}
 	pthread_cond_destroy(&h->ev_cond);
 	pthread_mutex_destroy(&h->ev_lock);
@@ -384,14 +398,32 @@ static double throttle_end(struct dev_ctx *ctx, int src, int dst, size_t bytes)
 	return end;
 }
 
-static void event_complete(struct host_ctx *h, struct host_event *e, uint64_t gen)
+/* Drops one reference to a capture; under ev_lock. */
+static void cap_put(struct host_ctx *h, struct host_capture *c)
+{
+	if (c && --c->refs == 0) {
+		c->next_free = h->cap_spare;
+		h->cap_spare = c;
+	}
+}
+
+static void cap_complete(struct host_ctx *h, struct host_capture *c)
 {
 	pthread_mutex_lock(&h->ev_lock);
-	if (gen > e->done) {
-		e->done = gen;
-		e->time = sp_now_s();
-	}
+	c->done = 1;
+	c->time = sp_now_s();
+	cap_put(h, c);
 	pthread_cond_broadcast(&h->ev_cond);
+	pthread_mutex_unlock(&h->ev_lock);
+}
+
+/* Blocks until c completes, then drops the reference the caller held. */
+static void cap_wait_put(struct host_ctx *h, struct host_capture *c)
+{
+	pthread_mutex_lock(&h->ev_lock);
+	while (!c->done)
+		pthread_cond_wait(&h->ev_cond, &h->ev_lock);
+	cap_put(h, c);
 	pthread_mutex_unlock(&h->ev_lock);
 }
 
@@ -412,15 +444,8 @@ static void run_op(struct host_stream *st, struct host_op *op)
 	case OP_MEMSET: memset(op->u.mem.dst, op->u.mem.value, op->u.mem.bytes); break;
 	case OP_KERNEL: op->u.kern.cpu(op->u.kern.args); break;
 	case OP_CALLBACK: op->u.cb.fn(op->u.cb.arg); break;
-	case OP_RECORD: event_complete(h, op->u.ev.e, op->u.ev.gen); break;
-	case OP_WAIT:
-		pthread_mutex_lock(&h->ev_lock);
-		while (op->u.ev.e->done < op->u.ev.gen)
-			pthread_cond_wait(&h->ev_cond, &h->ev_lock);
-		if (--op->u.ev.e->waiters == 0 && op->u.ev.e->dead)
-			free(op->u.ev.e);
-		pthread_mutex_unlock(&h->ev_lock);
-		break;
+	case OP_RECORD: cap_complete(h, op->u.cap); break;
+	case OP_WAIT: cap_wait_put(h, op->u.cap); break;
 	}
 	if (op->kind == OP_KERNEL && op->u.kern.args != op->inline_args)
 		free(op->u.kern.args);
@@ -541,44 +566,61 @@ static int host_event_create(struct dev_event *e)
 	return 0;
 }
 
+/* The event's latest capture with a reference for the caller, or NULL when it
+ * was never recorded. */
+static struct host_capture *cap_current(struct host_ctx *h, struct host_event *he)
+{
+	pthread_mutex_lock(&h->ev_lock);
+	struct host_capture *c = he->cur;
+	if (c)
+		c->refs++;
+	pthread_mutex_unlock(&h->ev_lock);
+	return c;
+}
+
 static int host_event_sync(struct dev_event *e)
 {
 	struct host_ctx *h = hctx(e->ctx);
-	struct host_event *he = e->impl;
-	pthread_mutex_lock(&h->ev_lock);
-	while (he->done < he->recorded)
-		pthread_cond_wait(&h->ev_cond, &h->ev_lock);
-	pthread_mutex_unlock(&h->ev_lock);
+	struct host_capture *c = cap_current(h, e->impl);
+	if (c)
+		cap_wait_put(h, c);
 	return 0;
 }
 
 static int host_event_destroy(struct dev_event *e)
 {
-	/* A pending record still points at the event: let it land first. Waits
-	 * queued on other streams still read it: the last one frees it. */
+	/* Records and waits still queued hold their captures: nothing to wait for. */
 	struct host_ctx *h = hctx(e->ctx);
 	struct host_event *he = e->impl;
-	int rc = host_event_sync(e);
 	pthread_mutex_lock(&h->ev_lock);
-	he->dead = 1;
-	int last = he->waiters == 0;
+	cap_put(h, he->cur);
 	pthread_mutex_unlock(&h->ev_lock);
-	if (last)
-		free(he);
-	return rc;
+	free(he);
+	return 0;
 }
 
 static int host_event_record(struct dev_event *e, struct dev_stream *s)
 {
 	struct host_ctx *h = hctx(e->ctx);
+	struct host_event *he = e->impl;
 	struct host_op *op;
 	SP_CHECK(op_get(hs(s), &op));
-	op->kind = OP_RECORD;
-	op->u.ev.e = e->impl;
 	pthread_mutex_lock(&h->ev_lock);
-	op->u.ev.gen = ++op->u.ev.e->recorded;
-	op_submit(hs(s), op);
+	struct host_capture *c = h->cap_spare;
+	if (c)
+		h->cap_spare = c->next_free;
+	else if (!(c = malloc(sizeof(*c)))) {
+		pthread_mutex_unlock(&h->ev_lock);
+		free(op);
+		return sp_error(-ENOMEM, "host backend: event record: out of memory");
+	}
+	*c = (struct host_capture){.refs = 2}; /* the event and the record op */
+	cap_put(h, he->cur);
+	he->cur = c;
 	pthread_mutex_unlock(&h->ev_lock);
+	op->kind = OP_RECORD;
+	op->u.cap = c;
+	op_submit(hs(s), op);
 	return 0;
 }
 
@@ -587,7 +629,7 @@ static int host_event_query(struct dev_event *e)
 	struct host_ctx *h = hctx(e->ctx);
 	struct host_event *he = e->impl;
 	pthread_mutex_lock(&h->ev_lock);
-	int rc = he->done < he->recorded ? -EAGAIN : 0;
+	int rc = he->cur && !he->cur->done ? -EAGAIN : 0;
 	pthread_mutex_unlock(&h->ev_lock);
 	return rc;
 }
@@ -595,14 +637,19 @@ static int host_event_query(struct dev_event *e)
 static int host_stream_wait_event(struct dev_stream *s, struct dev_event *e)
 {
 	struct host_ctx *h = hctx(e->ctx);
+	struct host_capture *c = cap_current(h, e->impl);
+	if (!c)
+		return 0; /* never recorded: nothing to wait for */
 	struct host_op *op;
-	SP_CHECK(op_get(hs(s), &op));
+	int rc = op_get(hs(s), &op);
+	if (rc < 0) {
+		pthread_mutex_lock(&h->ev_lock);
+		cap_put(h, c);
+		pthread_mutex_unlock(&h->ev_lock);
+		return rc;
+	}
 	op->kind = OP_WAIT;
-	op->u.ev.e = e->impl;
-	pthread_mutex_lock(&h->ev_lock);
-	op->u.ev.gen = op->u.ev.e->recorded;
-	op->u.ev.e->waiters++;
-	pthread_mutex_unlock(&h->ev_lock);
+	op->u.cap = c; /* the capture of this moment: a later record does not touch it */
 	op_submit(hs(s), op);
 	return 0;
 }
@@ -612,9 +659,9 @@ static int host_event_time(struct dev_event *e, double *out_s)
 	struct host_ctx *h = hctx(e->ctx);
 	struct host_event *he = e->impl;
 	pthread_mutex_lock(&h->ev_lock);
-	int rc = he->done < he->recorded ? -EAGAIN : 0;
+	int rc = he->cur && !he->cur->done ? -EAGAIN : 0;
 	if (rc == 0)
-		*out_s = he->recorded ? he->time : 0;
+		*out_s = he->cur ? he->cur->time : 0;
 	pthread_mutex_unlock(&h->ev_lock);
 	return rc;
 }

@@ -109,6 +109,7 @@ struct dev_backend_ops {
 	int (*event_destroy)(struct dev_event *e);
 	int (*event_record)(struct dev_event *e, struct dev_stream *s);
 	int (*event_query)(struct dev_event *e);
+	int (*event_peek)(struct dev_event *e); /* NULL: event_query has no side effects */
 	int (*event_sync)(struct dev_event *e);
 	int (*stream_wait_event)(struct dev_stream *s, struct dev_event *e);
 	int (*event_time)(struct dev_event *e, double *out_s);

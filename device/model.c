@@ -9,7 +9,10 @@
  * concurrent H2D copies over a shared host link each get half of it.
  * The clock only moves when the caller waits (stream or event sync, a query of
  * a pending event), and then exactly to the time the awaited work completes, so
- * every op is issued at the current virtual time. One recursive mutex makes the
+ * every op is issued at the current virtual time. Each record of an event makes a
+ * capture that the record op completes; a stream wait holds the capture of the
+ * moment it was queued, so re-recording the event never releases it early (as
+ * with CUDA). One recursive mutex makes the
  * calls safe from any thread and lets host callbacks queue more work.
  * Memory is address space only (PROT_NONE), so a stray dereference faults.
  */
@@ -33,11 +36,17 @@ enum { R_COMPUTE, R_H2D, R_D2H, R_P2P_OUT, R_P2P_IN, R_PER_DEV };
 
 enum model_op_kind { MOP_WORK, MOP_CALLBACK, MOP_RECORD, MOP_WAIT };
 
-struct model_event {
-	uint64_t recorded, done;
+/* One record of an event (see host.c): referenced by its event while latest,
+ * by the record op and by each wait queued while it was latest. */
+struct model_capture {
+	unsigned refs;
+	int done;
 	double time;
-	unsigned waiters; /* MOP_WAITs queued on it: destroy frees it after them (as CUDA) */
-	int dead;
+	struct model_capture *next_free;
+};
+
+struct model_event {
+	struct model_capture *cur; /* NULL = never recorded */
 };
 
 struct model_op {
@@ -46,9 +55,8 @@ struct model_op {
 	double work; /* remaining: bytes for copies, seconds for compute */
 	int res[OP_RES_MAX], nres;
 	int active;
-	double rate; /* while active: work per second, from the current shares */
-	struct model_event *e;
-	uint64_t gen;
+	double rate;               /* while active: work per second, from the current shares */
+	struct model_capture *cap; /* MOP_RECORD completes it, MOP_WAIT waits for it */
 	void (*fn)(void *);
 	void *arg;
 };
@@ -66,6 +74,7 @@ struct model_ctx {
 	int users[R_COUNT];
 	struct model_stream *streams, **streams_tail;
 	struct model_op *spare;
+	struct model_capture *cap_spare;
 };
 
 static struct model_ctx *mctx(const struct dev_ctx *ctx)
@@ -114,6 +123,11 @@ static void model_close(struct dev_ctx *ctx)
 		struct model_op *op = m->spare;
 		m->spare = op->next;
 		free(op);
+	}
+	while (m->cap_spare) {
+		struct model_capture *c = m->cap_spare;
+		m->cap_spare = c->next_free;
+		free(c);
 	}
 	pthread_mutex_destroy(&m->lock);
 	free(m);
@@ -210,6 +224,14 @@ static struct model_stream *ms(const struct dev_stream *s)
 	return s->impl;
 }
 
+static void cap_put(struct model_ctx *m, struct model_capture *c)
+{
+	if (c && --c->refs == 0) {
+		c->next_free = m->cap_spare;
+		m->cap_spare = c;
+	}
+}
+
 static void op_retire(struct model_ctx *m, struct model_stream *st)
 {
 	struct model_op *op = st->head;
@@ -219,6 +241,7 @@ static void op_retire(struct model_ctx *m, struct model_stream *st)
 	if (op->active)
 		for (int i = 0; i < op->nres; i++)
 			m->users[op->res[i]]--;
+	cap_put(m, op->cap); /* a record or wait dropped unrun (stream destroyed) too */
 	op->next = m->spare;
 	m->spare = op;
 }
@@ -245,16 +268,14 @@ static int activate(struct model_ctx *m)
 					active++;
 					break;
 				}
-				if (op->kind == MOP_WAIT && op->e->done < op->gen)
+				if (op->kind == MOP_WAIT && !op->cap->done)
 					break;
-				if (op->kind == MOP_RECORD && op->gen > op->e->done) {
-					op->e->done = op->gen;
-					op->e->time = m->now;
+				if (op->kind == MOP_RECORD) {
+					op->cap->done = 1;
+					op->cap->time = m->now;
 				}
 				if (op->kind == MOP_CALLBACK)
 					op->fn(op->arg);
-				if (op->kind == MOP_WAIT && --op->e->waiters == 0 && op->e->dead)
-					free(op->e);
 				op_retire(m, st);
 				changed = 1;
 			}
@@ -398,37 +419,53 @@ static int model_event_sync(struct dev_event *e)
 	struct model_event *me = e->impl;
 	int rc = 0;
 	pthread_mutex_lock(&m->lock);
-	activate(m);
-	while (rc == 0 && me->done < me->recorded)
-		rc = step(m);
+	struct model_capture *c = me->cur;
+	if (c) {
+		c->refs++; /* a callback run by step() may re-record the event */
+		activate(m);
+		while (rc == 0 && !c->done)
+			rc = step(m);
+		cap_put(m, c);
+	}
 	pthread_mutex_unlock(&m->lock);
 	return rc;
 }
 
 static int model_event_destroy(struct dev_event *e)
 {
-	/* Waits queued on other streams still read it: the last one frees it. */
+	/* Records and waits still queued hold their captures. */
 	struct model_ctx *m = mctx(e->ctx);
 	struct model_event *me = e->impl;
-	int rc = model_event_sync(e);
 	pthread_mutex_lock(&m->lock);
-	me->dead = 1;
-	int last = me->waiters == 0;
+	cap_put(m, me->cur);
 	pthread_mutex_unlock(&m->lock);
-	if (last)
-		free(me);
-	return rc;
+	free(me);
+	return 0;
 }
 
 static int model_event_record(struct dev_event *e, struct dev_stream *s)
 {
 	struct model_ctx *m = mctx(s->ctx);
+	struct model_event *me = e->impl;
 	struct model_op *op;
 	pthread_mutex_lock(&m->lock);
 	int rc = op_new(m, MOP_RECORD, &op);
+	struct model_capture *c = NULL;
 	if (rc == 0) {
-		op->e = e->impl;
-		op->gen = ++op->e->recorded;
+		c = m->cap_spare;
+		if (c)
+			m->cap_spare = c->next_free;
+		else if (!(c = malloc(sizeof(*c)))) {
+			op->next = m->spare;
+			m->spare = op;
+			rc = sp_error(-ENOMEM, "model backend: event record: out of memory");
+		}
+	}
+	if (rc == 0) {
+		*c = (struct model_capture){.refs = 2}; /* the event and the record op */
+		cap_put(m, me->cur);
+		me->cur = c;
+		op->cap = c;
 		op_push(ms(s), op);
 	}
 	pthread_mutex_unlock(&m->lock);
@@ -444,10 +481,25 @@ static int model_event_query(struct dev_event *e)
 	pthread_mutex_lock(&m->lock);
 	activate(m);
 	int rc = 0;
-	if (me->done < me->recorded)
+	struct model_capture *c = me->cur;
+	if (c && !c->done) {
+		c->refs++;
 		rc = step(m);
-	if (rc == 0)
-		rc = me->done < me->recorded ? -EAGAIN : 0;
+		if (rc == 0)
+			rc = c->done ? 0 : -EAGAIN;
+		cap_put(m, c);
+	}
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
+static int model_event_peek(struct dev_event *e)
+{
+	struct model_ctx *m = mctx(e->ctx);
+	struct model_event *me = e->impl;
+	pthread_mutex_lock(&m->lock);
+	activate(m); /* instant ops due now; the clock stays */
+	int rc = me->cur && !me->cur->done ? -EAGAIN : 0;
 	pthread_mutex_unlock(&m->lock);
 	return rc;
 }
@@ -455,14 +507,17 @@ static int model_event_query(struct dev_event *e)
 static int model_stream_wait_event(struct dev_stream *s, struct dev_event *e)
 {
 	struct model_ctx *m = mctx(s->ctx);
+	struct model_event *me = e->impl;
 	struct model_op *op;
+	int rc = 0;
 	pthread_mutex_lock(&m->lock);
-	int rc = op_new(m, MOP_WAIT, &op);
-	if (rc == 0) {
-		op->e = e->impl;
-		op->gen = op->e->recorded;
-		op->e->waiters++;
-		op_push(ms(s), op);
+	if (me->cur) { /* never recorded: nothing to wait for */
+		rc = op_new(m, MOP_WAIT, &op);
+		if (rc == 0) {
+			op->cap = me->cur; /* the capture of this moment */
+			op->cap->refs++;
+			op_push(ms(s), op);
+		}
 	}
 	pthread_mutex_unlock(&m->lock);
 	return rc;
@@ -474,9 +529,9 @@ static int model_event_time(struct dev_event *e, double *out_s)
 	struct model_event *me = e->impl;
 	pthread_mutex_lock(&m->lock);
 	activate(m);
-	int rc = me->done < me->recorded ? -EAGAIN : 0;
+	int rc = me->cur && !me->cur->done ? -EAGAIN : 0;
 	if (rc == 0)
-		*out_s = me->time;
+		*out_s = me->cur ? me->cur->time : 0;
 	pthread_mutex_unlock(&m->lock);
 	return rc;
 }
@@ -596,6 +651,7 @@ const struct dev_backend_ops dev_model_ops = {
     .event_destroy = model_event_destroy,
     .event_record = model_event_record,
     .event_query = model_event_query,
+    .event_peek = model_event_peek,
     .event_sync = model_event_sync,
     .stream_wait_event = model_stream_wait_event,
     .event_time = model_event_time,

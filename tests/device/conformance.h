@@ -5,7 +5,8 @@
  * within and beyond capacity (-ENOMEM naming the numbers), bad frees, map and
  * unmap of chunks into reserved ranges (bytes survive a remap elsewhere), copies
  * of every kind and memset with their contents, stream order, events across
- * streams (a wait really waits; query, sync and times agree), peer copies,
+ * streams (a wait really waits; query, sync and times agree; a re-record
+ * does not release a wait queued before it), peer copies,
  * host callbacks, the copied-bytes counters, and bad arguments.
  * The model backend has no data: contents are not checked there, times are.
  * Header-only; a test includes it once.
@@ -349,6 +350,90 @@ static void cf_events(struct dev_ctx *ctx, int data, int real_time)
 	CHECK_OK(dev_stream_destroy(a));
 }
 
+/* A wait holds the work its event captured when the wait was queued: stream A
+ * runs slow work (a 300 ms callback storing a flag, then a kernel costing 0.3 s
+ * on the model backend) and records E; stream C waits for E; E is then
+ * re-recorded on idle stream B. C's later work must still come after A's: it
+ * sees the flag, and on the model backend it completes exactly when A's kernel
+ * does, not at once. */
+static void cf_rerecord(struct dev_ctx *ctx, int data, int real_time)
+{
+	int nd = dev_count(ctx);
+	struct dev_stream *a, *b, *c;
+	struct dev_event *e, *e_a, *e_c, *e_w;
+	CHECK_OK(dev_stream_create(ctx, 0, &a));
+	CHECK_OK(dev_stream_create(ctx, 0, &b));
+	CHECK_OK(dev_stream_create(ctx, nd - 1, &c));
+	CHECK_OK(dev_event_create(ctx, &e));
+	CHECK_OK(dev_event_create(ctx, &e_a));
+	CHECK_OK(dev_event_create(ctx, &e_c));
+	CHECK_OK(dev_event_create(ctx, &e_w));
+	void *hflag, *hout, *dflag;
+	CHECK_OK(dev_host_alloc(ctx, 4096, &hflag));
+	CHECK_OK(dev_host_alloc(ctx, 4096, &hout));
+	CHECK_OK(dev_mem_alloc(ctx, nd - 1, 4096, &dflag));
+	uint32_t sink;
+	if (data) {
+		memset(hflag, 0, 4096);
+		memset(hout, 0, 4096);
+	}
+	struct cf_slow_store st = {data ? (volatile uint32_t *)hflag : &sink, 0xFEED, 300};
+	struct dev_info in;
+	CHECK_OK(dev_info(ctx, 0, &in));
+	struct cf_fill f = {dflag, 0, 0}; /* no bytes: the cost is what counts */
+	struct dev_cost slow = {0.3 * in.flops, 0};
+	void *dk;
+	CHECK_OK(dev_mem_alloc(ctx, 0, 4096, &dk));
+	f.p = dk;
+	double t0 = dev_now(ctx);
+	CHECK_OK(dev_host_callback(a, cf_slow_store_fn, &st));
+	CHECK_OK(dev_launch(a, &cf_fill_kernel, &f, sizeof(f), slow));
+	CHECK_OK(dev_event_record(e_a, a)); /* completes no later than E's capture */
+	CHECK_OK(dev_event_record(e, a));
+	CHECK_OK(dev_stream_wait_event(c, e));
+	CHECK_OK(dev_event_record(e_w, c)); /* when the wait let C go on */
+	CHECK_OK(dev_event_record(e, b));   /* b is idle: this capture completes at once */
+	CHECK_OK(dev_memcpy_async(c, dflag, nd - 1, hflag, DEV_HOST, 4096));
+	CHECK_OK(dev_memcpy_async(c, hout, DEV_HOST, dflag, nd - 1, 4096));
+	CHECK_OK(dev_event_record(e_c, c));
+	CHECK_OK(dev_event_sync(e)); /* the latest capture: B's, empty */
+	double now = dev_now(ctx);
+	CHECK_MSG(dev_event_peek(e_a) == -EAGAIN, "A's 300 ms of work ended already");
+	CHECK(real_time || dev_now(ctx) == now); /* a peek does not move virtual time */
+	CHECK_OK(dev_stream_sync(c));
+	CHECK_MSG(dev_event_query(e_a) == 0, "C ran before the work its wait captured ended");
+	double ta, tc, tw;
+	CHECK_OK(dev_event_time(e_a, &ta));
+	CHECK_OK(dev_event_time(e_c, &tc));
+	CHECK_OK(dev_event_time(e_w, &tw));
+	if (data)
+		CHECK_MSG(*(volatile uint32_t *)hout == 0xFEED,
+		          "a re-record released a queued wait early (C read %#x)",
+		          *(volatile uint32_t *)hout);
+	if (real_time)
+		CHECK_MSG(tc >= ta, "C's work ended at %.6f, before A's at %.6f", tc, ta);
+	else
+		CHECK_MSG(tw == ta && tc > ta && ta >= t0 + 0.3,
+		          "model: C's wait ended at %.9f, A's kernel at %.9f", tw, ta);
+	/* The capture a wait holds survives its event's destruction and a re-record. */
+	CHECK_OK(dev_host_callback(a, cf_slow_store_fn, &st));
+	CHECK_OK(dev_event_record(e, a));
+	CHECK_OK(dev_stream_wait_event(c, e));
+	CHECK_OK(dev_event_record(e, b));
+	CHECK_OK(dev_event_destroy(e));
+	CHECK_OK(dev_stream_sync(c));
+	CHECK_OK(dev_mem_free(ctx, 0, dk));
+	CHECK_OK(dev_mem_free(ctx, nd - 1, dflag));
+	CHECK_OK(dev_host_free(ctx, hout));
+	CHECK_OK(dev_host_free(ctx, hflag));
+	CHECK_OK(dev_event_destroy(e_w));
+	CHECK_OK(dev_event_destroy(e_c));
+	CHECK_OK(dev_event_destroy(e_a));
+	CHECK_OK(dev_stream_destroy(c));
+	CHECK_OK(dev_stream_destroy(b));
+	CHECK_OK(dev_stream_destroy(a));
+}
+
 /* Host callbacks run in stream order, after the work before them. */
 struct cf_order {
 	int seen[4];
@@ -415,6 +500,7 @@ static void conformance_run(struct dev_ctx *ctx, int data, int real_time)
 	cf_callbacks(ctx, s);
 	CHECK_OK(dev_stream_destroy(s));
 	cf_events(ctx, data, real_time);
+	cf_rerecord(ctx, data, real_time);
 	printf("conformance: backend %s ok\n", dev_backend_name(dev_backend(ctx)));
 }
 
