@@ -111,8 +111,9 @@ struct vmm_obj {
 	struct dev_event *xev; /* D2H transfers (out of a device) */
 	int pending_dev;       /* prefetch chain: after disk->host, go on to this device, -1 none */
 	int pending_wb;        /* write-back asked while a transfer was in flight: 1 host, 2 disk */
-	int err;               /* last failed transfer's error, until vmm_obj_wait reports it */
+	int err;               /* last failed transfer's error, until a call reports it */
 	int err_kind;          /* its enum vmm_xfer_kind */
+	uint64_t err_seq;      /* v->err_seq when err was set */
 	struct vmm_xfer x;
 	uint64_t moved[VMM_XFER_KINDS], nmoves[VMM_XFER_KINDS];
 	struct vmm_copy c[]; /* ndev devices, then the host */
@@ -149,13 +150,20 @@ struct vmm {
 	uint32_t nfree;
 	int32_t xfer_head; /* objects with a transfer in flight */
 	uint64_t clock;    /* LRU stamps */
+	/* bumped by each failed transfer (vmm_err_set) and each error logged
+	 * instead of returned: an API call reports an object's own failure only
+	 * when it is the last one raised during that call (vmm.c report_own) */
+	uint64_t err_seq;
 	/* while a prefetch makes room on pf_place: only copies whose next use is
 	 * after pf_next are victims (VMM_NO_HINT: no such limit) */
 	int pf_place;
 	uint64_t pf_next;
-	/* events */
-	struct dev_event **ev_free;
+	/* events: ev_free holds complete ones; an event put back while its record
+	 * is pending waits in the ev_pend ring (oldest first) until it completes,
+	 * so it is never re-recorded while someone may still wait on it */
+	struct dev_event **ev_free, **ev_pend;
 	uint32_t nev_free, ev_cap;
+	uint32_t pend_head, npend;
 	/* accounting: [src place][dst place][kind] */
 	uint64_t *link; /* (ndev+2)^2 * VMM_KINDS */
 	uint64_t xfer_total[VMM_XFER_KINDS];
@@ -206,6 +214,20 @@ int vmm_obj_nvalid(struct vmm *v, const struct vmm_obj *o);
 /* Events from the vmm's free list. */
 int vmm_event_get(struct vmm *v, struct dev_event **out) SP_MUST_CHECK;
 void vmm_event_put(struct vmm *v, struct dev_event *e);
+
+/* An object's transfer failed: kept in o->err until one call reports it. */
+static inline void vmm_err_set(struct vmm *v, struct vmm_obj *o, int err, int kind)
+{
+	o->err = err;
+	o->err_kind = kind;
+	o->err_seq = ++v->err_seq;
+}
+/* An error was logged rather than returned: whatever the call returns later
+ * is another error, and must not be taken for it. */
+static inline void vmm_err_swallowed(struct vmm *v)
+{
+	v->err_seq++;
+}
 
 /* ---- accounting (stats.c) ---- */
 void vmm_acct_xfer(struct vmm *v, uint32_t idx, int kind, int src, int dst, uint64_t bytes,

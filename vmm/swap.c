@@ -48,8 +48,24 @@ int vmm_place_public(const struct vmm *v, int p)
 	return p;
 }
 
+/* Moves up to a few of the oldest pending events that have completed to the
+ * free list (events complete roughly in the order they were put back). */
+static void event_reap(struct vmm *v, unsigned max)
+{
+	while (v->npend && max--) {
+		struct dev_event *e = v->ev_pend[v->pend_head];
+		if (dev_event_peek(e) == -EAGAIN)
+			break;
+		v->pend_head = (v->pend_head + 1) % v->ev_cap;
+		v->npend--;
+		v->ev_free[v->nev_free++] = e;
+	}
+}
+
 int vmm_event_get(struct vmm *v, struct dev_event **out)
 {
+	if (!v->nev_free)
+		event_reap(v, 8);
 	if (v->nev_free) {
 		*out = v->ev_free[--v->nev_free];
 		return 0;
@@ -61,11 +77,17 @@ void vmm_event_put(struct vmm *v, struct dev_event *e)
 {
 	if (!e)
 		return;
-	if (v->nev_free < v->ev_cap) {
-		v->ev_free[v->nev_free++] = e;
+	/* A pending record may still be waited on (a stream wait queued on it, a
+	 * caller's ready event): recycling it now would re-record it under them. */
+	int pending = dev_event_peek(e) == -EAGAIN;
+	if (v->nev_free + v->npend < v->ev_cap) {
+		if (pending)
+			v->ev_pend[(v->pend_head + v->npend++) % v->ev_cap] = e;
+		else
+			v->ev_free[v->nev_free++] = e;
 		return;
 	}
-	if (dev_event_destroy(e) < 0)
+	if (dev_event_destroy(e) < 0) /* the device layer lets pending records land */
 		SP_WARN(VMM, "event destroy failed: %s", sp_last_error());
 }
 
@@ -339,6 +361,10 @@ static int start_copy(struct vmm *v, uint32_t idx, int src, int dst, int drop_sr
 		SP_CHECK(vmm_event_get(v, evp));
 	if (s->fenced)
 		SP_CHECK(dev_stream_wait_event(st, s->fence));
+	/* fresh source space no caller wrote (a never-written object) may still
+	 * be written by its former owner's last kernel: read it after that */
+	if (s->space_wait)
+		SP_CHECK(dev_stream_wait_event(st, s->ev));
 	if (d->space_wait) /* the space's former owner may still be read */
 		SP_CHECK(dev_stream_wait_event(st, d->ev));
 	SP_CHECK(dev_memcpy_async(st, d->ptr, vmm_place_public(v, dst), s->ptr,
@@ -483,8 +509,7 @@ int vmm_swap_retire(struct vmm *v, uint32_t idx, int block)
 		else
 			vmm_swap_free_copy(v, idx, x->dst);
 		o->pending_dev = -1; /* a prefetch chain stops here */
-		o->err = err;
-		o->err_kind = x->kind;
+		vmm_err_set(v, o, err, x->kind);
 		/* A D2H made to free space had handed the space on already (only a
 		 * device fault fails a copy, and on CUDA that ends the context). */
 		o->lost = x->src_gone && vmm_obj_nvalid(v, o) == 0;
@@ -520,6 +545,7 @@ int vmm_swap_progress(struct vmm *v, int block)
 		int rc = vmm_swap_retire(v, (uint32_t)i, block);
 		if (rc < 0 && rc != -EAGAIN) {
 			SP_WARN(VMM, "%s", sp_last_error());
+			vmm_err_swallowed(v); /* kept in the object's err */
 			if (!first)
 				first = rc;
 		}
@@ -876,9 +902,12 @@ int vmm_swap_prefetch(struct vmm *v, uint32_t idx, int p, int *started)
 {
 	struct vmm_obj *o = vmm_obj_at(v, idx);
 	int h = P_HOST(v);
-	/* the place that needs room: the host first when the object is on disk only */
-	int room = p;
-	if (!o->c[h].valid && o->disk_valid && !o->x.active)
+	/* the place that needs room: the host first when the object is on disk only
+	 * (with a copy on another device it comes from there, over P2P) */
+	int room = p, on_dev = 0;
+	for (int d = 0; d < v->ndev; d++)
+		on_dev |= o->c[d].valid;
+	if (!o->c[h].valid && o->disk_valid && !on_dev && !o->x.active)
 		room = h;
 	if (o->next_use != VMM_NO_HINT && v->cfg.policy != VMM_POLICY_LRU) {
 		v->pf_place = room;

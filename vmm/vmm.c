@@ -118,6 +118,9 @@ void vmm_close(struct vmm *v)
 	for (uint32_t i = 0; i < v->nev_free; i++)
 		if (dev_event_destroy(v->ev_free[i]) < 0)
 			SP_WARN(VMM, "event destroy: %s", sp_last_error());
+	for (uint32_t i = 0; i < v->npend; i++)
+		if (dev_event_destroy(v->ev_pend[(v->pend_head + i) % v->ev_cap]) < 0)
+			SP_WARN(VMM, "event destroy: %s", sp_last_error());
 	for (int p = 0; p <= v->ndev; p++) {
 		struct vmm_place *pl = &v->pl[p];
 		struct dev_stream *ss[4] = {pl->in, pl->out, pl->fence, pl->reuse};
@@ -139,6 +142,7 @@ void vmm_close(struct vmm *v)
 	free(v->objs);
 	free(v->free_idx);
 	free(v->ev_free);
+	free(v->ev_pend);
 	free(v->link);
 	free(v->trace);
 	free(v->cand);
@@ -232,13 +236,14 @@ int vmm_open(struct dev_ctx *ctx, const struct vmm_config *cfg, struct vmm **out
 	v->free_idx = malloc(sizeof(*v->free_idx) * maxo);
 	v->ev_cap = maxo * (uint32_t)(v->ndev + 3);
 	v->ev_free = malloc(sizeof(*v->ev_free) * v->ev_cap);
+	v->ev_pend = malloc(sizeof(*v->ev_pend) * v->ev_cap);
 	size_t np = (size_t)(v->ndev + 2);
 	v->link = calloc(np * np * VMM_KINDS, sizeof(*v->link));
 	v->trace = cfg->trace_cap ? calloc(cfg->trace_cap, sizeof(*v->trace)) : NULL;
 	v->cand = malloc(sizeof(*v->cand) * maxo);
 	v->owners = malloc(sizeof(*v->owners) * maxo);
-	if (!v->objs || !v->free_idx || !v->ev_free || !v->link || (cfg->trace_cap && !v->trace) ||
-	    !v->cand || !v->owners) {
+	if (!v->objs || !v->free_idx || !v->ev_free || !v->ev_pend || !v->link ||
+	    (cfg->trace_cap && !v->trace) || !v->cand || !v->owners) {
 		rc = sp_error(-ENOMEM, "vmm: metadata for %u objects", maxo);
 		goto fail;
 	}
@@ -351,8 +356,10 @@ static int drop_contents(struct vmm *v, uint32_t idx, const char *what)
 			    -EBUSY,
 			    "vmm: object '%s' is acquired (%u times on %d): it cannot be %s",
 			    o->name, o->c[p].pins, vmm_place_public(v, p), what);
-	if (o->x.active && vmm_swap_retire(v, idx, 1) < 0)
+	if (o->x.active && vmm_swap_retire(v, idx, 1) < 0) {
 		SP_INFO(VMM, "'%s' %s: %s", o->name, what, sp_last_error());
+		vmm_err_swallowed(v);
+	}
 	for (int p = 0; p <= P_HOST(v); p++)
 		vmm_swap_free_copy(v, idx, p);
 	vmm_swap_free_disk(v, idx);
@@ -391,12 +398,23 @@ out:
 	return rc;
 }
 
+/* At the end of an API call on o returning rc: o's own failed transfer is
+ * reported (cleared) only when rc is that failure, raised during this call
+ * (after seq0) and the last failure raised; a victim's failure returned
+ * instead ("making room for ...") leaves o's own error for vmm_obj_wait. */
+static void report_own(struct vmm *v, struct vmm_obj *o, int rc, uint64_t seq0)
+{
+	if (rc < 0 && o && o->err == rc && o->err_seq > seq0 && o->err_seq == v->err_seq)
+		o->err = 0;
+}
+
 /* Common prologue: lock, find the object and the place. */
 #define VMM_ENTER(v, id, place, idx, o, p)                         \
 	do {                                                       \
 		if (!(v))                                          \
 			return sp_error(-EINVAL, "vmm: NULL vmm"); \
 		pthread_mutex_lock(&(v)->lock);                    \
+		seq0 = (v)->err_seq;                               \
 		(o) = lookup((v), (id), &(idx));                   \
 		if (!(o)) {                                        \
 			rc = bad_id(id);                           \
@@ -414,6 +432,7 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 {
 	uint32_t idx;
 	int p, rc = 0, started = 0;
+	uint64_t seq0;
 	struct vmm_obj *o = NULL;
 	SP_CHECK_ARG(ptr && ready, "vmm_acquire: NULL out-parameter");
 	VMM_ENTER(v, id, place, idx, o, p);
@@ -471,8 +490,10 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 		/* a WRITE of a device copy already arriving (a prefetch) keeps its
 		 * transfer in flight: the caller waits on the ready event */
 		int arriving = access == VMM_WRITE && p < v->ndev && o->x.active && o->x.dst == p;
-		if (o->x.active && !arriving && vmm_swap_retire(v, idx, 1) < 0)
-			SP_INFO(VMM, "%s", sp_last_error());
+		if (o->x.active && !arriving && vmm_swap_retire(v, idx, 1) < 0) {
+			SP_INFO(VMM, "%s", sp_last_error()); /* overwritten: kept for obj_wait */
+			vmm_err_swallowed(v);
+		}
 		int was = c->valid;
 		if (access == VMM_WRITE && !arriving) {
 			SP_CHECK_GOTO(vmm_swap_bring(v, idx, p, &started), rc, out);
@@ -516,6 +537,8 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 				rc = vmm_swap_retire(v, idx, 1);
 				if (rc < 0 && vmm_obj_nvalid(v, o) == 0)
 					goto out;
+				if (rc < 0) /* another copy serves: kept for obj_wait */
+					vmm_err_swallowed(v);
 				rc = 0;
 			}
 			int was = c->valid;
@@ -536,8 +559,7 @@ done:
 	/* a transfer into the copy, or fresh space still read by its former owner */
 	*ready = c->filling || c->space_wait ? c->ev : NULL;
 out:
-	if (rc < 0 && o && rc == o->err)
-		o->err = 0; /* the caller has it now */
+	report_own(v, o, rc, seq0);
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }
@@ -546,8 +568,10 @@ int vmm_release(struct vmm *v, uint64_t id, int place, struct dev_event *done)
 {
 	uint32_t idx;
 	int p, rc = 0;
+	uint64_t seq0; /* VMM_ENTER sets it; release retires nothing */
 	struct vmm_obj *o = NULL;
 	VMM_ENTER(v, id, place, idx, o, p);
+	(void)seq0;
 	struct vmm_copy *c = &o->c[p];
 	if (!c->pins) {
 		rc = sp_error(-EINVAL, "vmm: object '%s' is not acquired on place %d", o->name,
@@ -574,6 +598,7 @@ int vmm_prefetch(struct vmm *v, uint64_t id, int place)
 {
 	uint32_t idx;
 	int p, rc = 0, started = 0;
+	uint64_t seq0;
 	struct vmm_obj *o = NULL;
 	VMM_ENTER(v, id, place, idx, o, p);
 	if (o->stable && p < v->ndev && p != o->home) {
@@ -599,8 +624,7 @@ int vmm_prefetch(struct vmm *v, uint64_t id, int place)
 	if (rc == 0 && started)
 		sp_counter_add(&v->st.prefetches, 1);
 out:
-	if (rc < 0 && o && rc == o->err)
-		o->err = 0; /* the caller has it now */
+	report_own(v, o, rc, seq0);
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }
@@ -624,12 +648,12 @@ int vmm_evict(struct vmm *v, uint64_t id, int place)
 {
 	uint32_t idx;
 	int p, rc = 0;
+	uint64_t seq0;
 	struct vmm_obj *o = NULL;
 	VMM_ENTER(v, id, place, idx, o, p);
 	rc = vmm_swap_evict(v, idx, p);
 out:
-	if (rc < 0 && o && rc == o->err)
-		o->err = 0; /* the caller has it now */
+	report_own(v, o, rc, seq0);
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }
@@ -656,6 +680,7 @@ int vmm_writeback(struct vmm *v, uint64_t id, int to_disk)
 	int rc = 0;
 	SP_CHECK_ARG(v, "vmm_writeback: NULL vmm");
 	pthread_mutex_lock(&v->lock);
+	uint64_t seq0 = v->err_seq;
 	struct vmm_obj *o = lookup(v, id, &idx);
 	int q;
 	if (!o)
@@ -667,8 +692,7 @@ int vmm_writeback(struct vmm *v, uint64_t id, int to_disk)
 		rc = busy_writing(v, o, q, "it cannot be written back until released");
 	else
 		rc = vmm_swap_writeback(v, idx, to_disk);
-	if (rc < 0 && o && rc == o->err)
-		o->err = 0; /* the caller has it now */
+	report_own(v, o, rc, seq0);
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }
@@ -687,8 +711,8 @@ static void continue_chain(struct vmm *v, uint32_t i)
 		int rc = vmm_swap_writeback(v, i, to_disk);
 		if (rc < 0) {
 			SP_INFO(VMM, "write-back of '%s': %s", o->name, sp_last_error());
-			o->err = rc;
-			o->err_kind = to_disk ? VMM_XFER_H2DISK : VMM_XFER_D2H;
+			vmm_err_set(v, o, rc, to_disk ? VMM_XFER_H2DISK : VMM_XFER_D2H);
+			vmm_err_swallowed(v);
 		}
 	}
 	if (o->pending_dev < 0 || o->x.active)
@@ -699,8 +723,19 @@ static void continue_chain(struct vmm *v, uint32_t i)
 	}
 	int d = o->pending_dev, started;
 	o->pending_dev = -1;
-	if (vmm_swap_prefetch(v, i, d, &started) < 0)
+	if (vmm_swap_prefetch(v, i, d, &started) < 0) {
 		SP_INFO(VMM, "prefetch of '%s': %s", o->name, sp_last_error());
+		vmm_err_swallowed(v);
+	}
+}
+
+/* The message of o's unreported failure, as returned to the caller. */
+static int report_kept(const struct vmm_obj *o)
+{
+	return sp_error(o->err, "vmm: %s of object '%s' failed: %s (errno %d); %s",
+	                vmm_xfer_kind_name((enum vmm_xfer_kind)o->err_kind), o->name,
+	                strerror(-o->err), -o->err,
+	                o->lost ? "its data is lost" : "its source copy was kept");
 }
 
 int vmm_obj_wait(struct vmm *v, uint64_t id)
@@ -719,12 +754,7 @@ int vmm_obj_wait(struct vmm *v, uint64_t id)
 			rc = vmm_swap_retire(v, idx, 1);
 		}
 		if (rc == 0 && o->err) /* failed earlier, retired by someone else */
-			rc = sp_error(
-			    o->err,
-			    "vmm: %s of object '%s' failed: %s (errno %d); its source copy "
-			    "was kept",
-			    vmm_xfer_kind_name((enum vmm_xfer_kind)o->err_kind), o->name,
-			    strerror(-o->err), -o->err);
+			rc = report_kept(o);
 		o->err = 0;
 	}
 	pthread_mutex_unlock(&v->lock);
@@ -746,7 +776,7 @@ int vmm_sync(struct vmm *v)
 {
 	SP_CHECK_ARG(v, "vmm_sync: NULL vmm");
 	pthread_mutex_lock(&v->lock);
-	int rc = vmm_swap_progress(v, 1);
+	(void)vmm_swap_progress(v, 1); /* failures stay in their objects' err */
 	/* deferred write-backs start now that everything landed; wait for them */
 	int more = 0;
 	for (uint32_t i = 0; i < v->nobj_hw; i++)
@@ -754,10 +784,19 @@ int vmm_sync(struct vmm *v)
 			continue_chain(v, i);
 			more = 1;
 		}
-	if (more) {
-		int rc2 = vmm_swap_progress(v, 1);
-		if (!rc)
-			rc = rc2;
+	if (more)
+		(void)vmm_swap_progress(v, 1);
+	/* report the oldest unreported failure (once: see vmm.h) */
+	struct vmm_obj *first = NULL;
+	for (uint32_t i = 0; i < v->nobj_hw; i++) {
+		struct vmm_obj *o = vmm_obj_at(v, i);
+		if (o->live && o->err && (!first || o->err_seq < first->err_seq))
+			first = o;
+	}
+	int rc = 0;
+	if (first) {
+		rc = report_kept(first);
+		first->err = 0;
 	}
 	pthread_mutex_unlock(&v->lock);
 	return rc;

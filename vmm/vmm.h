@@ -9,7 +9,13 @@
  * an acquired copy is pinned (never a victim). Transfers are asynchronous and
  * complete through events; the vmm never synchronizes a whole device.
  * Handles are 64-bit ids (index + generation): a stale or unknown id is -EINVAL,
- * never a crash. Thread-safety: every function may be called from any thread
+ * never a crash.
+ * Errors of transfers that run in the background (write-downs, prefetches,
+ * write-backs) belong to their object and are reported exactly once, by the
+ * first of: a call on that object that raises it and returns it (acquire,
+ * prefetch, evict, writeback), vmm_obj_wait on it, or vmm_sync (which reports
+ * the oldest one of any object). A call that returns another object's failure
+ * ("making room for X: ...": a victim's write-down) leaves its own for later. Thread-safety: every function may be called from any thread
  * (one internal lock; transfers run on the device layer's streams).
  */
 #ifndef SP_VMM_VMM_H
@@ -45,7 +51,11 @@ enum vmm_policy { VMM_POLICY_AUTO, VMM_POLICY_BELADY, VMM_POLICY_LRU };
 
 /* How an acquired copy is used. WRITE keeps the contents (read-modify-write);
  * OVERWRITE promises to overwrite every byte, so nothing is brought in. Both
- * write modes make the acquired copy the only valid one (others are dropped). */
+ * write modes make the acquired copy the only valid one (others are dropped)
+ * at the acquire: an OVERWRITE released without writing leaves the object
+ * with unspecified bytes (its old contents are gone). Write acquires of one
+ * object on one place are not exclusive: a second WRITE or OVERWRITE on the
+ * place that already holds it is granted too (callers order their writers). */
 enum vmm_access { VMM_READ = 1, VMM_WRITE = 2, VMM_OVERWRITE = 3 };
 
 /* Places: a device index 0..n-1, VMM_HOST (pinned host pool), VMM_DISK. */
@@ -164,12 +174,16 @@ int vmm_discard(struct vmm *v, uint64_t obj) SP_MUST_CHECK;
  * -EBUSY while the object is acquired for writing, -ENOSPC when no extent fits. */
 int vmm_writeback(struct vmm *v, uint64_t obj, int to_disk) SP_MUST_CHECK;
 /* Waits for obj's transfer in flight, if any. Returns 0, or the error of obj's
- * last failed transfer that no call has returned yet — including one retired
- * meanwhile by vmm_progress or by another caller's eviction (reported once). */
+ * last failed transfer that no call has reported yet — including one retired
+ * meanwhile by vmm_progress or by another caller's eviction; it counts as
+ * reported then. */
 int vmm_obj_wait(struct vmm *v, uint64_t obj) SP_MUST_CHECK;
 /* Retires completed transfers without blocking. Returns 0. */
 int vmm_progress(struct vmm *v) SP_MUST_CHECK;
-/* Waits for every transfer the vmm started. Returns 0 or the first error. */
+/* Waits for every transfer the vmm started (and the write-backs deferred
+ * behind them). Returns 0, or the oldest unreported failure of any object, with
+ * the object named; it counts as reported (vmm_obj_wait on that object returns
+ * 0 after), others stay with their objects: call again for the next. */
 int vmm_sync(struct vmm *v) SP_MUST_CHECK;
 
 /* A snapshot of one object (a completed transfer is retired first). */
@@ -177,7 +191,8 @@ struct vmm_obj_info {
 	size_t bytes;
 	enum vmm_kind kind;
 	char name[32];
-	uint32_t valid_mask;  /* bit d: device d valid; VMM_INFO_HOST, VMM_INFO_DISK */
+	uint32_t valid_mask;  /* bit d: device d valid; VMM_INFO_HOST, VMM_INFO_DISK;
+	                         includes a copy still being filled (in_flight) */
 	uint32_t dirty_mask;  /* same bits: copies that are the only valid one */
 	uint32_t pinned_mask; /* places where it is acquired */
 	int in_flight;        /* -1 none, else an enum vmm_xfer_kind */

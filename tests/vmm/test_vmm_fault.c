@@ -6,7 +6,9 @@
  * caller as a negative errno with a message naming the object, and nothing is
  * lost: the host copy (or the disk copy, for a failed read) stays valid, and
  * acquires still return the right bytes. A disk tier too small for an object
- * refuses it with -ENOSPC at once. Accounting still matches the tier's. */
+ * refuses it with -ENOSPC at once. Each failure is reported once, to its own
+ * object or by vmm_sync, never cleared by another object's failure. Accounting
+ * still matches the tier's. */
 #include "tests/vmm/vmm_test.h"
 
 #define OBJ (64u << 10)
@@ -148,6 +150,61 @@ static void test_pressure(void)
 	close_vmm(v);
 }
 
+/* Who reports a failure. An acquire of A that fails because a victim's disk
+ * write failed returns the victim's error, and leaves A's own earlier failed
+ * write-back for vmm_obj_wait (it used to clear it when the errnos matched).
+ * vmm_sync reports the oldest unreported failure once: vmm_obj_wait on that
+ * object returns 0 after it, and the next vmm_sync reports the next one. */
+static void test_error_owner(void)
+{
+	struct vmm *v = open_vmm("write:1+:EIO", "0", "256K"); /* host: 4 objects */
+	uint64_t a = vt_create(v, OBJ, VMM_KIND_OPTIM, "A");
+	vt_write_host(v, a, OBJ, 61);
+	CHECK_OK(vmm_writeback(v, a, 1));
+	while (info(v, a).in_flight >= 0) /* fails; retired by someone else */
+		CHECK_OK(vmm_progress(v));
+	uint64_t h[3], d[8];
+	char name[16];
+	for (int k = 0; k < 3; k++) {
+		snprintf(name, sizeof(name), "h%d", k);
+		h[k] = vt_create(v, OBJ, VMM_KIND_OPTIM, name);
+		vt_write_host(v, h[k], OBJ, 62 + (uint64_t)k);
+	}
+	for (int k = 0; k < 8; k++) { /* the device pool (512K) is full of dirty copies */
+		snprintf(name, sizeof(name), "d%d", k);
+		d[k] = vt_create(v, OBJ, VMM_KIND_GRAD, name);
+		vt_write_dev(v, d[k], 0, VMM_OVERWRITE, s, done, OBJ, 70 + (uint64_t)k);
+	}
+	CHECK_OK(dev_stream_sync(s));
+	void *p;
+	struct dev_event *ready;
+	int rc = vmm_acquire(v, a, 0, VMM_READ, &p, &ready);
+	expect_error(rc, -EIO, "making room for 'A'");
+	CHECK(!strstr(sp_last_error(), "of object 'A'"));
+	expect_error(vmm_obj_wait(v, a), -EIO, "A"); /* A's own failure, still there */
+	CHECK(strstr(sp_last_error(), "H2DISK") || strstr(sp_last_error(), "disk"));
+	CHECK_OK(vmm_obj_wait(v, a)); /* reported once */
+	for (int k = 0; k < 3; k++)   /* a victim's own error: reported once too */
+		if (vmm_obj_wait(v, h[k]) < 0)
+			CHECK_OK(vmm_obj_wait(v, h[k]));
+	CHECK(vt_read_host(v, a, OBJ, 61) == 0);
+	/* vmm_sync owns what it reports */
+	CHECK_OK(vmm_writeback(v, h[0], 1));
+	CHECK_OK(vmm_writeback(v, h[1], 1));
+	int first = -1;
+	for (int n = 0; n < 2; n++) { /* both fail; each sync reports one, in turn */
+		expect_error(vmm_sync(v), -EIO, "'h");
+		int k = strstr(sp_last_error(), "'h0'") ? 0 : 1;
+		CHECK(k != first);
+		first = k;
+		CHECK_OK(vmm_obj_wait(v, h[k]));
+	}
+	CHECK_OK(vmm_sync(v));
+	for (int k = 0; k < 8; k++)
+		CHECK(vt_read_dev(v, d[k], 0, s, done, OBJ, 70 + (uint64_t)k) == 0);
+	close_vmm(v);
+}
+
 /* A failed disk read: the disk copy stays, the next acquire gets the bytes. */
 static void test_read(void)
 {
@@ -202,6 +259,7 @@ int main(void)
 	test_writeback();
 	test_evict();
 	test_pressure();
+	test_error_owner();
 	test_read();
 	test_small_disk();
 	vt_rmdir(dir);
