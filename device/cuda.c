@@ -430,10 +430,17 @@ static cudaStream_t cs(const struct dev_stream *s)
 	return (cudaStream_t)s->native;
 }
 
+/* The CUDA device a stream lives on: a DEV_HOST stream is a stream of device
+ * 0 that runs host functions. */
+static int sdev(const struct dev_stream *s)
+{
+	return s->dev < 0 ? 0 : s->dev;
+}
+
 static int cuda_stream_create(struct dev_stream *s)
 {
 	cudaStream_t st;
-	CU_RT(cudaSetDevice(s->dev), "cudaSetDevice");
+	CU_RT(cudaSetDevice(sdev(s)), "cudaSetDevice");
 	CU_RT(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreate");
 	s->native = st;
 	return 0;
@@ -441,7 +448,7 @@ static int cuda_stream_create(struct dev_stream *s)
 
 static int cuda_stream_destroy(struct dev_stream *s)
 {
-	CU_RT(cudaSetDevice(s->dev), "cudaSetDevice");
+	CU_RT(cudaSetDevice(sdev(s)), "cudaSetDevice");
 	CU_RT(cudaStreamDestroy(cs(s)), "cudaStreamDestroy");
 	return 0;
 }
@@ -480,11 +487,12 @@ static int cuda_event_destroy(struct dev_event *e)
 static int cuda_event_record(struct dev_event *e, struct dev_stream *s)
 {
 	struct cuda_event *ce = e->impl;
-	CU_RT(cudaSetDevice(s->dev), "cudaSetDevice");
-	if (!ce->ev[s->dev])
-		CU_RT(cudaEventCreate(&ce->ev[s->dev]), "cudaEventCreate");
-	CU_RT(cudaEventRecord(ce->ev[s->dev], cs(s)), "cudaEventRecord");
-	__atomic_store_n(&ce->last_dev, s->dev, __ATOMIC_RELEASE);
+	CU_RT(cudaSetDevice(sdev(s)), "cudaSetDevice");
+	int d = sdev(s);
+	if (!ce->ev[d])
+		CU_RT(cudaEventCreate(&ce->ev[d]), "cudaEventCreate");
+	CU_RT(cudaEventRecord(ce->ev[d], cs(s)), "cudaEventRecord");
+	__atomic_store_n(&ce->last_dev, d, __ATOMIC_RELEASE);
 	return 0;
 }
 
@@ -518,7 +526,7 @@ static int cuda_stream_wait_event(struct dev_stream *s, struct dev_event *e)
 	int d = __atomic_load_n(&ce->last_dev, __ATOMIC_ACQUIRE);
 	if (d < 0)
 		return 0; /* never recorded: nothing to wait for */
-	CU_RT(cudaSetDevice(s->dev), "cudaSetDevice");
+	CU_RT(cudaSetDevice(sdev(s)), "cudaSetDevice");
 	CU_RT(cudaStreamWaitEvent(cs(s), ce->ev[d], 0), "cudaStreamWaitEvent");
 	return 0;
 }
@@ -553,7 +561,7 @@ static double cuda_now(const struct dev_ctx *ctx)
 static int cuda_memcpy_async(struct dev_stream *s, void *dst, int dst_dev, const void *src,
                              int src_dev, size_t bytes, enum dev_copy_kind kind)
 {
-	CU_RT(cudaSetDevice(s->dev), "cudaSetDevice");
+	CU_RT(cudaSetDevice(sdev(s)), "cudaSetDevice");
 	if (kind == DEV_COPY_P2P)
 		CU_RT(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, cs(s)),
 		      "cudaMemcpyPeerAsync");
@@ -578,7 +586,7 @@ static void host_memset_fn(void *arg)
 
 static int cuda_memset_async(struct dev_stream *s, void *dst, int dst_dev, int value, size_t bytes)
 {
-	CU_RT(cudaSetDevice(s->dev), "cudaSetDevice");
+	CU_RT(cudaSetDevice(sdev(s)), "cudaSetDevice");
 	if (dst_dev >= 0) {
 		CU_RT(cudaMemsetAsync(dst, value, bytes, cs(s)), "cudaMemsetAsync");
 		return 0;
@@ -596,13 +604,45 @@ static int cuda_memset_async(struct dev_stream *s, void *dst, int dst_dev, int v
 	return 0;
 }
 
+/* A CPU kernel on a DEV_HOST stream: its args copied, run by a host function. */
+struct host_kernel {
+	void (*cpu)(const void *);
+	_Alignas(16) unsigned char args[];
+};
+
+static void host_kernel_fn(void *arg)
+{
+	struct host_kernel *hk = arg;
+	hk->cpu(hk->args);
+	free(hk);
+}
+
 static int cuda_launch(struct dev_stream *s, const struct dev_kernel *k, const void *args,
                        size_t args_size, struct dev_cost cost)
 {
+	if (s->dev == DEV_HOST) {
+		if (!k->cpu)
+			return sp_error(-ENOTSUP,
+			                "dev_launch: kernel %s has no CPU implementation "
+			                "(host stream)",
+			                k->name ? k->name : "?");
+		struct host_kernel *hk = malloc(sizeof(*hk) + args_size);
+		if (!hk)
+			return sp_error(-ENOMEM, "dev_launch %s: out of memory", k->name);
+		hk->cpu = k->cpu;
+		if (args_size)
+			memcpy(hk->args, args, args_size);
+		cudaError_t r = cudaLaunchHostFunc(cs(s), host_kernel_fn, hk);
+		if (r != cudaSuccess) {
+			free(hk);
+			return cuda_err(r, "cudaLaunchHostFunc");
+		}
+		return 0;
+	}
 	if (!k->cuda)
 		return sp_error(-ENOTSUP, "dev_launch: kernel %s has no CUDA implementation",
 		                k->name ? k->name : "?");
-	CU_RT(cudaSetDevice(s->dev), "cudaSetDevice");
+	CU_RT(cudaSetDevice(sdev(s)), "cudaSetDevice");
 	k->cuda(args, s->native);
 	cudaError_t r = cudaGetLastError();
 	if (r != cudaSuccess)

@@ -13,6 +13,9 @@
  */
 #include "device/internal.h"
 
+#include <sched.h>
+#include <time.h>
+
 #include "common/log.h"
 
 #include <stdlib.h>
@@ -73,8 +76,9 @@ void dev_info_from_profile(struct dev_ctx *ctx, uint64_t capacity_override, size
 		memset(in, 0, sizeof(*in));
 		snprintf(in->name, sizeof(in->name), "%s", ctx->prof.device_name);
 		in->capacity = capacity_override ? capacity_override : ctx->prof.device_mem;
-		in->flops = ctx->prof.flops;
-		in->mem_bw = ctx->prof.mem_bw;
+		in->speed = d < ctx->prof.nspeed ? ctx->prof.speed[d] : 1.0;
+		in->flops = ctx->prof.flops * in->speed;
+		in->mem_bw = ctx->prof.mem_bw * in->speed;
 		in->granularity = granularity;
 		for (int e = 0; e < ctx->ndev; e++)
 			ctx->p2p[d][e] = d != e && ctx->prof.p2p_bw > 0;
@@ -723,7 +727,10 @@ int dev_va_unmap(struct dev_ctx *ctx, void *va, size_t bytes)
 
 int dev_stream_create(struct dev_ctx *ctx, int dev, struct dev_stream **out)
 {
-	SP_CHECK(check_dev(ctx, dev, "dev_stream_create"));
+	if (dev != DEV_HOST)
+		SP_CHECK(check_dev(ctx, dev, "dev_stream_create"));
+	else
+		SP_CHECK_ARG(ctx, "dev_stream_create: NULL context");
 	SP_CHECK_ARG(out, "dev_stream_create: NULL output");
 	struct dev_stream *s = calloc(1, sizeof(*s));
 	if (!s)
@@ -829,6 +836,34 @@ int dev_event_query(struct dev_event *e)
 {
 	SP_CHECK_ARG(e, "dev_event_query: NULL event");
 	return e->ctx->ops->event_query(e);
+}
+
+int dev_event_wait_any(struct dev_event *const *ev, int n, int *idx)
+{
+	SP_CHECK_ARG(ev && n > 0 && idx, "dev_event_wait_any: NULL events or n = %d", n);
+	for (int i = 0; i < n; i++)
+		SP_CHECK_ARG(ev[i] && ev[i]->ctx == ev[0]->ctx,
+		             "dev_event_wait_any: event %d is NULL or of another context", i);
+	const struct dev_backend_ops *ops = ev[0]->ctx->ops;
+	if (ops->event_wait_any)
+		return ops->event_wait_any(ev, n, idx);
+	for (unsigned spins = 0;; spins++) { /* cuda: poll, yielding, then napping */
+		for (int i = 0; i < n; i++) {
+			int rc = ops->event_query(ev[i]);
+			if (rc == 0) {
+				*idx = i;
+				return 0;
+			}
+			if (rc != -EAGAIN)
+				return rc;
+		}
+		if (spins < 64) {
+			sched_yield();
+		} else {
+			struct timespec ts = {0, 20000};
+			nanosleep(&ts, NULL);
+		}
+	}
 }
 
 int dev_event_peek(struct dev_event *e)

@@ -74,6 +74,7 @@ struct dev_info {
 	uint64_t used;      /* physical bytes allocated now */
 	double flops;       /* peak FLOP/s (fp32 for now) used by the cost model */
 	double mem_bw;      /* device memory bandwidth, bytes/s */
+	double speed;       /* relative to the profile's device (profile key speed) */
 	size_t granularity; /* physical chunk / mapping granularity, bytes */
 };
 int dev_info(const struct dev_ctx *ctx, int dev, struct dev_info *out) SP_MUST_CHECK;
@@ -105,6 +106,11 @@ int dev_va_map(struct dev_ctx *ctx, void *va, size_t bytes, struct dev_phys *phy
 int dev_va_unmap(struct dev_ctx *ctx, void *va, size_t bytes) SP_MUST_CHECK;
 
 /* ---- streams and events ---- */
+/* A stream of device dev, or of DEV_HOST: a CPU stream whose kernels run their
+ * CPU function in stream order on a host thread (host and cuda backends; on
+ * cuda a CUDA stream of device 0 running host functions, so events connect it
+ * with device streams) and charge the profile's CPU on the model backend. Its
+ * kernels touch host memory only (pinned host memory, vmm host copies). */
 int dev_stream_create(struct dev_ctx *ctx, int dev, struct dev_stream **out) SP_MUST_CHECK;
 int dev_stream_destroy(struct dev_stream *s) SP_MUST_CHECK; /* syncs first */
 int dev_stream_sync(struct dev_stream *s) SP_MUST_CHECK;
@@ -124,6 +130,10 @@ int dev_event_query(struct dev_event *e);
  * not move (for bookkeeping such as "may this event be recycled?"). */
 int dev_event_peek(struct dev_event *e);
 int dev_event_sync(struct dev_event *e) SP_MUST_CHECK;
+/* Blocks until one of the n events is complete and returns its index in *idx
+ * (the lowest complete one). On the model backend virtual time runs to the
+ * first completion among them. n must be > 0. Returns 0 or the device error. */
+int dev_event_wait_any(struct dev_event *const *ev, int n, int *idx) SP_MUST_CHECK;
 /* Work queued on s after this call waits for e's captured work. */
 int dev_stream_wait_event(struct dev_stream *s, struct dev_event *e) SP_MUST_CHECK;
 /* Completion time of e in seconds (wall clock for cuda/host, virtual for model),

@@ -587,6 +587,23 @@ static int host_event_sync(struct dev_event *e)
 	return 0;
 }
 
+static int host_event_wait_any(struct dev_event *const *ev, int n, int *idx)
+{
+	struct host_ctx *h = hctx(ev[0]->ctx);
+	pthread_mutex_lock(&h->ev_lock);
+	for (;;) {
+		for (int i = 0; i < n; i++) {
+			struct host_event *he = ev[i]->impl;
+			if (!he->cur || he->cur->done) {
+				*idx = i;
+				pthread_mutex_unlock(&h->ev_lock);
+				return 0;
+			}
+		}
+		pthread_cond_wait(&h->ev_cond, &h->ev_lock);
+	}
+}
+
 static int host_event_destroy(struct dev_event *e)
 {
 	/* Records and waits still queued hold their captures: nothing to wait for. */
@@ -756,6 +773,7 @@ const struct dev_backend_ops dev_host_ops = {
     .event_record = host_event_record,
     .event_query = host_event_query,
     .event_sync = host_event_sync,
+    .event_wait_any = host_event_wait_any,
     .stream_wait_event = host_stream_wait_event,
     .event_time = host_event_time,
     .now = host_now,

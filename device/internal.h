@@ -30,6 +30,10 @@ struct dev_profile {
 	double p2p_bw;     /* device -> device; 0: no peer link (staged through host) */
 	double disk_bw;    /* disk <-> host */
 	double launch_lat; /* seconds added to every kernel (model backend) */
+	double cpu_flops;  /* the host CPU, for kernels on DEV_HOST streams (model backend) */
+	double cpu_mem_bw;
+	double speed[DEV_MAX]; /* per device, relative to flops and mem_bw (default 1) */
+	int nspeed;            /* entries given in the profile (0: all 1) */
 };
 
 /* Loads a profile by built-in name (device/profiles/<name>.prof, compiled in) or
@@ -111,6 +115,8 @@ struct dev_backend_ops {
 	int (*event_query)(struct dev_event *e);
 	int (*event_peek)(struct dev_event *e); /* NULL: event_query has no side effects */
 	int (*event_sync)(struct dev_event *e);
+	/* NULL: device.c polls event_query */
+	int (*event_wait_any)(struct dev_event *const *ev, int n, int *idx);
 	int (*stream_wait_event)(struct dev_stream *s, struct dev_event *e);
 	int (*event_time)(struct dev_event *e, double *out_s);
 	double (*now)(const struct dev_ctx *ctx);

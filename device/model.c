@@ -31,7 +31,8 @@ enum { R_COMPUTE, R_H2D, R_D2H, R_P2P_OUT, R_P2P_IN, R_PER_DEV };
 #define R_DEV(d, k) ((d)*R_PER_DEV + (k))
 #define R_HOST_IN   (DEV_MAX * R_PER_DEV)
 #define R_HOST_OUT  (R_HOST_IN + 1)
-#define R_COUNT     (R_HOST_OUT + 1)
+#define R_CPU       (R_HOST_OUT + 1) /* the host CPU: kernels of DEV_HOST streams */
+#define R_COUNT     (R_CPU + 1)
 #define OP_RES_MAX  4
 
 enum model_op_kind { MOP_WORK, MOP_CALLBACK, MOP_RECORD, MOP_WAIT };
@@ -111,6 +112,7 @@ static int model_open(struct dev_ctx *ctx, const struct dev_config *cfg)
 	}
 	m->cap[R_HOST_IN] = p->host_bw;
 	m->cap[R_HOST_OUT] = p->host_bw;
+	m->cap[R_CPU] = 1;
 	return 0;
 }
 
@@ -431,6 +433,30 @@ static int model_event_sync(struct dev_event *e)
 	return rc;
 }
 
+static int model_event_wait_any(struct dev_event *const *ev, int n, int *idx)
+{
+	struct model_ctx *m = mctx(ev[0]->ctx);
+	int rc = 0;
+	pthread_mutex_lock(&m->lock);
+	activate(m);
+	for (;;) {
+		int found = -1;
+		for (int i = 0; i < n && found < 0; i++) {
+			struct model_event *me = ev[i]->impl;
+			if (!me->cur || me->cur->done)
+				found = i;
+		}
+		if (found >= 0) {
+			*idx = found;
+			break;
+		}
+		if ((rc = step(m)) < 0)
+			break;
+	}
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
 static int model_event_destroy(struct dev_event *e)
 {
 	/* Records and waits still queued hold their captures. */
@@ -601,8 +627,10 @@ static int model_memcpy_async(struct dev_stream *s, void *dst, int dst_dev, cons
 
 static int model_memset_async(struct dev_stream *s, void *dst, int dst_dev, int value, size_t bytes)
 {
-	if (dst_dev == DEV_HOST)
-		return push_work(s, 0, NULL, 0);
+	if (dst_dev == DEV_HOST) {
+		int r = R_CPU;
+		return push_work(s, (double)bytes / s->ctx->prof.cpu_mem_bw, &r, 1);
+	}
 	int r = R_DEV(dst_dev, R_COMPUTE);
 	return push_work(s, (double)bytes / s->ctx->info[dst_dev].mem_bw, &r, 1);
 }
@@ -610,6 +638,12 @@ static int model_memset_async(struct dev_stream *s, void *dst, int dst_dev, int 
 static int model_launch(struct dev_stream *s, const struct dev_kernel *k, const void *args,
                         size_t args_size, struct dev_cost cost)
 {
+	if (s->dev == DEV_HOST) { /* a CPU kernel: the host's CPU, no launch latency */
+		const struct dev_profile *p = &s->ctx->prof;
+		double t = cost.flops / p->cpu_flops, tb = cost.bytes / p->cpu_mem_bw;
+		int r = R_CPU;
+		return push_work(s, t > tb ? t : tb, &r, 1);
+	}
 	const struct dev_info *in = &s->ctx->info[s->dev];
 	double t = cost.flops / in->flops, tb = cost.bytes / in->mem_bw;
 	int r = R_DEV(s->dev, R_COMPUTE);
@@ -653,6 +687,7 @@ const struct dev_backend_ops dev_model_ops = {
     .event_query = model_event_query,
     .event_peek = model_event_peek,
     .event_sync = model_event_sync,
+    .event_wait_any = model_event_wait_any,
     .stream_wait_event = model_stream_wait_event,
     .event_time = model_event_time,
     .now = model_now,

@@ -5,8 +5,11 @@
  * from any directory; a path (containing '/' or ending in .prof) reads a file.
  * Values take units: sizes K/M/G/T (powers of 1024), rates B/s KB/s MB/s GB/s
  * TB/s (powers of 1000), FLOP/s GFLOP/s TFLOP/s, times s ms us ns.
- * Every key is required except launch_latency; unknown keys are errors, so a
- * typo never becomes a silent default.
+ * Every key is required except launch_latency, cpu_flops, cpu_mem_bw (the host
+ * CPU the model backend charges for DEV_HOST streams; defaults 0.5 TFLOP/s and
+ * 20 GB/s) and speed (per-device relative speed, a comma-separated list, e.g.
+ * "1, 0.5" for a second GPU half as fast; missing entries are 1); unknown keys
+ * are errors, so a typo never becomes a silent default.
  */
 #include "device/internal.h"
 
@@ -21,6 +24,7 @@
 
 DEV_EMBED(dev_prof_gtx1080ti_x4, "device/profiles/gtx1080ti-x4.prof")
 DEV_EMBED(dev_prof_gtx1080ti_x8, "device/profiles/gtx1080ti-x8.prof")
+DEV_EMBED(dev_prof_gtx1080ti_x4_mixed, "device/profiles/gtx1080ti-x4-mixed.prof")
 DEV_EMBED(dev_prof_h100_pcie5, "device/profiles/h100-pcie5.prof")
 DEV_EMBED(dev_prof_h100_sxm, "device/profiles/h100-sxm.prof")
 DEV_EMBED(dev_prof_a100_nvlink_x8, "device/profiles/a100-nvlink-x8.prof")
@@ -29,8 +33,11 @@ static const struct {
 	const char *name;
 	const char *text;
 } builtin[] = {
-    {"gtx1080ti-x4", dev_prof_gtx1080ti_x4},     {"gtx1080ti-x8", dev_prof_gtx1080ti_x8},
-    {"h100-pcie5", dev_prof_h100_pcie5},         {"h100-sxm", dev_prof_h100_sxm},
+    {"gtx1080ti-x4", dev_prof_gtx1080ti_x4},
+    {"gtx1080ti-x8", dev_prof_gtx1080ti_x8},
+    {"gtx1080ti-x4-mixed", dev_prof_gtx1080ti_x4_mixed},
+    {"h100-pcie5", dev_prof_h100_pcie5},
+    {"h100-sxm", dev_prof_h100_sxm},
     {"a100-nvlink-x8", dev_prof_a100_nvlink_x8},
 };
 
@@ -42,25 +49,35 @@ const char *const *dev_profile_builtin_names(void)
 	return names;
 }
 
-enum unit_kind { U_SIZE, U_RATE, U_FLOPS, U_TIME, U_COUNT, U_TEXT };
+enum unit_kind { U_SIZE, U_RATE, U_FLOPS, U_TIME, U_COUNT, U_TEXT, U_LIST };
 
 struct key {
 	const char *key;
 	enum unit_kind unit;
 	size_t offset;
+	int optional;
 };
 
-#define K_(k, u, f)                                   \
-	{                                             \
-		k, u, offsetof(struct dev_profile, f) \
+#define K_(k, u, f, o)                                   \
+	{                                                \
+		k, u, offsetof(struct dev_profile, f), o \
 	}
 static const struct key keys[] = {
-    K_("name", U_TEXT, name),         K_("device", U_TEXT, device_name),
-    K_("devices", U_COUNT, ndevices), K_("memory", U_SIZE, device_mem),
-    K_("flops", U_FLOPS, flops),      K_("mem_bw", U_RATE, mem_bw),
-    K_("h2d", U_RATE, h2d_bw),        K_("d2h", U_RATE, d2h_bw),
-    K_("host_link", U_RATE, host_bw), K_("p2p", U_RATE, p2p_bw),
-    K_("disk", U_RATE, disk_bw),      K_("launch_latency", U_TIME, launch_lat),
+    K_("name", U_TEXT, name, 0),
+    K_("device", U_TEXT, device_name, 0),
+    K_("devices", U_COUNT, ndevices, 0),
+    K_("memory", U_SIZE, device_mem, 0),
+    K_("flops", U_FLOPS, flops, 0),
+    K_("mem_bw", U_RATE, mem_bw, 0),
+    K_("h2d", U_RATE, h2d_bw, 0),
+    K_("d2h", U_RATE, d2h_bw, 0),
+    K_("host_link", U_RATE, host_bw, 0),
+    K_("p2p", U_RATE, p2p_bw, 0),
+    K_("disk", U_RATE, disk_bw, 0),
+    K_("launch_latency", U_TIME, launch_lat, 1),
+    K_("cpu_flops", U_FLOPS, cpu_flops, 1),
+    K_("cpu_mem_bw", U_RATE, cpu_mem_bw, 1),
+    K_("speed", U_LIST, speed, 1),
 };
 
 static const struct {
@@ -101,6 +118,29 @@ static int parse_value(const struct key *k, char *v, struct dev_profile *out, co
 			return sp_error(-EINVAL, "profile %s:%d: %s = '%s' is not a size", origin,
 			                line, k->key, v);
 		*(uint64_t *)field = b;
+		return 0;
+	}
+	if (k->unit == U_LIST) { /* speed: "1, 0.5, ..." relative speeds > 0 */
+		int n = 0;
+		char *tok = v;
+		while (*tok) {
+			char *end;
+			double x = strtod(tok, &end);
+			if (end == tok || !(x > 0) || n == DEV_MAX)
+				return sp_error(
+				    -EINVAL,
+				    "profile %s:%d: speed = '%s' must be up to %d numbers "
+				    "> 0, comma-separated",
+				    origin, line, v, DEV_MAX);
+			out->speed[n++] = x;
+			tok = trim(end);
+			if (*tok == ',')
+				tok = trim(tok + 1);
+			else if (*tok)
+				return sp_error(-EINVAL, "profile %s:%d: speed: unexpected '%s'",
+				                origin, line, tok);
+		}
+		out->nspeed = n;
 		return 0;
 	}
 	char *end;
@@ -166,9 +206,13 @@ int dev_profile_parse(const char *text, const char *origin, struct dev_profile *
 		seen |= 1u << i;
 	}
 	for (size_t i = 0; i < SP_ARRAY_SIZE(keys); i++)
-		if (!(seen & (1u << i)) && strcmp(keys[i].key, "launch_latency") != 0)
+		if (!(seen & (1u << i)) && !keys[i].optional)
 			return sp_error(-EINVAL, "profile %s: missing key '%s'", origin,
 			                keys[i].key);
+	if (!(p.cpu_flops > 0))
+		p.cpu_flops = 0.5e12;
+	if (!(p.cpu_mem_bw > 0))
+		p.cpu_mem_bw = 20e9;
 	if (p.flops <= 0 || p.mem_bw <= 0 || p.h2d_bw <= 0 || p.d2h_bw <= 0 || p.host_bw <= 0)
 		return sp_error(-EINVAL,
 		                "profile %s: flops, mem_bw, h2d, d2h and host_link must be "

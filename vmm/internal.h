@@ -77,6 +77,7 @@ struct vmm_copy {
 	struct dev_event *ev;    /* recorded after the transfer into this copy */
 	struct dev_event *fence; /* recorded after the caller's last use */
 	uint64_t last_use;       /* LRU stamp */
+	uint64_t next_use;       /* vmm_hint_at for this place; VMM_NO_HINT: the object's */
 	int32_t rprev, rnext;    /* list of objects with space on this place */
 };
 
@@ -174,6 +175,12 @@ struct vmm {
 	struct vmm_cand *cand;
 	uint32_t *owners;
 };
+
+/* The next use of obj on place p that Belady ranks it by. */
+static inline uint64_t vmm_copy_next_use(const struct vmm_obj *o, int p)
+{
+	return o->c[p].next_use != VMM_NO_HINT ? o->c[p].next_use : o->next_use;
+}
 
 #define P_HOST(v) ((v)->ndev)
 #define P_DISK(v) ((v)->ndev + 1)

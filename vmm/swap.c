@@ -301,7 +301,7 @@ static int evictable(struct vmm *v, const struct vmm_obj *o, int p, int stable_s
 		return 0;
 	if (p < v->ndev && (int)o->stable != stable_side)
 		return 0;
-	if (p == v->pf_place && o->next_use <= v->pf_next)
+	if (p == v->pf_place && vmm_copy_next_use(o, p) <= v->pf_next)
 		return 0; /* a prefetch does not evict what is needed before its object */
 	/* no disk tier: only host copies with another copy above can go */
 	if (p == P_HOST(v) && !v->disk && c->valid && vmm_obj_nvalid(v, (struct vmm_obj *)o) < 2)
@@ -332,7 +332,8 @@ static int pick_victim(struct vmm *v, int p, int stable_side)
 		struct vmm_obj *o = vmm_obj_at(v, (uint32_t)i);
 		if (!evictable(v, o, p, stable_side))
 			continue;
-		v->cand[n++] = (struct vmm_cand){(uint32_t)i, o->next_use, o->c[p].last_use};
+		v->cand[n++] =
+		    (struct vmm_cand){(uint32_t)i, vmm_copy_next_use(o, p), o->c[p].last_use};
 	}
 	if (!n)
 		return -1;
@@ -575,7 +576,8 @@ int vmm_swap_evict(struct vmm *v, uint32_t idx, int p)
 	 * while a device copy remains would turn that clean copy into the only one
 	 * and force a D2H later (weights must never go back). */
 	int others = vmm_obj_nvalid(v, o) - c->valid;
-	int droppable = p == P_HOST(v) ? o->disk_valid || (!v->disk && others > 0) : others > 0;
+	int droppable = p == P_HOST(v) ? o->disk_valid || (!v->disk && others > 0)
+	                               : others > 0 && !v->cfg.writeback_clean;
 	int rc;
 	if (!c->valid || droppable) {
 		sp_counter_add(&v->st.evictions, 1);
@@ -909,9 +911,9 @@ int vmm_swap_prefetch(struct vmm *v, uint32_t idx, int p, int *started)
 		on_dev |= o->c[d].valid;
 	if (!o->c[h].valid && o->disk_valid && !on_dev && !o->x.active)
 		room = h;
-	if (o->next_use != VMM_NO_HINT && v->cfg.policy != VMM_POLICY_LRU) {
+	if (vmm_copy_next_use(o, room) != VMM_NO_HINT && v->cfg.policy != VMM_POLICY_LRU) {
 		v->pf_place = room;
-		v->pf_next = o->next_use;
+		v->pf_next = vmm_copy_next_use(o, room);
 	}
 	int rc = prefetch(v, idx, p, started);
 	v->pf_place = -1;

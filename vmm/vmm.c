@@ -331,6 +331,7 @@ int vmm_obj_create(struct vmm *v, const struct vmm_obj_desc *desc, uint64_t *out
 	for (int p = 0; p <= P_HOST(v); p++) {
 		o->c[p].blk = -1;
 		o->c[p].rprev = o->c[p].rnext = -1;
+		o->c[p].next_use = VMM_NO_HINT;
 	}
 	uint64_t id = ((uint64_t)gen << 32) | (idx + 1);
 	if (desc->name)
@@ -640,6 +641,24 @@ int vmm_hint(struct vmm *v, uint64_t id, uint64_t next_use)
 		o->next_use = next_use;
 	else
 		rc = bad_id(id);
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
+int vmm_hint_at(struct vmm *v, uint64_t id, int place, uint64_t next_use)
+{
+	uint32_t idx;
+	int rc = 0;
+	SP_CHECK_ARG(v, "vmm_hint_at: NULL vmm");
+	pthread_mutex_lock(&v->lock);
+	struct vmm_obj *o = lookup(v, id, &idx);
+	int p = vmm_place_index(v, place);
+	if (!o)
+		rc = bad_id(id);
+	else if (p < 0 || p == P_DISK(v))
+		rc = bad_place(place);
+	else
+		o->c[p].next_use = next_use;
 	pthread_mutex_unlock(&v->lock);
 	return rc;
 }

@@ -92,6 +92,9 @@ struct vmm_config {
 	                           must outlive the vmm; %p = the pid) */
 	int host_waits;         /* 1: the host waits for freed device space's last reader
 	                         (no stream-ordered reuse; a baseline) */
+	int writeback_clean;    /* 1: evicting a clean device copy writes it back all the
+	                           same, as per-GPU virtual memory does (the dp-swap
+	                           baseline Harmony measured against) */
 };
 
 /* Fills cfg from SPILL_HOST_MEM, SPILL_DISK_*, SPILL_IO_*, SPILL_VMM_*, SPILL_STATS.
@@ -158,6 +161,11 @@ int vmm_prefetch(struct vmm *v, uint64_t obj, int place) SP_MUST_CHECK;
 /* Sets the logical time of obj's next use (VMM_NO_HINT = unknown). Belady
  * evicts the candidate whose next use is farthest. */
 int vmm_hint(struct vmm *v, uint64_t obj, uint64_t next_use) SP_MUST_CHECK;
+/* The same for obj's copy on one place (a device or VMM_HOST): an object used
+ * by several devices has a next use on each; Belady on a place ranks by this
+ * hint when set (VMM_NO_HINT: the object's, from vmm_hint). -EINVAL for a bad
+ * id or place. */
+int vmm_hint_at(struct vmm *v, uint64_t obj, int place, uint64_t next_use) SP_MUST_CHECK;
 /* Evicts obj's copy from place (a device, or VMM_HOST to push it to disk): a
  * clean copy is dropped, a dirty one written down first (asynchronously).
  * Returns 0 (also when there is no copy there), -EBUSY if pinned there. */

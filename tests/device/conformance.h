@@ -434,6 +434,79 @@ static void cf_rerecord(struct dev_ctx *ctx, int data, int real_time)
 	CHECK_OK(dev_stream_destroy(a));
 }
 
+/* A DEV_HOST stream runs CPU kernels on pinned host memory in stream order and
+ * connects with device streams through events; wait_any returns the first
+ * event to complete (on the model backend time runs only to it). */
+static void cf_host_stream(struct dev_ctx *ctx, int data, int real_time)
+{
+	struct dev_stream *hs, *ds;
+	struct dev_event *eh, *e_slow, *e_fast;
+	CHECK_OK(dev_stream_create(ctx, DEV_HOST, &hs));
+	CHECK(dev_stream_device(hs) == DEV_HOST);
+	CHECK_OK(dev_stream_create(ctx, 0, &ds));
+	CHECK_OK(dev_event_create(ctx, &eh));
+	CHECK_OK(dev_event_create(ctx, &e_slow));
+	CHECK_OK(dev_event_create(ctx, &e_fast));
+	const size_t n = 1 << 16;
+	void *h, *h2, *d;
+	CHECK_OK(dev_host_alloc(ctx, n, &h));
+	CHECK_OK(dev_host_alloc(ctx, n, &h2));
+	CHECK_OK(dev_mem_alloc(ctx, 0, n, &d));
+	if (data)
+		memset(h2, 0, n);
+	double t0 = dev_now(ctx);
+	struct cf_fill f = {h, n, 0x42};
+	struct dev_cost cost = {0, 2e9}; /* 2 GB of CPU memory traffic: 0.1 s at 20 GB/s */
+	CHECK_OK(dev_launch(hs, &cf_fill_kernel, &f, sizeof(f), cost));
+	CHECK_OK(dev_event_record(eh, hs));
+	CHECK_OK(dev_stream_wait_event(ds, eh));
+	CHECK_OK(dev_memcpy_async(ds, d, 0, h, DEV_HOST, n));
+	CHECK_OK(dev_memcpy_async(ds, h2, DEV_HOST, d, 0, n));
+	CHECK_OK(dev_stream_sync(ds));
+	if (data)
+		CHECK_MSG(cf_all_bytes(h2, n, 0x42), "a device stream did not wait for the host "
+		                                     "stream's kernel");
+	double th;
+	CHECK_OK(dev_event_time(eh, &th));
+	if (!real_time) /* the model's default CPU: 20 GB/s of memory traffic */
+		CHECK_MSG(th - t0 > 0.0999 && th - t0 < 0.1001, "host kernel took %.6f s", th - t0);
+	/* wait_any: a slow and a fast event; the fast one is first */
+	struct cf_slow_store slow = {data ? (volatile uint32_t *)h2 : NULL, 7, 150};
+	uint32_t sink;
+	if (!data)
+		slow.dst = &sink;
+	struct dev_info in;
+	CHECK_OK(dev_info(ctx, 0, &in));
+	struct cf_fill k = {d, 0, 0};
+	CHECK_OK(dev_host_callback(hs, cf_slow_store_fn, &slow));
+	CHECK_OK(dev_launch(hs, &cf_fill_kernel, &k, sizeof(k), (struct dev_cost){0, 2e10}));
+	CHECK_OK(dev_event_record(e_slow, hs));
+	CHECK_OK(
+	    dev_launch(ds, &cf_fill_kernel, &k, sizeof(k), (struct dev_cost){in.flops * 0.01, 0}));
+	CHECK_OK(dev_event_record(e_fast, ds));
+	struct dev_event *both[2] = {e_slow, e_fast};
+	int idx = -1;
+	double before = dev_now(ctx);
+	CHECK_OK(dev_event_wait_any(both, 2, &idx));
+	CHECK_MSG(idx == 1, "wait_any returned event %d, not the fast one", idx);
+	if (!real_time)
+		CHECK_MSG(dev_now(ctx) - before < 0.02, "model: wait_any ran time to %.6f",
+		          dev_now(ctx) - before);
+	CHECK(dev_event_peek(e_slow) == -EAGAIN);
+	CHECK_OK(dev_event_wait_any(both, 1, &idx));
+	CHECK(idx == 0 && dev_event_query(e_slow) == 0);
+	CHECK(dev_event_wait_any(both, 0, &idx) == -EINVAL);
+	CHECK_OK(dev_stream_sync(hs));
+	CHECK_OK(dev_mem_free(ctx, 0, d));
+	CHECK_OK(dev_host_free(ctx, h2));
+	CHECK_OK(dev_host_free(ctx, h));
+	CHECK_OK(dev_event_destroy(e_fast));
+	CHECK_OK(dev_event_destroy(e_slow));
+	CHECK_OK(dev_event_destroy(eh));
+	CHECK_OK(dev_stream_destroy(ds));
+	CHECK_OK(dev_stream_destroy(hs));
+}
+
 /* Host callbacks run in stream order, after the work before them. */
 struct cf_order {
 	int seen[4];
@@ -501,6 +574,7 @@ static void conformance_run(struct dev_ctx *ctx, int data, int real_time)
 	CHECK_OK(dev_stream_destroy(s));
 	cf_events(ctx, data, real_time);
 	cf_rerecord(ctx, data, real_time);
+	cf_host_stream(ctx, data, real_time);
 	printf("conformance: backend %s ok\n", dev_backend_name(dev_backend(ctx)));
 }
 

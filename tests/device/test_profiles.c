@@ -42,6 +42,12 @@ int main(void)
 	CHECK_OK(dev_profile_parse(BASE "launch_latency = 5 us # comment\n", "t", &p));
 	CHECK(p.device_mem == 8ull << 30 && p.flops == 10e12);
 	CHECK(p.launch_lat > 4.999e-6 && p.launch_lat < 5.001e-6);
+	CHECK(p.nspeed == 0 && p.cpu_flops == 0.5e12 && p.cpu_mem_bw == 20e9); /* defaults */
+	/* per-device speed: a device half as fast has half the FLOP/s and bandwidth */
+	CHECK_OK(dev_profile_parse(BASE "speed = 1, 0.5\ncpu_mem_bw = 40 GB/s\n", "t", &p));
+	CHECK(p.nspeed == 2 && p.speed[0] == 1 && p.speed[1] == 0.5 && p.cpu_mem_bw == 40e9);
+	bad(BASE "speed = 1, 0\n", "speed");
+	bad(BASE "speed = 1; 2\n", "speed");
 	bad(BASE "flop = 1\n", "t:12: unknown key 'flop'");
 	bad("name = t\n", "missing key 'device'");
 	bad(BASE "h2d = 12 GB\n", "unknown unit 'GB'");

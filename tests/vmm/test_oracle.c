@@ -480,7 +480,8 @@ static void maybe_delay(int d)
 {
 	if (rnd_n(3) == 0) {
 		long ns = 200000 + 100000 * rnd_n(6);
-		CHECK_OK(dev_launch(st[d], &delay_kernel, &ns, sizeof(ns), (struct dev_cost){0, 0}));
+		CHECK_OK(
+		    dev_launch(st[d], &delay_kernel, &ns, sizeof(ns), (struct dev_cost){0, 0}));
 	}
 }
 
@@ -594,13 +595,15 @@ static void compare(const char *what)
 				          "op %ld (%s): link %d->%d %s: %" PRIu64
 				          " bytes, oracle says %" PRIu64,
 				          n_ops, what, vplace(s), vplace(d),
-				          vmm_kind_name((enum vmm_kind)kind), got, olink[s][d][kind]);
+				          vmm_kind_name((enum vmm_kind)kind), got,
+				          olink[s][d][kind]);
 			}
 	for (int p = 0; p <= PH; p++) {
 		uint64_t used, cap;
 		CHECK_OK(vmm_place_usage(v, vplace(p), &used, &cap));
-		CHECK_MSG(used == (uint64_t)o_used(p) * OBJ, "op %ld (%s): place %d holds %" PRIu64
-		          " bytes, oracle says %d objects", n_ops, what, vplace(p), used, o_used(p));
+		CHECK_MSG(used == (uint64_t)o_used(p) * OBJ,
+		          "op %ld (%s): place %d holds %" PRIu64 " bytes, oracle says %d objects",
+		          n_ops, what, vplace(p), used, o_used(p));
 	}
 }
 
@@ -624,10 +627,10 @@ static void pair_prefetch(int k, int d)
 	}
 }
 
-static const char *op_names[] = {"read dev",    "write dev",     "overwrite dev", "read host",
+static const char *op_names[] = {"read dev",    "write dev",      "overwrite dev", "read host",
                                  "write host",  "overwrite host", "prefetch dev",  "prefetch host",
-                                 "evict dev",   "evict host",    "writeback",     "discard",
-                                 "re-create",   "hint",          "prefetch+read", "prefetch+write",
+                                 "evict dev",   "evict host",     "writeback",     "discard",
+                                 "re-create",   "hint",           "prefetch+read", "prefetch+write",
                                  "prefetch+wb", "read+destroy"};
 #define NOPS ((int)SP_ARRAY_SIZE(op_names))
 
@@ -892,8 +895,7 @@ static void *mt_run(void *arg)
 		else if (r < 92) {
 			int rc = vmm_prefetch(v, o->id, place); /* -ENOMEM: as above */
 			CHECK_MSG(rc == 0 || rc == -ENOMEM, "%s", sp_last_error());
-		}
-		else if (r < 96)
+		} else if (r < 96)
 			CHECK_OK(vmm_progress(v));
 		else
 			CHECK_OK(vmm_obj_wait(v, o->id));
@@ -958,8 +960,8 @@ int main(int argc, char **argv)
 	bad = calloc(MAXBAD, sizeof(int));
 	CHECK(bad);
 	for (int i = 0; i < nseeds; i++)
-		phase_exact(seed0 + (uint64_t)i, ops, i % 3 == 2 ? VMM_POLICY_LRU : VMM_POLICY_BELADY,
-		            dir);
+		phase_exact(seed0 + (uint64_t)i, ops,
+		            i % 3 == 2 ? VMM_POLICY_LRU : VMM_POLICY_BELADY, dir);
 	for (int i = 0; i < (nseeds + 2) / 3; i++)
 		phase_threads(seed0 + (uint64_t)i, mt_ops, dir);
 	free(bad);
