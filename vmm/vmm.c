@@ -693,6 +693,31 @@ int vmm_discard(struct vmm *v, uint64_t id)
 	return rc;
 }
 
+int vmm_discard_if_idle(struct vmm *v, uint64_t id)
+{
+	uint32_t idx;
+	SP_CHECK_ARG(v, "vmm_discard_if_idle: NULL vmm");
+	pthread_mutex_lock(&v->lock);
+	struct vmm_obj *o = lookup(v, id, &idx);
+	int rc = o ? 0 : bad_id(id);
+	if (o && o->x.active) {
+		int r = vmm_swap_retire(v, idx, 0);
+		if (r == -EAGAIN)
+			rc = -EAGAIN;
+		else if (r < 0)
+			vmm_err_swallowed(v); /* kept in o->err; the contents go anyway */
+	}
+	if (rc == 0)
+		rc = drop_contents(v, idx, "discarded");
+	if (rc == 0) {
+		o->lost = 0;
+		o->err = 0;
+		sp_counter_add(&v->st.discards, 1);
+	}
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
 int vmm_writeback(struct vmm *v, uint64_t id, int to_disk)
 {
 	uint32_t idx;
@@ -859,6 +884,24 @@ int vmm_obj_info(struct vmm *v, uint64_t id, struct vmm_obj_info *out)
 out:
 	pthread_mutex_unlock(&v->lock);
 	return rc;
+}
+
+uint32_t vmm_obj_where(struct vmm *v, uint64_t id)
+{
+	uint32_t idx, mask = 0;
+	if (!v)
+		return 0;
+	pthread_mutex_lock(&v->lock);
+	struct vmm_obj *o = lookup(v, id, &idx);
+	if (o) {
+		for (int p = 0; p <= P_HOST(v); p++)
+			if (o->c[p].valid)
+				mask |= p == P_HOST(v) ? VMM_INFO_HOST : 1u << p;
+		if (o->disk_valid)
+			mask |= VMM_INFO_DISK;
+	}
+	pthread_mutex_unlock(&v->lock);
+	return mask;
 }
 
 int vmm_place_usage(struct vmm *v, int place, uint64_t *used, uint64_t *capacity)

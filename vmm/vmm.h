@@ -175,6 +175,11 @@ int vmm_evict(struct vmm *v, uint64_t obj, int place) SP_MUST_CHECK;
  * next use should be VMM_OVERWRITE; a READ or WRITE gets unspecified bytes.
  * Waits for obj's transfer in flight, if any. Returns 0, -EBUSY while acquired. */
 int vmm_discard(struct vmm *v, uint64_t obj) SP_MUST_CHECK;
+/* vmm_discard without waiting: -EAGAIN (nothing done) while a transfer of obj
+ * is in flight. An executor discards right after the last reader's release
+ * (the space is reused in stream order after its done event) when it can,
+ * and at the reader's completion otherwise. */
+int vmm_discard_if_idle(struct vmm *v, uint64_t obj) SP_MUST_CHECK;
 /* Makes sure a copy below the devices is valid: device -> host (to_disk=0) or
  * further to disk (to_disk=1). Asynchronous; behind a transfer of obj in
  * flight it starts when that lands (vmm_progress, vmm_obj_wait, vmm_sync).
@@ -211,6 +216,9 @@ struct vmm_obj_info {
 #define VMM_INFO_HOST (1u << 30)
 #define VMM_INFO_DISK (1u << 31)
 int vmm_obj_info(struct vmm *v, uint64_t obj, struct vmm_obj_info *out) SP_MUST_CHECK;
+/* Where obj has a valid copy now (valid_mask bits, filling copies included),
+ * cheaply: nothing is retired, no name copied. 0 for a bad id. */
+uint32_t vmm_obj_where(struct vmm *v, uint64_t obj);
 
 /* ---- accounting ---- */
 /* Bytes moved from place src to place dst (device, VMM_HOST, VMM_DISK) for

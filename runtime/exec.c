@@ -1,0 +1,690 @@
+/* runtime/exec.c — the executor: one iteration of a program, event-driven.
+ *
+ * Queues: one per device and one for the CPU. A task fixed to a device
+ * (constrained) waits in that device's queue, in program order; the others
+ * are bound late: a device with room takes the first ready one whose chain
+ * lives there (the device holding its stashed or boundary input), else steals
+ * the first ready chain start (a task with no such input) whose predicted
+ * device is busy. A task is ready when every dependency has been issued: the
+ * dependency's done event orders its stream (no host wait). Issuing a task
+ * acquires its objects on its place (those already resident first, so that
+ * bringing the others never evicts them), makes its stream wait on the ready
+ * events, calls its callback, records its done event and releases the objects
+ * with it. At most `window` tasks per queue are in flight. Ahead of each
+ * device's queue, the inputs of `lookahead` tasks are prefetched.
+ * After each task the vmm gets Belady hints (next use of each object, and per
+ * place); when the task completes its dead contents (next use a pure write)
+ * are discarded, and updated state is written back early. The host thread
+ * sleeps in dev_event_wait_any on the in-flight tasks when nothing can be
+ * issued; on the model backend that is exactly the first completion.
+ * All-reduce members (one per device) are issued together when all are at the
+ * head of their queues, as one rt_allreduce_sum.
+ */
+#include "runtime/internal.h"
+
+#include "common/log.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { T_WAIT = 0, T_ISSUED = 1, T_DONE = 2 };
+
+struct xq { /* one queue: a device or the CPU */
+	int *list, len, pos;  /* constrained tasks in program order */
+	int *fl, flhead, fln; /* in flight, oldest first (ring of window entries) */
+};
+
+struct xs {
+	struct rt_ctx *rt;
+	struct rt_prog *p;
+	int iter, nq, cpu_q, window;
+	uint64_t base;
+	uint8_t *st, *pf;       /* per task: state; inputs prefetched */
+	int *cnt;               /* per object: references issued this iteration */
+	struct xq q[DEV_MAX + 1];
+	int *ulist, ulen, upos; /* late-bound tasks in program order */
+	int ndone, err;
+	void **ptr;             /* scratch: pointers of one task */
+	int *coll_first;        /* per collective group: its member with the lowest index */
+	int ncoll;
+};
+
+static int task_queue(const struct xs *x, int dev)
+{
+	return dev == RT_HOST ? x->cpu_q : dev;
+}
+
+static struct dev_stream *queue_stream(const struct xs *x, int q)
+{
+	return q == x->cpu_q ? x->rt->cpu : x->rt->compute[q];
+}
+
+static int queue_dev(const struct xs *x, int q)
+{
+	return q == x->cpu_q ? RT_HOST : q;
+}
+
+int rt_exec_task_device(const struct rt_prog *p, int task)
+{
+	if (!p || task < 0 || task >= p->ntask || !p->ran_on)
+		return -1;
+	return p->ran_on[task];
+}
+
+/* ---- setup ---------------------------------------------------------------------- */
+
+static void xs_free(struct xs *x)
+{
+	for (int q = 0; q < x->nq; q++) {
+		free(x->q[q].list);
+		free(x->q[q].fl);
+	}
+	free(x->st);
+	free(x->pf);
+	free(x->cnt);
+	free(x->ulist);
+	free(x->ptr);
+	free(x->coll_first);
+}
+
+static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter)
+{
+	memset(x, 0, sizeof(*x));
+	x->rt = rt;
+	x->p = p;
+	x->iter = iter;
+	x->base = (uint64_t)iter * (uint64_t)p->ntask;
+	x->nq = rt->ndev + 1;
+	x->cpu_q = rt->ndev;
+	x->window = rt->cfg.exec.window;
+	int n = p->ntask, maxref = 1, maxcoll = -1;
+	x->st = calloc((size_t)n, 1);
+	x->pf = calloc((size_t)n, 1);
+	x->cnt = calloc((size_t)p->nobj + 1, sizeof(int));
+	x->ulist = malloc((size_t)n * sizeof(int));
+	for (int i = 0; i < n; i++) {
+		if (p->task[i].nref > maxref)
+			maxref = p->task[i].nref;
+		if ((p->task[i].flags & RT_TASK_COLLECTIVE) && p->task[i].coll_group > maxcoll)
+			maxcoll = p->task[i].coll_group;
+	}
+	x->ptr = malloc((size_t)maxref * sizeof(void *) * (size_t)(rt->ndev + 1));
+	x->ncoll = maxcoll + 1;
+	x->coll_first = malloc((size_t)(x->ncoll + 1) * sizeof(int));
+	if (!x->st || !x->pf || !x->cnt || !x->ulist || !x->ptr || !x->coll_first)
+		return sp_error(-ENOMEM, "executor: state for %d tasks", n);
+	for (int g = 0; g < x->ncoll; g++)
+		x->coll_first[g] = -1;
+	for (int q = 0; q < x->nq; q++) {
+		x->q[q].list = malloc((size_t)n * sizeof(int));
+		x->q[q].fl = malloc((size_t)x->window * sizeof(int));
+		if (!x->q[q].list || !x->q[q].fl)
+			return sp_error(-ENOMEM, "executor: queues for %d tasks", n);
+	}
+	int late = rt->cfg.exec.late_binding;
+	for (int i = 0; i < n; i++) {
+		const struct rt_task *t = &p->task[i];
+		if (t->flags & RT_TASK_COLLECTIVE) {
+			int g = t->coll_group;
+			if (g < 0)
+				return sp_error(-EINVAL, "task %d (%s): collective group %d", i, t->name,
+				                g);
+			if (x->coll_first[g] < 0)
+				x->coll_first[g] = i;
+		}
+		if (!t->constrained && late && t->dev != RT_HOST) {
+			x->ulist[x->ulen++] = i;
+		} else {
+			struct xq *q = &x->q[task_queue(x, t->dev)];
+			q->list[q->len++] = i;
+		}
+	}
+	return 0;
+}
+
+/* ---- hints ----------------------------------------------------------------------- */
+
+static uint64_t abs_pos(const struct xs *x, int pos)
+{
+	return pos < 0 ? VMM_NO_HINT : x->base + (uint64_t)pos;
+}
+
+static int set_initial_hints(struct xs *x)
+{
+	struct rt_prog *p = x->p;
+	struct vmm *v = x->rt->vmm;
+	if (!x->rt->cfg.exec.hints)
+		return 0;
+	size_t stride = (size_t)p->nplaces + 1;
+	for (int o = 0; o < p->nobj; o++) {
+		if (!p->obj[o].vid)
+			continue;
+		const int *fu = &p->first_use[(size_t)o * stride];
+		SP_CHECK(vmm_hint(v, p->obj[o].vid, abs_pos(x, fu[0])));
+		if (!x->rt->cfg.exec.place_hints)
+			continue;
+		for (int s = 0; s < p->nplaces; s++) {
+			int place = s == p->nplaces - 1 ? VMM_HOST : s;
+			if (place != VMM_HOST && place >= x->rt->ndev)
+				continue;
+			SP_CHECK(vmm_hint_at(v, p->obj[o].vid, place, abs_pos(x, fu[1 + s])));
+		}
+	}
+	return 0;
+}
+
+static int set_hints(struct xs *x, int t, int q)
+{
+	struct rt_prog *p = x->p;
+	struct vmm *v = x->rt->vmm;
+	const struct rt_task *tk = &p->task[t];
+	if (!x->rt->cfg.exec.hints)
+		return 0;
+	for (int r = 0; r < tk->nref; r++) {
+		uint64_t vid = p->obj[tk->ref[r].obj].vid;
+		if (!vid)
+			continue;
+		SP_CHECK(vmm_hint(v, vid, x->base + p->next_pos[t][r]));
+		if (x->rt->cfg.exec.place_hints) {
+			uint64_t np = p->next_place[t][r];
+			/* the table is per predicted place; a late-bound task ran elsewhere */
+			if (queue_dev(x, q) == tk->dev || q == task_queue(x, tk->dev))
+				SP_CHECK(vmm_hint_at(v, vid, rt_place(queue_dev(x, q)),
+				                     np == VMM_NO_HINT ? np : x->base + np));
+		}
+	}
+	return 0;
+}
+
+/* ---- dead contents and completion --------------------------------------------------- */
+
+/* Is ref r of task t dead after t (its next use writes it without reading, or
+ * it is an input read for the last time), with every earlier reference of
+ * the object issued and its next writer not yet? */
+static int ref_dead(const struct xs *x, int t, int r)
+{
+	const struct rt_prog *p = x->p;
+	const struct rt_task *tk = &p->task[t];
+	const struct rt_obj *o = &p->obj[tk->ref[r].obj];
+	if (!o->vid || o->keep || !x->rt->cfg.exec.discard)
+		return 0;
+	uint64_t nx = p->next_pos[t][r];
+	int wraps = nx >= (uint64_t)p->ntask;
+	if (p->next_reads[t][r] && !(o->input && wraps))
+		return 0;
+	if (!wraps && x->st[nx] != T_WAIT)
+		return 0;
+	return x->cnt[tk->ref[r].obj] >= (int)p->ref_rank[t][r];
+}
+
+/* Right after a task's release: discard what it read last, in stream order
+ * (the space is reused after its done event). A copy still arriving waits
+ * for the task's completion. */
+static void discard_after_issue(struct xs *x, int t)
+{
+	struct rt_prog *p = x->p;
+	const struct rt_task *tk = &p->task[t];
+	for (int r = 0; r < tk->nref; r++) {
+		if (!ref_dead(x, t, r))
+			continue;
+		const struct rt_obj *o = &p->obj[tk->ref[r].obj];
+		int rc = vmm_discard_if_idle(x->rt->vmm, o->vid);
+		if (rc == 0)
+			x->rt->st.discards++;
+		else if (rc != -EAGAIN)
+			SP_INFO(RT, "discard %s: %s", o->name, sp_last_error());
+	}
+}
+
+static void complete(struct xs *x, int t)
+{
+	struct rt_prog *p = x->p;
+	const struct rt_task *tk = &p->task[t];
+	struct vmm *v = x->rt->vmm;
+	x->st[t] = T_DONE;
+	x->ndone++;
+	for (int r = 0; r < tk->nref; r++) {
+		const struct rt_obj *o = &p->obj[tk->ref[r].obj];
+		if (!o->vid)
+			continue;
+		if (ref_dead(x, t, r)) {
+			if (vmm_obj_where(v, o->vid)) { /* not discarded at issue */
+				int rc = vmm_discard(v, o->vid);
+				if (rc < 0)
+					SP_INFO(RT, "discard %s: %s", o->name, sp_last_error());
+				else
+					x->rt->st.discards++;
+			}
+		} else if ((tk->flags & RT_TASK_UPDATE) && x->rt->cfg.exec.eager_writeback &&
+		           tk->ref[r].mode != VMM_READ) {
+			int rc = vmm_writeback(v, o->vid, 0);
+			if (rc < 0)
+				SP_INFO(RT, "write-back %s: %s", o->name, sp_last_error());
+			else
+				x->rt->st.eager_writebacks++;
+		}
+	}
+}
+
+/* ---- issue ----------------------------------------------------------------------- */
+
+static int deps_issued(const struct xs *x, int t)
+{
+	const struct rt_task *tk = &x->p->task[t];
+	for (int d = 0; d < tk->ndep; d++)
+		if (x->st[tk->dep[d]] == T_WAIT)
+			return 0;
+	return 1;
+}
+
+static int wait_deps(struct xs *x, int t, int q)
+{
+	const struct rt_task *tk = &x->p->task[t];
+	struct dev_stream *s = queue_stream(x, q);
+	for (int d = 0; d < tk->ndep; d++) {
+		int dt = tk->dep[d];
+		if (x->st[dt] == T_DONE || x->p->ran_on[dt] == q)
+			continue; /* complete, or earlier on this very stream */
+		SP_CHECK(dev_stream_wait_event(s, x->p->ev[dt]));
+	}
+	return 0;
+}
+
+static int enomem_message(struct xs *x, int t, int q, int rc)
+{
+	char a[32], b[32];
+	int worst;
+	uint64_t need = 0, min = rt_prog_min_budget(x->p, &worst);
+	const struct rt_task *tk = &x->p->task[t];
+	for (int r = 0; r < tk->nref; r++)
+		need += x->p->obj[tk->ref[r].obj].bytes;
+	char msg[SP_ERROR_MSG_MAX];
+	snprintf(msg, sizeof(msg), "%s", sp_last_error());
+	return sp_error(rc,
+	                "task %d (%s) needs %s on %s%d and does not fit (%s); the smallest "
+	                "device budget this plan can run in is about %s (task %d, %s; "
+	                "SPILL_VMM_DEVICE_MEM or a plan with smaller packs or microbatches)",
+	                t, tk->name, sp_format_size(need, a, sizeof(a)),
+	                q == x->cpu_q ? "the host" : "device ", q == x->cpu_q ? 0 : q, msg,
+	                sp_format_size(min, b, sizeof(b)), worst,
+	                worst >= 0 ? x->p->task[worst].name : "?");
+}
+
+/* Acquires task t's objects on place; resident ones first. ptr[r] for ref r.
+ * On failure releases what it got. */
+static int acquire_all(struct xs *x, int t, int q, void **ptr)
+{
+	struct rt_prog *p = x->p;
+	struct vmm *v = x->rt->vmm;
+	const struct rt_task *tk = &p->task[t];
+	int place = rt_place(queue_dev(x, q));
+	uint32_t bit = place == VMM_HOST ? VMM_INFO_HOST : 1u << place;
+	struct dev_stream *s = queue_stream(x, q);
+	uint8_t got[tk->nref > 0 ? tk->nref : 1];
+	memset(got, 0, sizeof(got));
+	int rc = 0;
+	for (int pass = 0; pass < 2 && !rc; pass++)
+		for (int r = 0; r < tk->nref && !rc; r++) {
+			const struct rt_obj *o = &p->obj[tk->ref[r].obj];
+			if (got[r])
+				continue;
+			if (!o->vid) {
+				ptr[r] = NULL;
+				got[r] = 2;
+				continue;
+			}
+			if (pass == 0 && !(vmm_obj_where(v, o->vid) & bit))
+				continue;
+			struct dev_event *ready = NULL;
+			rc = vmm_acquire(v, o->vid, place, tk->ref[r].mode, &ptr[r], &ready);
+			if (rc == 0) {
+				got[r] = 1;
+				if (ready)
+					rc = dev_stream_wait_event(s, ready);
+			}
+		}
+	if (rc == 0)
+		return 0;
+	int err = rc == -ENOMEM ? enomem_message(x, t, q, rc) : rc;
+	for (int r = 0; r < tk->nref; r++)
+		if (got[r] == 1 && vmm_release(v, p->obj[tk->ref[r].obj].vid, place, NULL) < 0)
+			SP_WARN(RT, "release after a failed acquire: %s", sp_last_error());
+	return err;
+}
+
+static int release_all(struct xs *x, int t, int q, struct dev_event *done)
+{
+	struct rt_prog *p = x->p;
+	const struct rt_task *tk = &p->task[t];
+	int place = rt_place(queue_dev(x, q)), rc = 0;
+	for (int r = 0; r < tk->nref; r++) {
+		uint64_t vid = p->obj[tk->ref[r].obj].vid;
+		int e = vid ? vmm_release(x->rt->vmm, vid, place, done) : 0;
+		if (e < 0 && !rc)
+			rc = e;
+	}
+	return rc;
+}
+
+static void push_inflight(struct xs *x, int q, int t)
+{
+	struct xq *qq = &x->q[q];
+	const struct rt_task *tk = &x->p->task[t];
+	for (int r = 0; r < tk->nref; r++)
+		x->cnt[tk->ref[r].obj]++;
+	qq->fl[(qq->flhead + qq->fln) % x->window] = t;
+	qq->fln++;
+}
+
+static int issue(struct xs *x, int t, int q)
+{
+	struct rt_prog *p = x->p;
+	const struct rt_task *tk = &p->task[t];
+	struct dev_stream *s = queue_stream(x, q);
+	SP_CHECK(wait_deps(x, t, q));
+	SP_CHECK(acquire_all(x, t, q, x->ptr));
+	struct rt_launch l = {.rt = x->rt,
+	                      .s = s,
+	                      .dev = queue_dev(x, q),
+	                      .task = tk,
+	                      .ptr = x->ptr,
+	                      .iter = x->iter};
+	int rc = tk->fn(&l, tk->arg);
+	if (rc < 0)
+		sp_error_context("task %d (%s) on %s %d", t, tk->name,
+		                 q == x->cpu_q ? "the CPU" : "device", q);
+	/* the done event orders every later use even when the callback failed
+	 * half-way: what it queued completes before anything reuses the memory */
+	int rc2 = dev_event_record(p->ev[t], s);
+	int rc3 = release_all(x, t, q, rc2 == 0 ? p->ev[t] : NULL);
+	if (rc2 < 0 && rc3 == 0 && dev_stream_sync(s) < 0)
+		SP_WARN(RT, "%s", sp_last_error());
+	if (rc == 0)
+		rc = rc2 < 0 ? rc2 : rc3;
+	x->st[t] = T_ISSUED;
+	p->ran_on[t] = q;
+	push_inflight(x, q, t);
+	x->rt->st.tasks++;
+	if (!tk->constrained && tk->dev != queue_dev(x, q))
+		x->rt->st.late_bound++;
+	if (rc == 0)
+		rc = set_hints(x, t, q);
+	if (rc == 0)
+		discard_after_issue(x, t);
+	return rc;
+}
+
+/* All members of a collective group, issued together as one all-reduce. */
+static int collective_ready(struct xs *x, int t, int *members, int *n)
+{
+	struct rt_prog *p = x->p;
+	int g = p->task[t].coll_group, k = 0;
+	for (int i = x->coll_first[g]; i < p->ntask; i++) {
+		const struct rt_task *m = &p->task[i];
+		if (!(m->flags & RT_TASK_COLLECTIVE) || m->coll_group != g)
+			continue;
+		struct xq *qq = &x->q[task_queue(x, m->dev)];
+		int head = -1;
+		for (int j = qq->pos; j < qq->len; j++)
+			if (x->st[qq->list[j]] == T_WAIT) {
+				head = qq->list[j];
+				break;
+			}
+		if (head != i || !deps_issued(x, i) || qq->fln >= x->window)
+			return 0;
+		members[k++] = i;
+	}
+	*n = k;
+	return 1;
+}
+
+static int issue_collective(struct xs *x, const int *members, int n)
+{
+	struct rt_prog *p = x->p;
+	void *buf[DEV_MAX];
+	struct dev_stream *ss[DEV_MAX];
+	size_t count = 0;
+	int rc = 0, k;
+	for (k = 0; k < n; k++) {
+		int t = members[k], q = p->task[t].dev;
+		const struct rt_task *tk = &p->task[t];
+		if (tk->nref != 1 || tk->ref[0].mode == VMM_READ || q != k)
+			return sp_error(-EINVAL,
+			                "collective task %d (%s): one buffer, written, on device "
+			                "%d of 0..%d (its rank)",
+			                t, tk->name, k, n - 1);
+		SP_CHECK_GOTO(wait_deps(x, t, q), rc, fail);
+		SP_CHECK_GOTO(acquire_all(x, t, q, &x->ptr[k]), rc, fail);
+		buf[k] = x->ptr[k];
+		ss[k] = queue_stream(x, q);
+		count = (size_t)(p->obj[tk->ref[0].obj].bytes / sizeof(float));
+	}
+	if (buf[0]) /* zero-byte gradients: nothing to reduce */
+		rc = rt_allreduce_sum(x->rt, n, buf, ss, count);
+	for (int j = 0; j < n; j++) {
+		int t = members[j], q = p->task[t].dev;
+		int e = dev_event_record(p->ev[t], ss[j]);
+		int e2 = release_all(x, t, q, e == 0 ? p->ev[t] : NULL);
+		if (!rc)
+			rc = e < 0 ? e : e2;
+		x->st[t] = T_ISSUED;
+		p->ran_on[t] = q;
+		push_inflight(x, q, t);
+		x->rt->st.tasks++;
+		if (!rc)
+			rc = set_hints(x, t, q);
+	}
+	return rc;
+fail:
+	for (int j = 0; j < k; j++) /* acquired members: released, nothing launched */
+		(void)release_all(x, members[j], p->task[members[j]].dev, NULL);
+	return rc;
+}
+
+/* The device holding a late-bound task's chain: its stashed or boundary input
+ * (the outputs of earlier tasks of the same microbatch), or -1. */
+static int chain_home(struct xs *x, int t)
+{
+	struct rt_prog *p = x->p;
+	const struct rt_task *tk = &p->task[t];
+	for (int r = 0; r < tk->nref; r++) {
+		const struct rt_obj *o = &p->obj[tk->ref[r].obj];
+		if (tk->ref[r].mode == VMM_OVERWRITE || !o->vid || o->input)
+			continue;
+		if (o->kind != VMM_KIND_STASH && o->kind != VMM_KIND_INTERMEDIATE)
+			continue;
+		uint32_t m = vmm_obj_where(x->rt->vmm, o->vid);
+		for (int d = 0; d < x->rt->ndev; d++)
+			if (m & (1u << d))
+				return d;
+	}
+	return -1;
+}
+
+/* The next task device q should issue, or -1. */
+static int pick(struct xs *x, int q, int *members, int *nmembers)
+{
+	struct xq *qq = &x->q[q];
+	*nmembers = 0;
+	while (qq->pos < qq->len && x->st[qq->list[qq->pos]] != T_WAIT)
+		qq->pos++;
+	if (qq->pos < qq->len) {
+		int t = qq->list[qq->pos];
+		if (x->p->task[t].flags & RT_TASK_COLLECTIVE) {
+			if (collective_ready(x, t, members, nmembers))
+				return t;
+		} else if (deps_issued(x, t)) {
+			return t;
+		}
+	}
+	if (q == x->cpu_q || !x->ulen)
+		return -1;
+	while (x->upos < x->ulen && x->st[x->ulist[x->upos]] != T_WAIT)
+		x->upos++;
+	int steal = -1, scanned = 0;
+	for (int i = x->upos; i < x->ulen && scanned < 256; i++) {
+		int t = x->ulist[i];
+		if (x->st[t] != T_WAIT)
+			continue;
+		scanned++;
+		if (!deps_issued(x, t))
+			continue;
+		int home = chain_home(x, t);
+		if (home == q || (home < 0 && x->p->task[t].dev == q))
+			return t; /* its own work first */
+		int pred = home >= 0 ? home : x->p->task[t].dev;
+		if (steal < 0 && home < 0 && x->q[pred].fln >= x->window)
+			steal = t; /* a chain start whose device is busy */
+	}
+	return steal;
+}
+
+/* ---- completion ------------------------------------------------------------------ */
+
+/* Retires completed tasks at the heads of the queues without waiting. */
+static int reap(struct xs *x)
+{
+	int any = 0;
+	for (int q = 0; q < x->nq; q++) {
+		struct xq *qq = &x->q[q];
+		while (qq->fln) {
+			int t = qq->fl[qq->flhead];
+			int rc = dev_event_peek(x->p->ev[t]);
+			if (rc == -EAGAIN)
+				break;
+			if (rc < 0 && !x->err)
+				x->err = rc;
+			qq->flhead = (qq->flhead + 1) % x->window;
+			qq->fln--;
+			complete(x, t);
+			any = 1;
+		}
+	}
+	return any;
+}
+
+/* Sleeps until the first in-flight task completes. */
+static int wait_first(struct xs *x)
+{
+	struct dev_event *ev[DEV_MAX + 1];
+	int n = 0;
+	for (int q = 0; q < x->nq; q++)
+		if (x->q[q].fln)
+			ev[n++] = x->p->ev[x->q[q].fl[x->q[q].flhead]];
+	if (!n)
+		return sp_error(-EDEADLK,
+		                "executor: nothing in flight and nothing ready after %d of %d "
+		                "tasks (a dependency cycle or a missing task)",
+		                x->ndone, x->p->ntask);
+	int idx;
+	return dev_event_wait_any(ev, n, &idx);
+}
+
+/* ---- prefetch --------------------------------------------------------------------- */
+
+static void prefetch(struct xs *x)
+{
+	int la = x->rt->cfg.exec.lookahead;
+	if (!la)
+		return;
+	struct rt_prog *p = x->p;
+	for (int q = 0; q < x->nq; q++) {
+		struct xq *qq = &x->q[q];
+		int place = rt_place(queue_dev(x, q)), seen = 0;
+		for (int j = qq->pos; j < qq->len && seen < la; j++) {
+			int t = qq->list[j];
+			if (x->st[t] != T_WAIT)
+				continue;
+			seen++;
+			if (x->pf[t] || (p->task[t].flags & RT_TASK_COLLECTIVE))
+				continue;
+			x->pf[t] = 1;
+			const struct rt_task *tk = &p->task[t];
+			for (int r = 0; r < tk->nref; r++) {
+				const struct rt_obj *o = &p->obj[tk->ref[r].obj];
+				if (!o->vid || tk->ref[r].mode == VMM_OVERWRITE)
+					continue;
+				/* what an earlier task still has to write is not there yet */
+				if (x->cnt[tk->ref[r].obj] < (int)p->ref_rank[t][r] - 1) {
+					x->pf[t] = 0; /* again once it is */
+					continue;
+				}
+				int rc = vmm_prefetch(x->rt->vmm, o->vid, place);
+				if (rc < 0)
+					SP_INFO(RT, "prefetch %s: %s", o->name, sp_last_error());
+				else
+					x->rt->st.prefetches++;
+			}
+		}
+	}
+}
+
+/* ---- the loop -------------------------------------------------------------------- */
+
+int rt_exec_run(struct rt_ctx *rt, struct rt_prog *p, int iter)
+{
+	SP_CHECK_ARG(rt && p, "rt_exec_run: NULL argument");
+	SP_CHECK_ARG(p->prepared && p->ev, "rt_exec_run: prepare and bind the program first");
+	SP_CHECK_ARG(iter >= 0, "rt_exec_run: iteration %d", iter);
+	struct xs x;
+	int rc = xs_init(&x, rt, p, iter);
+	if (rc == 0)
+		rc = set_initial_hints(&x);
+	if (rc < 0) {
+		xs_free(&x);
+		return rc;
+	}
+	int members[DEV_MAX];
+	while (x.ndone < p->ntask) {
+		int progress = reap(&x);
+		if (x.err)
+			break;
+		for (int q = 0; q < x.nq && !x.err; q++) {
+			while (x.q[q].fln < x.window) {
+				int nm, t = pick(&x, q, members, &nm);
+				if (t < 0)
+					break;
+				int e = nm ? issue_collective(&x, members, nm) : issue(&x, t, q);
+				progress = 1;
+				if (e < 0) {
+					x.err = e;
+					break;
+				}
+			}
+		}
+		if (x.err)
+			break;
+		prefetch(&x);
+		if (vmm_progress(rt->vmm) < 0)
+			SP_INFO(RT, "%s", sp_last_error());
+		if (!progress) {
+			int e = wait_first(&x);
+			if (e < 0) {
+				x.err = e;
+				break;
+			}
+		}
+	}
+	if (x.err) { /* let what was issued finish; its memory is reused after it */
+		char msg[SP_ERROR_MSG_MAX];
+		snprintf(msg, sizeof(msg), "%s", sp_last_error());
+		for (int q = 0; q < x.nq; q++)
+			while (x.q[q].fln) {
+				int t = x.q[q].fl[x.q[q].flhead];
+				if (dev_event_sync(p->ev[t]) < 0)
+					SP_WARN(RT, "%s", sp_last_error());
+				x.q[q].flhead = (x.q[q].flhead + 1) % x.window;
+				x.q[q].fln--;
+				x.st[t] = T_DONE;
+			}
+		rc = sp_error(x.err, "%s", msg);
+	}
+	int e = vmm_sync(rt->vmm);
+	if (!rc && e < 0)
+		rc = e;
+	if (!rc)
+		rt->st.iterations++;
+	xs_free(&x);
+	return rc;
+}
