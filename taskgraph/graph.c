@@ -59,11 +59,16 @@ static int obj_new(struct bld *b, int kind, int model, uint64_t bytes)
 	return g->nobj++;
 }
 
-/* lists: reads, writes, deps as (ptr,count); stored as pool offsets first. */
+/* Largest group (microbatches per task); sizes the task lists below. */
+#define TG_MAX_GROUP 128
+
+/* lists: reads, writes, deps as (ptr,count); stored as pool offsets first. A BWD
+ * of a full group has the longest lists: 4 reads, 2 writes and 2 deps per
+ * microbatch plus a few per task. */
 struct tspec {
-	int kind, model, pack, mb0, nmb, dev, constrained;
+	int kind, model, pack, mb0, nmb, rep, dev, constrained, work;
 	double flops;
-	int r[512], nr, w[512], nw, d[1024], nd;
+	int r[4 * TG_MAX_GROUP + 8], nr, w[2 * TG_MAX_GROUP + 8], nw, d[2 * TG_MAX_GROUP + 8], nd;
 };
 
 static int task_add(struct bld *b, struct tspec *s)
@@ -85,8 +90,10 @@ static int task_add(struct bld *b, struct tspec *s)
 	t->pack = s->pack;
 	t->mb0 = s->mb0;
 	t->nmb = s->nmb;
+	t->rep = s->rep;
 	t->dev = s->dev;
 	t->constrained = s->constrained;
+	t->work = s->work;
 	t->flops = s->flops;
 	/* offsets stored in the pointers' place as indices; fixed up at the end */
 	t->nread = s->nr;
@@ -121,19 +128,23 @@ void tg_graph_free(struct tg_graph *g)
 	free(g->obj);
 	free(g->pool);
 	free(g->order);
+	for (int i = 0; g->mobj && i < g->nmodels; i++)
+		free(g->mobj[i].W); /* base of the model's one block */
+	free(g->mobj);
 	memset(g, 0, sizeof(*g));
 }
 
-/* per-model build state */
+/* per-model build state: the graph's object table of the model and, for the
+ * dependencies, the last task of each role (task ids, -1 none) */
 struct mstate {
 	const struct tg_model *m;
-	int P, nrep, nmbtot;
-	int *W, *G, *O;             /* [rep*P + p] */
-	int *S, *B, *D, *X, *L;     /* [k*P + p] or [k] */
-	int *lastF, *lastB, *lastL; /* task ids [k*P+p], -1 */
+	struct tg_model_objs *mo;
+	int P;
+	int *W, *G, *O;             /* = mo's, [rep*P + p] */
+	int *S, *B, *D, *X, *L;     /* = mo's, [k*P + p] or [k] */
+	int *lastF, *lastB, *lastL; /* [k*P+p] or [k] */
 	int *lastBacc;              /* [rep*P+p] last BWD accumulating G */
 	int *lastAR, *lastU;        /* [rep*P+p] */
-	int *lastUprev;
 };
 
 static uint64_t pack_sum(const struct tg_model *m, const struct tg_plan *p, int pk, int what)
@@ -184,8 +195,10 @@ static int emit_fwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	                  .pack = pk,
 	                  .mb0 = k0,
 	                  .nmb = n,
+	                  .rep = rep,
 	                  .dev = dev,
-	                  .constrained = constrained};
+	                  .constrained = constrained,
+	                  .work = -1};
 	int P = st->P;
 	s.flops = pack_flops(st->m, p, pk, 0) * p->microbatch * n;
 	s.r[s.nr++] = st->W[rep * P + pk];
@@ -207,15 +220,17 @@ static int emit_fwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 }
 
 static int emit_loss(struct bld *b, struct mstate *st, const struct tg_plan *p, int k0, int n,
-                     int dev)
+                     int rep, int dev)
 {
 	struct tspec s = {.kind = TG_LOSS,
 	                  .model = st->m->id,
 	                  .pack = st->P - 1,
 	                  .mb0 = k0,
 	                  .nmb = n,
+	                  .rep = rep,
 	                  .dev = dev,
-	                  .constrained = 1};
+	                  .constrained = 1,
+	                  .work = -1};
 	int P = st->P;
 	for (int k = k0; k < k0 + n; k++) {
 		s.r[s.nr++] = st->B[k * P + P - 1];
@@ -240,8 +255,10 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	                  .pack = pk,
 	                  .mb0 = k0,
 	                  .nmb = n,
+	                  .rep = rep,
 	                  .dev = dev,
-	                  .constrained = constrained};
+	                  .constrained = constrained,
+	                  .work = -1};
 	int P = st->P;
 	s.flops = pack_flops(st->m, p, pk, 1) * p->microbatch * n;
 	s.r[s.nr++] = st->W[rep * P + pk];
@@ -272,12 +289,17 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 
 static int emit_ar(struct bld *b, struct mstate *st, int pk, int rep, int dev)
 {
-	struct tspec s = {
-	    .kind = TG_ALLREDUCE, .model = st->m->id, .pack = pk, .dev = dev, .constrained = 1};
+	struct tspec s = {.kind = TG_ALLREDUCE,
+	                  .model = st->m->id,
+	                  .pack = pk,
+	                  .rep = rep,
+	                  .dev = dev,
+	                  .constrained = 1,
+	                  .work = -1};
 	int P = st->P;
 	s.r[s.nr++] = st->G[rep * P + pk];
 	s.w[s.nw++] = st->G[rep * P + pk];
-	for (int r = 0; r < st->nrep; r++)
+	for (int r = 0; r < st->mo->nrep; r++)
 		s.d[s.nd++] = st->lastBacc[r * P + pk];
 	int id = task_add(b, &s);
 	if (id >= 0)
@@ -291,8 +313,10 @@ static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	struct tspec s = {.kind = TG_UPD,
 	                  .model = st->m->id,
 	                  .pack = pk,
+	                  .rep = rep,
 	                  .dev = p->upd_cpu ? -1 : dev,
-	                  .constrained = 1};
+	                  .constrained = 1,
+	                  .work = -1};
 	int P = st->P, i = rep * P + pk;
 	s.flops = 0;
 	s.r[s.nr++] = st->W[i];
@@ -338,7 +362,8 @@ static int validate_input(const struct tg_model *models, int nmodels, const stru
 		             "taskgraph: group %d larger than the %d microbatches per %s "
 		             "(by %d)",
 		             grp, mm, is_dp(p->sched) ? "device" : "iteration", grp - mm);
-		SP_CHECK_ARG(grp <= 128, "taskgraph: group %d above the limit 128", grp);
+		SP_CHECK_ARG(grp <= TG_MAX_GROUP, "taskgraph: group %d above the limit %d", grp,
+		             TG_MAX_GROUP);
 		SP_CHECK_ARG(mm % grp == 0, "taskgraph: group %d does not divide %d microbatches",
 		             grp, mm);
 	}
@@ -348,60 +373,76 @@ static int validate_input(const struct tg_model *models, int nmodels, const stru
 static int build_model(struct bld *b, const struct tg_model *m, const struct tg_plan *p)
 {
 	int rc = 0, P = p->npacks, N = p->ndev;
-	struct mstate st = {.m = m, .P = P};
+	struct tg_model_objs *mo = &b->g->mobj[b->g->nmodels];
+	struct mstate st = {.m = m, .mo = mo, .P = P};
 	int dp = is_dp(p->sched);
-	st.nrep = dp ? N : 1;
+	int nrep = dp ? N : 1;
 	int mper = m->batch / (dp ? N * p->microbatch : p->microbatch);
-	st.nmbtot = mper * st.nrep;
+	int nmb = mper * nrep;
+	*mo = (struct tg_model_objs){.id = m->id, .P = P, .nrep = nrep, .nmb = nmb, .mper = mper};
 	b->g->m = mper;
 	b->g->npacks = P;
-	int nrp = st.nrep * P, nkp = st.nmbtot * P;
-	st.W = calloc((size_t)nrp * 7, sizeof(int));
-	st.S = calloc((size_t)nkp * 5 + (size_t)st.nmbtot * 3, sizeof(int));
-	if (!st.W || !st.S) {
-		rc = sp_error(-ENOMEM, "taskgraph: state for %d packs x %d microbatches", P,
-		              st.nmbtot);
+	int nrp = nrep * P, nkp = nmb * P;
+	/* the table is the graph's (freed with it from here on); lastX are ours */
+	int *blk = malloc(((size_t)nrp * 3 + (size_t)nkp * 3 + (size_t)nmb * 2) * sizeof(int));
+	st.lastF = malloc(((size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3) * sizeof(int));
+	if (!blk || !st.lastF) {
+		free(blk);
+		rc = sp_error(-ENOMEM, "taskgraph: state for %d packs x %d microbatches", P, nmb);
 		goto out;
 	}
-	st.G = st.W + nrp;
-	st.O = st.G + nrp;
-	st.lastBacc = st.O + nrp;
+	mo->W = blk;
+	mo->G = mo->W + nrp;
+	mo->O = mo->G + nrp;
+	mo->S = mo->O + nrp;
+	mo->B = mo->S + nkp;
+	mo->D = mo->B + nkp;
+	mo->X = mo->D + nkp;
+	mo->L = mo->X + nmb;
+	b->g->nmodels++;
+	st.W = mo->W;
+	st.G = mo->G;
+	st.O = mo->O;
+	st.S = mo->S;
+	st.B = mo->B;
+	st.D = mo->D;
+	st.X = mo->X;
+	st.L = mo->L;
+	st.lastB = st.lastF + nkp;
+	st.lastL = st.lastB + nkp;
+	st.lastBacc = st.lastL + nmb;
 	st.lastAR = st.lastBacc + nrp;
 	st.lastU = st.lastAR + nrp;
-	st.B = st.S + nkp;
-	st.D = st.B + nkp;
-	st.lastF = st.D + nkp;
-	st.lastB = st.lastF + nkp;
-	st.X = st.lastB + nkp;
-	st.L = st.X + st.nmbtot;
-	st.lastL = st.L + st.nmbtot;
+	for (size_t i = 0; i < (size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3; i++)
+		st.lastF[i] = -1;
+#define OBJ(dst, kind, bytes)                                                       \
+	do {                                                                        \
+		int o_ = obj_new(b, (kind), m->id, (bytes));                        \
+		if (o_ < 0) {                                                       \
+			rc = sp_error(o_, "taskgraph: objects of model %d", m->id); \
+			goto out;                                                   \
+		}                                                                   \
+		(dst) = o_;                                                         \
+	} while (0)
 	for (int i = 0; i < nrp; i++) {
 		int pk = i % P;
-		st.W[i] = obj_new(b, TG_O_WEIGHT, m->id, pack_sum(m, p, pk, 0));
-		st.G[i] = obj_new(b, TG_O_GRAD, m->id, pack_sum(m, p, pk, 1));
-		st.O[i] = obj_new(b, TG_O_OPT, m->id, pack_sum(m, p, pk, 2));
-		st.lastBacc[i] = st.lastAR[i] = st.lastU[i] = -1;
+		OBJ(st.W[i], TG_O_WEIGHT, pack_sum(m, p, pk, 0));
+		OBJ(st.G[i], TG_O_GRAD, pack_sum(m, p, pk, 1));
+		OBJ(st.O[i], TG_O_OPT, pack_sum(m, p, pk, 2));
 	}
 	uint64_t mb = (uint64_t)p->microbatch;
-	for (int k = 0; k < st.nmbtot; k++) {
-		st.X[k] = obj_new(b, TG_O_INPUT, m->id, m->in_bytes_per_sample * mb);
-		st.L[k] = obj_new(b, TG_O_WORK, m->id, m->loss_bytes_per_sample * mb);
-		st.lastL[k] = -1;
+	for (int k = 0; k < nmb; k++) {
+		OBJ(st.X[k], TG_O_INPUT, m->in_bytes_per_sample * mb);
+		OBJ(st.L[k], TG_O_WORK, m->loss_bytes_per_sample * mb);
 		for (int pk = 0; pk < P; pk++) {
 			uint64_t stash = p->recompute ? 0 : pack_sum(m, p, pk, 3) * mb;
-			st.S[k * P + pk] = obj_new(b, TG_O_STASH, m->id, stash);
-			st.B[k * P + pk] =
-			    obj_new(b, TG_O_BOUNDARY, m->id, pack_sum(m, p, pk, 4) * mb);
+			OBJ(st.S[k * P + pk], TG_O_STASH, stash);
+			OBJ(st.B[k * P + pk], TG_O_BOUNDARY, pack_sum(m, p, pk, 4) * mb);
 			uint64_t din = pk ? pack_sum(m, p, pk - 1, 4) * mb : 0;
-			st.D[k * P + pk] = obj_new(b, TG_O_BOUNDARY, m->id, din);
-			st.lastF[k * P + pk] = st.lastB[k * P + pk] = -1;
+			OBJ(st.D[k * P + pk], TG_O_BOUNDARY, din);
 		}
 	}
-	for (int i = 0; i < b->g->nobj; i++)
-		if (b->g->obj[i].kind < 0) {
-			rc = -ENOMEM;
-			goto out;
-		}
+#undef OBJ
 	int g = (p->sched == TG_HARMONY_DP || p->sched == TG_HARMONY_PP) ? p->group : 1;
 #define E(call)                   \
 	do {                      \
@@ -419,7 +460,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 				int k0 = d * mper + j, last = j + g >= mper;
 				for (int pk = 0; pk < P; pk++)
 					E(emit_fwd(b, &st, p, pk, k0, g, d, d, 1));
-				E(emit_loss(b, &st, p, k0, g, d));
+				E(emit_loss(b, &st, p, k0, g, d, d));
 				if (last && p->sched == TG_HARMONY_DP)
 					break; /* last group's backward is interleaved with JIT AR/UPD below */
 				for (int pk = P - 1; pk >= 0; pk--)
@@ -486,7 +527,8 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 					                   : emit_bwd(b, &st, p, pk, k, 1, 0,
 					                              stage_dev(p, pk), 1);
 					if (e_ >= 0 && kind == 0 && pk == P - 1)
-						e_ = emit_loss(b, &st, p, k, 1, stage_dev(p, pk));
+						e_ =
+						    emit_loss(b, &st, p, k, 1, 0, stage_dev(p, pk));
 					if (e_ < 0) {
 						free(pos);
 						rc = e_;
@@ -514,7 +556,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 		for (int j = 0; j < mper; j += g) {
 			for (int pk = 0; pk < P; pk++)
 				E(emit_fwd(b, &st, p, pk, j, g, 0, stage_dev(p, pk), 1));
-			E(emit_loss(b, &st, p, j, g, stage_dev(p, P - 1)));
+			E(emit_loss(b, &st, p, j, g, 0, stage_dev(p, P - 1)));
 			for (int pk = P - 1; pk >= 0; pk--) {
 				E(emit_bwd(b, &st, p, pk, j, g, 0, stage_dev(p, pk), 1));
 				if (j + g >= mper)
@@ -526,8 +568,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	}
 #undef E
 out:
-	free(st.W);
-	free(st.S);
+	free(st.lastF);
 	return rc;
 }
 
@@ -618,6 +659,11 @@ int tg_graph_build(const struct tg_model *models, int nmodels, const struct tg_p
 	struct tg_graph g = {.ndev = plan->ndev};
 	struct bld b = {.g = &g};
 	int rc = 0, nq = plan->ndev + 1;
+	g.mobj = calloc((size_t)nmodels, sizeof(*g.mobj));
+	if (!g.mobj) {
+		rc = sp_error(-ENOMEM, "taskgraph: tables of %d models", nmodels);
+		goto fail;
+	}
 	b.seq = calloc((size_t)nq, sizeof(int *));
 	b.seqn = calloc((size_t)nq, sizeof(int));
 	b.seqcap = calloc((size_t)nq, sizeof(int));
@@ -645,6 +691,41 @@ done:
 	free(b.seqn);
 	free(b.seqcap);
 	return rc;
+}
+
+/* Bytes of t's distinct objects (an object may be in both sets). Quadratic in the
+ * list length, which stays below a few hundred, so nothing is allocated. */
+static uint64_t task_ws(const struct tg_graph *g, const struct tg_task *t)
+{
+	uint64_t ws = 0;
+	int n = t->nread + t->nwrite; /* write follows read in the pool */
+	for (int i = 0; i < n; i++) {
+		int o = t->read[i], seen = 0;
+		for (int j = 0; j < i && !seen; j++)
+			seen = t->read[j] == o;
+		if (!seen)
+			ws += g->obj[o].bytes;
+	}
+	return ws;
+}
+
+uint64_t tg_graph_min_capacity(const struct tg_graph *g, int *task)
+{
+	uint64_t best = 0;
+	int arg = -1;
+	for (int i = 0; g && i < g->ntask; i++) {
+		const struct tg_task *t = &g->task[i];
+		if (t->dev < 0)
+			continue;
+		uint64_t ws = task_ws(g, t);
+		if (arg < 0 || ws > best) {
+			best = ws;
+			arg = t->id;
+		}
+	}
+	if (task)
+		*task = arg;
+	return best;
 }
 
 int tg_graph_validate(const struct tg_graph *g)

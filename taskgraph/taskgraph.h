@@ -68,10 +68,28 @@ struct tg_plan {
 	int upd_cpu;                /* run UPD on the CPU (weights/grads move to host) */
 };
 
+/* One task. Its read and write sets list object ids in a fixed order, so the
+ * executor can find each role by position (below, r = rep, k runs over the
+ * task's microbatches mb0..mb0+nmb-1 in order, and W[r,pk] stands for
+ * mobj->W[r*P+pk], S[k,pk] for mobj->S[k*P+pk]; "in(k)" is the pack's input,
+ * B[k,pk-1], or X[k] for pack 0):
+ *   FWD        reads  W[r,pk]; then per k: in(k)
+ *              writes per k: S[k,pk], B[k,pk]
+ *   LOSS       reads  per k: B[k,P-1]
+ *              writes per k: B[k,P-1] (its gradient, in place), L[k]
+ *   BWD        reads  W[r,pk]; G[r,pk] unless first to accumulate; then per k:
+ *              S[k,pk], the output gradient (B[k,P-1] for the last pack, else
+ *              D[k,pk+1]), in(k) with recompute
+ *              writes G[r,pk]; then per k: D[k,pk] (not for pack 0)
+ *   ALLREDUCE  reads  G[r,pk]  writes G[r,pk]
+ *   UPD        reads  W[r,pk], G[r,pk], O[r,pk]  writes W[r,pk], O[r,pk]
+ * read[0] is always the W (FWD, BWD, UPD) or G (ALLREDUCE) of the task's own pack. */
 struct tg_task {
 	int id, model, kind, pack, mb0, nmb;
-	int dev;         /* device it runs on in the predicted order */
+	int rep;         /* replica (DP modes: the device whose W/G/O it uses), 0 otherwise */
+	int dev;         /* device it runs on in the predicted order (-1: the host) */
 	int constrained; /* 1 if the schedule fixes dev; 0 = may be bound late */
+	int work;        /* its TG_O_WORK object (last of the write set), or -1 */
 	int nread, nwrite, ndep;
 	int *read, *write, *dep; /* into the graph's pool */
 	double flops;
@@ -82,10 +100,28 @@ struct tg_obj {
 	uint64_t bytes;
 };
 
+/* The objects of one model by role, for the executor (it maps them onto vmm
+ * objects and kernel arguments). Index conventions: [rep*P + pk] per replica and
+ * pack; [k*P + pk] per microbatch and pack; [k] per microbatch. Microbatch k of a
+ * DP mode belongs to replica k / mper. D[k*P + 0] exists (0 bytes) and is unused.
+ * The arrays share one allocation owned by the graph (tg_graph_free). */
+struct tg_model_objs {
+	int id;         /* model id */
+	int P;          /* packs */
+	int nrep;       /* replicas: devices in DP modes, 1 otherwise */
+	int nmb;        /* microbatches per iteration in all: nrep * mper */
+	int mper;       /* microbatches per replica per iteration */
+	int *W, *G, *O; /* [rep*P + pk] weights, gradients, optimizer state */
+	int *S, *B, *D; /* [k*P + pk] stash, boundary output, input gradient */
+	int *X, *L;     /* [k] input, loss workspace */
+};
+
 struct tg_graph {
 	int ntask, nobj, ndev;
 	struct tg_task *task; /* in global (topological) order */
 	struct tg_obj *obj;
+	struct tg_model_objs *mobj; /* [nmodels], in the order given to tg_graph_build */
+	int nmodels;
 	int *pool;
 	int pool_len, pool_cap;
 	int m;      /* microbatches per device (DP) or per pipeline per iteration */
@@ -105,6 +141,11 @@ const char *tg_okind_name(int k);
 int tg_graph_build(const struct tg_model *models, int nmodels, const struct tg_plan *plan,
                    struct tg_graph *g) SP_MUST_CHECK;
 void tg_graph_free(struct tg_graph *g);
+
+/* The smallest per-device capacity that can run g: the largest working set (sum of
+ * the bytes of a task's distinct objects) over the tasks that run on a device.
+ * *task (may be NULL) receives that task's id, or -1 when no task runs on a device. */
+uint64_t tg_graph_min_capacity(const struct tg_graph *g, int *task);
 
 /* Checks acyclicity (deps point backwards in the order), write-before-read, one UPD
  * per pack after all its BWDs. Returns 0 or -EINVAL with the first violation. */

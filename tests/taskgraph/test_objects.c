@@ -1,0 +1,169 @@
+/* tests/taskgraph/test_objects.c — the executor's view of a graph: every task's
+ * read and write sets follow the order documented in taskgraph.h, rebuilt here
+ * from the per-model object table (mobj) for every schedule; task replicas;
+ * tg_graph_min_capacity on a hand-computed case. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "taskgraph/taskgraph.h"
+#include "tests/test.h"
+
+#define MAXL 1024
+
+/* The documented order, from the table; first[rep*P+pk] tracks the G chain. */
+static void expect(const struct tg_model_objs *mo, const struct tg_task *t, int *first, int *r,
+                   int *nr, int *w, int *nw)
+{
+	int P = mo->P, pk = t->pack, i = t->rep * P + pk;
+	*nr = *nw = 0;
+	switch (t->kind) {
+	case TG_FWD:
+		r[(*nr)++] = mo->W[i];
+		for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
+			r[(*nr)++] = pk ? mo->B[k * P + pk - 1] : mo->X[k];
+			w[(*nw)++] = mo->S[k * P + pk];
+			w[(*nw)++] = mo->B[k * P + pk];
+		}
+		break;
+	case TG_LOSS:
+		for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
+			r[(*nr)++] = mo->B[k * P + P - 1];
+			w[(*nw)++] = mo->B[k * P + P - 1];
+			w[(*nw)++] = mo->L[k];
+		}
+		break;
+	case TG_BWD:
+		r[(*nr)++] = mo->W[i];
+		if (!first[i])
+			r[(*nr)++] = mo->G[i];
+		w[(*nw)++] = mo->G[i];
+		first[i] = 0;
+		break;
+	case TG_ALLREDUCE:
+		r[(*nr)++] = mo->G[i];
+		w[(*nw)++] = mo->G[i];
+		break;
+	case TG_UPD:
+		r[(*nr)++] = mo->W[i];
+		r[(*nr)++] = mo->G[i];
+		r[(*nr)++] = mo->O[i];
+		w[(*nw)++] = mo->W[i];
+		w[(*nw)++] = mo->O[i];
+		break;
+	}
+}
+
+static void check_orders(const struct tg_model *md, const struct tg_plan *p)
+{
+	struct tg_graph g;
+	CHECK_OK(tg_graph_build(md, 1, p, &g));
+	CHECK_OK(tg_graph_validate(&g));
+	CHECK(g.nmodels == 1 && g.mobj[0].id == md->id && g.mobj[0].P == p->npacks);
+	const struct tg_model_objs *mo = &g.mobj[0];
+	int dp = p->sched == TG_DP_SWAP || p->sched == TG_HARMONY_DP;
+	CHECK(mo->nrep == (dp ? p->ndev : 1) && mo->nmb == mo->nrep * mo->mper);
+	static int first[MAXL], r[MAXL], w[MAXL];
+	for (int i = 0; i < mo->nrep * mo->P; i++) {
+		first[i] = 1;
+		CHECK(g.obj[mo->W[i]].kind == TG_O_WEIGHT && g.obj[mo->G[i]].kind == TG_O_GRAD &&
+		      g.obj[mo->O[i]].kind == TG_O_OPT);
+	}
+	for (int k = 0; k < mo->nmb; k++)
+		CHECK(g.obj[mo->X[k]].kind == TG_O_INPUT && g.obj[mo->L[k]].kind == TG_O_WORK);
+	for (int id = 0; id < g.ntask; id++) { /* ids are emission order: the G chain's */
+		const struct tg_task *t = &g.task[id];
+		CHECK(t->id == id && t->model == md->id);
+		CHECK(t->rep >= 0 && t->rep < mo->nrep);
+		if (dp && t->mb0 >= 0 && (t->kind == TG_FWD || t->kind == TG_BWD))
+			CHECK(t->mb0 / mo->mper == t->rep && t->rep == t->dev);
+		int nr, nw;
+		expect(mo, t, first, r, &nr, w, &nw);
+		if (t->kind == TG_BWD) { /* per microbatch part, after the chain part */
+			int P = mo->P, pk = t->pack;
+			for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
+				r[nr++] = mo->S[k * P + pk];
+				r[nr++] = pk == P - 1 ? mo->B[k * P + pk] : mo->D[k * P + pk + 1];
+				if (p->recompute)
+					r[nr++] = pk ? mo->B[k * P + pk - 1] : mo->X[k];
+				if (pk)
+					w[nw++] = mo->D[k * P + pk];
+			}
+		}
+		CHECK_MSG(nr == t->nread && nw == t->nwrite,
+		          "task %d kind %d: %d/%d reads %d/%d writes", id, t->kind, t->nread, nr,
+		          t->nwrite, nw);
+		CHECK_MSG(!memcmp(r, t->read, (size_t)nr * sizeof(int)), "task %d reads", id);
+		CHECK_MSG(!memcmp(w, t->write, (size_t)nw * sizeof(int)), "task %d writes", id);
+		CHECK(t->work == -1);
+	}
+	tg_graph_free(&g);
+}
+
+int main(void)
+{
+	struct tg_layer L[4];
+	for (int i = 0; i < 4; i++)
+		L[i] = (struct tg_layer){.name = "l",
+		                         .param_bytes = 100 + i,
+		                         .grad_bytes = 10,
+		                         .opt_bytes = 20,
+		                         .stash_bytes_per_sample = 7,
+		                         .out_bytes_per_sample = 3,
+		                         .fwd_flops_per_sample = 1,
+		                         .bwd_flops_per_sample = 2};
+	struct tg_model md = {.id = 3,
+	                      .nlayers = 4,
+	                      .layers = L,
+	                      .in_bytes_per_sample = 5,
+	                      .loss_bytes_per_sample = 11};
+	for (int s = 0; s < TG_NSCHED; s++)
+		for (int rec = 0; rec < 2; rec++)
+			for (int grp = 1; grp <= 2; grp++) {
+				int dp = s == TG_DP_SWAP || s == TG_HARMONY_DP;
+				struct tg_plan p = {.sched = s,
+				                    .ndev = 2,
+				                    .npacks = 3,
+				                    .pack_end = {1, 3, 4},
+				                    .microbatch = 2,
+				                    .group = grp,
+				                    .recompute = rec};
+				md.batch = 4 * p.microbatch * (dp ? p.ndev : 1);
+				check_orders(&md, &p);
+			}
+
+	/* min capacity by hand: 2 layers, a pack each, one device, one microbatch of 1.
+	 * FWD0 W0+X+S0+B0 = 100+5+7+3 = 115; FWD1 W1+B0+S1+B1 = 101+3+7+3 = 114;
+	 * LOSS B1+L = 14; BWD1 W1+S1+B1+G1+D1 = 101+7+3+10+3 = 124; BWD0 W0+S0+D1+G0 =
+	 * 100+7+3+10 = 120; UPD W+G+O = 100+10+20 = 130 (pack 0), 131 (pack 1). */
+	struct tg_model two = {.id = 0,
+	                       .nlayers = 2,
+	                       .layers = L,
+	                       .batch = 1,
+	                       .in_bytes_per_sample = 5,
+	                       .loss_bytes_per_sample = 11};
+	struct tg_plan p = {.sched = TG_DP_SWAP,
+	                    .ndev = 1,
+	                    .npacks = 2,
+	                    .pack_end = {1, 2},
+	                    .microbatch = 1,
+	                    .group = 1};
+	struct tg_graph g;
+	CHECK_OK(tg_graph_build(&two, 1, &p, &g));
+	int at = -2;
+	uint64_t cap = tg_graph_min_capacity(&g, &at);
+	printf("min capacity %llu (task %d, kind %d pack %d)\n", (unsigned long long)cap, at,
+	       g.task[at].kind, g.task[at].pack);
+	CHECK(cap == 131 && g.task[at].kind == TG_UPD && g.task[at].pack == 1);
+	struct tg_swap sw;
+	CHECK_OK(tg_sim_swap(&g, cap, 0, &sw)); /* it runs at exactly that capacity */
+	CHECK(tg_sim_swap(&g, cap - 1, 0, &sw) == -ENOMEM);
+	p.upd_cpu = 1; /* host tasks do not count: the largest device task is BWD1 */
+	tg_graph_free(&g);
+	CHECK_OK(tg_graph_build(&two, 1, &p, &g));
+	cap = tg_graph_min_capacity(&g, &at);
+	CHECK(cap == 124 && g.task[at].kind == TG_BWD && g.task[at].pack == 1);
+	tg_graph_free(&g);
+	CHECK(tg_graph_min_capacity(NULL, &at) == 0 && at == -1);
+	TEST_PASS();
+}
