@@ -51,7 +51,7 @@ static int obj_new(struct bld *b, int kind, int model, uint64_t bytes)
 		int nc = b->ocap ? 2 * b->ocap : 1024;
 		struct tg_obj *no = realloc(g->obj, (size_t)nc * sizeof(*no));
 		if (!no)
-			return -ENOMEM;
+			return sp_error(-ENOMEM, "taskgraph: %d objects", nc);
 		g->obj = no;
 		b->ocap = nc;
 	}
@@ -78,7 +78,7 @@ static int task_add(struct bld *b, struct tspec *s)
 		int nc = b->tcap ? 2 * b->tcap : 1024;
 		struct tg_task *nt = realloc(g->task, (size_t)nc * sizeof(*nt));
 		if (!nt)
-			return -ENOMEM;
+			return sp_error(-ENOMEM, "taskgraph: %d tasks", nc);
 		g->task = nt;
 		b->tcap = nc;
 	}
@@ -112,7 +112,7 @@ static int task_add(struct bld *b, struct tspec *s)
 		int nc = b->seqcap[q] ? 2 * b->seqcap[q] : 256;
 		int *ns = realloc(b->seq[q], (size_t)nc * sizeof(int));
 		if (!ns)
-			return -ENOMEM;
+			return sp_error(-ENOMEM, "taskgraph: sequence of %d tasks", nc);
 		b->seq[q] = ns;
 		b->seqcap[q] = nc;
 	}
@@ -159,10 +159,45 @@ static uint64_t pack_sum(const struct tg_model *m, const struct tg_plan *p, int 
 		case 2: s += L->opt_bytes; break;
 		case 3: s += L->stash_bytes_per_sample; break;
 		case 4: s = L->out_bytes_per_sample; break;
-		case 5: s += L->work_bytes; break;
 		}
 	}
 	return s;
+}
+
+/* Stash of pack pk per sample, recompute aside: what its layers keep for their
+ * backward, plus the outputs of all but its last layer, which are the inputs the
+ * later layers' backward needs (the last one's output is the boundary B). */
+static uint64_t pack_stash(const struct tg_model *m, const struct tg_plan *p, int pk)
+{
+	int lo = pk ? p->pack_end[pk - 1] : 0, hi = p->pack_end[pk];
+	uint64_t s = pack_sum(m, p, pk, 3);
+	for (int l = lo; l < hi - 1; l++)
+		s += m->layers[l].out_bytes_per_sample;
+	return s;
+}
+
+/* Workspace of a FWD (bwd = 0) or BWD task of pack pk, per microbatch: a pack runs
+ * its layers one after another on one microbatch at a time, so the largest layer
+ * workspace is enough; the backward also holds two input-gradient buffers that
+ * alternate between layers and, with recompute, the stash it rebuilds. */
+static uint64_t pack_work(const struct tg_model *m, const struct tg_plan *p, int pk, int bwd)
+{
+	int lo = pk ? p->pack_end[pk - 1] : 0, hi = p->pack_end[pk];
+	uint64_t mb = (uint64_t)p->microbatch, w = 0, dmax = 0;
+	for (int l = lo; l < hi; l++) {
+		const struct tg_layer *L = &m->layers[l];
+		uint64_t lw = L->work_bytes + L->work_bytes_per_sample * mb;
+		if (lw > w)
+			w = lw;
+		if (l < hi - 1 && L->out_bytes_per_sample > dmax)
+			dmax = L->out_bytes_per_sample;
+	}
+	if (bwd) {
+		w += 2 * dmax * mb; /* 0 for a one-layer pack */
+		if (p->recompute)
+			w += pack_stash(m, p, pk) * mb;
+	}
+	return w;
 }
 
 static double pack_flops(const struct tg_model *m, const struct tg_plan *p, int pk, int bwd)
@@ -211,6 +246,8 @@ static int emit_fwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	}
 	if (st->lastU[rep * P + pk] >= 0)
 		s.d[s.nd++] = st->lastU[rep * P + pk];
+	SP_CHECK(s.work = obj_new(b, TG_O_WORK, st->m->id, pack_work(st->m, p, pk, 0)));
+	s.w[s.nw++] = s.work;
 	int id = task_add(b, &s);
 	if (id < 0)
 		return id;
@@ -278,6 +315,8 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	}
 	if (acc)
 		s.d[s.nd++] = st->lastBacc[rep * P + pk];
+	SP_CHECK(s.work = obj_new(b, TG_O_WORK, st->m->id, pack_work(st->m, p, pk, 1)));
+	s.w[s.nw++] = s.work;
 	int id = task_add(b, &s);
 	if (id < 0)
 		return id;
@@ -415,14 +454,12 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	st.lastU = st.lastAR + nrp;
 	for (size_t i = 0; i < (size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3; i++)
 		st.lastF[i] = -1;
-#define OBJ(dst, kind, bytes)                                                       \
-	do {                                                                        \
-		int o_ = obj_new(b, (kind), m->id, (bytes));                        \
-		if (o_ < 0) {                                                       \
-			rc = sp_error(o_, "taskgraph: objects of model %d", m->id); \
-			goto out;                                                   \
-		}                                                                   \
-		(dst) = o_;                                                         \
+#define OBJ(dst, kind, bytes)                                           \
+	do {                                                            \
+		if (((dst) = obj_new(b, (kind), m->id, (bytes))) < 0) { \
+			rc = (dst);                                     \
+			goto out;                                       \
+		}                                                       \
 	} while (0)
 	for (int i = 0; i < nrp; i++) {
 		int pk = i % P;
@@ -435,7 +472,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 		OBJ(st.X[k], TG_O_INPUT, m->in_bytes_per_sample * mb);
 		OBJ(st.L[k], TG_O_WORK, m->loss_bytes_per_sample * mb);
 		for (int pk = 0; pk < P; pk++) {
-			uint64_t stash = p->recompute ? 0 : pack_sum(m, p, pk, 3) * mb;
+			uint64_t stash = p->recompute ? 0 : pack_stash(m, p, pk) * mb;
 			OBJ(st.S[k * P + pk], TG_O_STASH, stash);
 			OBJ(st.B[k * P + pk], TG_O_BOUNDARY, pack_sum(m, p, pk, 4) * mb);
 			uint64_t din = pk ? pack_sum(m, p, pk - 1, 4) * mb : 0;

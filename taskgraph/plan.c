@@ -1,8 +1,10 @@
 /* taskgraph/plan.c — partitioners (Hydra greedy packing, PipeDream-style DP) and
  * the `auto` planner.
  *
- * A pack's footprint for one microbatch is its weights + gradients + optimizer
- * state + stash and boundary bytes for the microbatch + workspace. Greedy packing
+ * A pack's footprint for one microbatch is the sum over its layers of weights +
+ * gradients + optimizer state + stash, output and workspace bytes for the
+ * microbatch (an estimate: the graph's workspace is the largest layer's plus the
+ * backward's gradient buffers, not the sum; tg_graph_min_capacity is exact). Greedy packing
  * adds layers while footprint·(1+reserve) fits the capacity; the DP minimises the
  * largest per-pack time (FLOPs) over contiguous splits into a given pack count,
  * with each pack fitting. The planner ranks plans by tg_time_predict(). */
@@ -16,7 +18,9 @@
 static uint64_t layer_foot(const struct tg_layer *l, int mb)
 {
 	return l->param_bytes + l->grad_bytes + l->opt_bytes +
-	       (l->stash_bytes_per_sample + l->out_bytes_per_sample) * (uint64_t)mb + l->work_bytes;
+	       (l->stash_bytes_per_sample + l->out_bytes_per_sample + l->work_bytes_per_sample) *
+	           (uint64_t)mb +
+	       l->work_bytes;
 }
 
 int tg_pack_greedy(const struct tg_model *m, int microbatch, uint64_t capacity, double reserve,

@@ -15,13 +15,23 @@
 
 #include "common/error.h"
 
-/* One layer as the taskgraph sees it (the runtime converts kernel descriptors). */
+/* One layer as the taskgraph sees it (the runtime converts kernel descriptors).
+ * A pack's objects follow from its layers (mb = samples per microbatch):
+ *   stash  = mb * (sum of stash_bytes_per_sample + sum of out_bytes_per_sample of
+ *            all but the pack's last layer: the inputs its later layers' backward
+ *            needs); 0 bytes with recompute
+ *   work of a layer = work_bytes + work_bytes_per_sample * mb
+ *   FWD work = max over the pack's layers of the layer work
+ *   BWD work = FWD work + (2 layers or more ? 2 * mb * max of out_bytes_per_sample
+ *            over all but the last layer : 0) (ping-pong input-gradient buffers)
+ *            + (recompute ? the stash above as if recompute were off : 0) */
 struct tg_layer {
 	const char *name;
 	uint64_t param_bytes, grad_bytes, opt_bytes;
 	uint64_t stash_bytes_per_sample; /* kept from forward to backward */
-	uint64_t out_bytes_per_sample;   /* boundary activation (output) */
+	uint64_t out_bytes_per_sample;   /* output activation (the boundary after a pack) */
 	uint64_t work_bytes;             /* constant workspace while running */
+	uint64_t work_bytes_per_sample;  /* workspace that grows with the microbatch */
 	double fwd_flops_per_sample, bwd_flops_per_sample;
 };
 
@@ -74,13 +84,14 @@ struct tg_plan {
  * mobj->W[r*P+pk], S[k,pk] for mobj->S[k*P+pk]; "in(k)" is the pack's input,
  * B[k,pk-1], or X[k] for pack 0):
  *   FWD        reads  W[r,pk]; then per k: in(k)
- *              writes per k: S[k,pk], B[k,pk]
+ *              writes per k: S[k,pk], B[k,pk]; then its work object
  *   LOSS       reads  per k: B[k,P-1]
  *              writes per k: B[k,P-1] (its gradient, in place), L[k]
  *   BWD        reads  W[r,pk]; G[r,pk] unless first to accumulate; then per k:
  *              S[k,pk], the output gradient (B[k,P-1] for the last pack, else
  *              D[k,pk+1]), in(k) with recompute
- *              writes G[r,pk]; then per k: D[k,pk] (not for pack 0)
+ *              writes G[r,pk]; then per k: D[k,pk] (not for pack 0); then its work
+ *              object
  *   ALLREDUCE  reads  G[r,pk]  writes G[r,pk]
  *   UPD        reads  W[r,pk], G[r,pk], O[r,pk]  writes W[r,pk], O[r,pk]
  * read[0] is always the W (FWD, BWD, UPD) or G (ALLREDUCE) of the task's own pack. */
@@ -89,7 +100,8 @@ struct tg_task {
 	int rep;         /* replica (DP modes: the device whose W/G/O it uses), 0 otherwise */
 	int dev;         /* device it runs on in the predicted order (-1: the host) */
 	int constrained; /* 1 if the schedule fixes dev; 0 = may be bound late */
-	int work;        /* its TG_O_WORK object (last of the write set), or -1 */
+	int work;        /* FWD, BWD: its own TG_O_WORK object (last of the write set, maybe
+	                    0 bytes: the executor skips those); -1 for other kinds */
 	int nread, nwrite, ndep;
 	int *read, *write, *dep; /* into the graph's pool */
 	double flops;

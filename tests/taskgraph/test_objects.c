@@ -1,7 +1,8 @@
 /* tests/taskgraph/test_objects.c — the executor's view of a graph: every task's
  * read and write sets follow the order documented in taskgraph.h, rebuilt here
  * from the per-model object table (mobj) for every schedule; task replicas;
- * tg_graph_min_capacity on a hand-computed case. */
+ * stash and work sizes of a 3-layer pack; tg_graph_min_capacity on a
+ * hand-computed case. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -64,6 +65,9 @@ static void check_orders(const struct tg_model *md, const struct tg_plan *p)
 	int dp = p->sched == TG_DP_SWAP || p->sched == TG_HARMONY_DP;
 	CHECK(mo->nrep == (dp ? p->ndev : 1) && mo->nmb == mo->nrep * mo->mper);
 	static int first[MAXL], r[MAXL], w[MAXL];
+	static char wseen[1 << 16];
+	CHECK(g.nobj <= (int)sizeof(wseen));
+	memset(wseen, 0, sizeof(wseen));
 	for (int i = 0; i < mo->nrep * mo->P; i++) {
 		first[i] = 1;
 		CHECK(g.obj[mo->W[i]].kind == TG_O_WEIGHT && g.obj[mo->G[i]].kind == TG_O_GRAD &&
@@ -90,12 +94,18 @@ static void check_orders(const struct tg_model *md, const struct tg_plan *p)
 					w[nw++] = mo->D[k * P + pk];
 			}
 		}
+		if (t->kind == TG_FWD || t->kind == TG_BWD) { /* a fresh work object, last */
+			CHECK(t->work >= 0 && g.obj[t->work].kind == TG_O_WORK && !wseen[t->work]);
+			wseen[t->work] = 1;
+			w[nw++] = t->work;
+		} else {
+			CHECK(t->work == -1);
+		}
 		CHECK_MSG(nr == t->nread && nw == t->nwrite,
 		          "task %d kind %d: %d/%d reads %d/%d writes", id, t->kind, t->nread, nr,
 		          t->nwrite, nw);
 		CHECK_MSG(!memcmp(r, t->read, (size_t)nr * sizeof(int)), "task %d reads", id);
 		CHECK_MSG(!memcmp(w, t->write, (size_t)nw * sizeof(int)), "task %d writes", id);
-		CHECK(t->work == -1);
 	}
 	tg_graph_free(&g);
 }
@@ -131,6 +141,50 @@ int main(void)
 				md.batch = 4 * p.microbatch * (dp ? p.ndev : 1);
 				check_orders(&md, &p);
 			}
+
+	/* one 3-layer pack, microbatch 2 (by hand, per the rules in taskgraph.h):
+	 * stash = 2 * (7+9+2 stash + 3+5 interior outputs; layer 2's 100 is the boundary) = 52
+	 * layer work 50+4*2 = 58, 10+30*2 = 70, 0+1*2 = 2: FWD work 70
+	 * BWD work = 70 + 2 * 2 * max(3, 5) = 90; with recompute + 52 = 142, stash 0 */
+	struct tg_layer T[3] = {{.name = "a",
+	                         .stash_bytes_per_sample = 7,
+	                         .out_bytes_per_sample = 3,
+	                         .work_bytes = 50,
+	                         .work_bytes_per_sample = 4},
+	                        {.name = "b",
+	                         .stash_bytes_per_sample = 9,
+	                         .out_bytes_per_sample = 5,
+	                         .work_bytes = 10,
+	                         .work_bytes_per_sample = 30},
+	                        {.name = "c",
+	                         .stash_bytes_per_sample = 2,
+	                         .out_bytes_per_sample = 100,
+	                         .work_bytes_per_sample = 1}};
+	struct tg_model three = {.nlayers = 3, .layers = T, .batch = 2};
+	for (int rec = 0; rec < 2; rec++) {
+		struct tg_plan p = {.sched = TG_1F1B,
+		                    .ndev = 1,
+		                    .npacks = 1,
+		                    .pack_end = {3},
+		                    .microbatch = 2,
+		                    .group = 1,
+		                    .recompute = rec};
+		struct tg_graph g;
+		CHECK_OK(tg_graph_build(&three, 1, &p, &g));
+		uint64_t fw = 0, bw = 0;
+		for (int i = 0; i < g.ntask; i++) {
+			if (g.task[i].kind == TG_FWD)
+				fw = g.obj[g.task[i].work].bytes;
+			if (g.task[i].kind == TG_BWD)
+				bw = g.obj[g.task[i].work].bytes;
+		}
+		uint64_t st = g.obj[g.mobj[0].S[0]].bytes;
+		printf("3-layer pack, recompute %d: stash %llu, FWD work %llu, BWD work %llu\n",
+		       rec, (unsigned long long)st, (unsigned long long)fw, (unsigned long long)bw);
+		CHECK(st == (rec ? 0 : 52) && fw == 70 && bw == (rec ? 142u : 90u));
+		CHECK(g.obj[g.mobj[0].B[0]].bytes == 200);
+		tg_graph_free(&g);
+	}
 
 	/* min capacity by hand: 2 layers, a pack each, one device, one microbatch of 1.
 	 * FWD0 W0+X+S0+B0 = 100+5+7+3 = 115; FWD1 W1+B0+S1+B1 = 101+3+7+3 = 114;
