@@ -141,7 +141,7 @@ struct mstate {
 	struct tg_model_objs *mo;
 	int P;
 	int *W, *G, *O;             /* = mo's, [rep*P + p] */
-	int *S, *B, *D, *X, *L;     /* = mo's, [k*P + p] or [k] */
+	int *S, *B, *D, *X, *Y, *L; /* = mo's, [k*P + p] or [k] */
 	int *lastF, *lastB, *lastL; /* [k*P+p] or [k] */
 	int *lastBacc;              /* [rep*P+p] last BWD accumulating G */
 	int *lastAR, *lastU;        /* [rep*P+p] */
@@ -239,6 +239,8 @@ static int emit_fwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	s.r[s.nr++] = st->W[rep * P + pk];
 	for (int k = k0; k < k0 + n; k++) {
 		s.r[s.nr++] = pk ? st->B[k * P + pk - 1] : st->X[k];
+		if (pk == P - 1)
+			s.r[s.nr++] = st->Y[k];
 		s.w[s.nw++] = st->S[k * P + pk];
 		s.w[s.nw++] = st->B[k * P + pk];
 		if (pk)
@@ -271,6 +273,7 @@ static int emit_loss(struct bld *b, struct mstate *st, const struct tg_plan *p, 
 	int P = st->P;
 	for (int k = k0; k < k0 + n; k++) {
 		s.r[s.nr++] = st->B[k * P + P - 1];
+		s.r[s.nr++] = st->Y[k];
 		s.w[s.nw++] = st->B[k * P + P - 1]; /* output gradient, in place */
 		s.w[s.nw++] = st->L[k];             /* workspace (logits), dead after */
 		s.d[s.nd++] = st->lastF[k * P + P - 1];
@@ -306,8 +309,9 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	for (int k = k0; k < k0 + n; k++) {
 		s.r[s.nr++] = st->S[k * P + pk];
 		s.r[s.nr++] = pk == P - 1 ? st->B[k * P + pk] : st->D[k * P + pk + 1];
-		if (p->recompute)
-			s.r[s.nr++] = pk ? st->B[k * P + pk - 1] : st->X[k];
+		s.r[s.nr++] = pk ? st->B[k * P + pk - 1] : st->X[k];
+		if (pk == P - 1)
+			s.r[s.nr++] = st->Y[k];
 		if (pk)
 			s.w[s.nw++] = st->D[k * P + pk];
 		s.d[s.nd++] = st->lastF[k * P + pk];
@@ -423,7 +427,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	b->g->npacks = P;
 	int nrp = nrep * P, nkp = nmb * P;
 	/* the table is the graph's (freed with it from here on); lastX are ours */
-	int *blk = malloc(((size_t)nrp * 3 + (size_t)nkp * 3 + (size_t)nmb * 2) * sizeof(int));
+	int *blk = malloc(((size_t)nrp * 3 + (size_t)nkp * 3 + (size_t)nmb * 3) * sizeof(int));
 	st.lastF = malloc(((size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3) * sizeof(int));
 	if (!blk || !st.lastF) {
 		free(blk);
@@ -437,7 +441,8 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	mo->B = mo->S + nkp;
 	mo->D = mo->B + nkp;
 	mo->X = mo->D + nkp;
-	mo->L = mo->X + nmb;
+	mo->Y = mo->X + nmb;
+	mo->L = mo->Y + nmb;
 	b->g->nmodels++;
 	st.W = mo->W;
 	st.G = mo->G;
@@ -446,6 +451,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	st.B = mo->B;
 	st.D = mo->D;
 	st.X = mo->X;
+	st.Y = mo->Y;
 	st.L = mo->L;
 	st.lastB = st.lastF + nkp;
 	st.lastL = st.lastB + nkp;
@@ -470,6 +476,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	uint64_t mb = (uint64_t)p->microbatch;
 	for (int k = 0; k < nmb; k++) {
 		OBJ(st.X[k], TG_O_INPUT, m->in_bytes_per_sample * mb);
+		OBJ(st.Y[k], TG_O_INPUT, m->target_bytes_per_sample * mb);
 		OBJ(st.L[k], TG_O_WORK, m->loss_bytes_per_sample * mb);
 		for (int pk = 0; pk < P; pk++) {
 			uint64_t stash = p->recompute ? 0 : pack_stash(m, p, pk) * mb;

@@ -39,9 +39,10 @@ struct tg_model {
 	int id;
 	int nlayers;
 	const struct tg_layer *layers;
-	int batch;                      /* samples per iteration per data-parallel replica set */
-	uint64_t in_bytes_per_sample;   /* input of layer 0 */
-	uint64_t loss_bytes_per_sample; /* LOSS task workspace (e.g. logits) */
+	int batch;                        /* samples per iteration per data-parallel replica set */
+	uint64_t in_bytes_per_sample;     /* input of layer 0 */
+	uint64_t target_bytes_per_sample; /* targets (labels), read by the last pack and LOSS */
+	uint64_t loss_bytes_per_sample;   /* LOSS task workspace (e.g. logits) */
 };
 
 /* Hardware for predictions, filled by the caller. Bandwidths in bytes/s. */
@@ -83,13 +84,14 @@ struct tg_plan {
  * task's microbatches mb0..mb0+nmb-1 in order, and W[r,pk] stands for
  * mobj->W[r*P+pk], S[k,pk] for mobj->S[k*P+pk]; "in(k)" is the pack's input,
  * B[k,pk-1], or X[k] for pack 0):
- *   FWD        reads  W[r,pk]; then per k: in(k)
+ *   FWD        reads  W[r,pk]; then per k: in(k), Y[k] (last pack only)
  *              writes per k: S[k,pk], B[k,pk]; then its work object
- *   LOSS       reads  per k: B[k,P-1]
+ *   LOSS       reads  per k: B[k,P-1], Y[k]
  *              writes per k: B[k,P-1] (its gradient, in place), L[k]
  *   BWD        reads  W[r,pk]; G[r,pk] unless first to accumulate; then per k:
  *              S[k,pk], the output gradient (B[k,P-1] for the last pack, else
- *              D[k,pk+1]), in(k) with recompute
+ *              D[k,pk+1]), in(k) (with or without recompute: every layer's
+ *              backward needs its input), Y[k] (last pack only)
  *              writes G[r,pk]; then per k: D[k,pk] (not for pack 0); then its work
  *              object
  *   ALLREDUCE  reads  G[r,pk]  writes G[r,pk]
@@ -125,7 +127,7 @@ struct tg_model_objs {
 	int mper;       /* microbatches per replica per iteration */
 	int *W, *G, *O; /* [rep*P + pk] weights, gradients, optimizer state */
 	int *S, *B, *D; /* [k*P + pk] stash, boundary output, input gradient */
-	int *X, *L;     /* [k] input, loss workspace */
+	int *X, *Y, *L; /* [k] input, target, loss workspace */
 };
 
 struct tg_graph {

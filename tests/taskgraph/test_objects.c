@@ -1,7 +1,8 @@
 /* tests/taskgraph/test_objects.c — the executor's view of a graph: every task's
  * read and write sets follow the order documented in taskgraph.h, rebuilt here
  * from the per-model object table (mobj) for every schedule; task replicas;
- * stash and work sizes of a 3-layer pack; tg_graph_min_capacity on a
+ * targets read by the last pack and LOSS; BWD reads its input with or without
+ * recompute; stash and work sizes of a 3-layer pack; tg_graph_min_capacity on a
  * hand-computed case. */
 #include <errno.h>
 #include <stdio.h>
@@ -23,6 +24,8 @@ static void expect(const struct tg_model_objs *mo, const struct tg_task *t, int 
 		r[(*nr)++] = mo->W[i];
 		for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
 			r[(*nr)++] = pk ? mo->B[k * P + pk - 1] : mo->X[k];
+			if (pk == P - 1)
+				r[(*nr)++] = mo->Y[k];
 			w[(*nw)++] = mo->S[k * P + pk];
 			w[(*nw)++] = mo->B[k * P + pk];
 		}
@@ -30,6 +33,7 @@ static void expect(const struct tg_model_objs *mo, const struct tg_task *t, int 
 	case TG_LOSS:
 		for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
 			r[(*nr)++] = mo->B[k * P + P - 1];
+			r[(*nr)++] = mo->Y[k];
 			w[(*nw)++] = mo->B[k * P + P - 1];
 			w[(*nw)++] = mo->L[k];
 		}
@@ -74,7 +78,8 @@ static void check_orders(const struct tg_model *md, const struct tg_plan *p)
 		      g.obj[mo->O[i]].kind == TG_O_OPT);
 	}
 	for (int k = 0; k < mo->nmb; k++)
-		CHECK(g.obj[mo->X[k]].kind == TG_O_INPUT && g.obj[mo->L[k]].kind == TG_O_WORK);
+		CHECK(g.obj[mo->X[k]].kind == TG_O_INPUT && g.obj[mo->Y[k]].kind == TG_O_INPUT &&
+		      g.obj[mo->L[k]].kind == TG_O_WORK);
 	for (int id = 0; id < g.ntask; id++) { /* ids are emission order: the G chain's */
 		const struct tg_task *t = &g.task[id];
 		CHECK(t->id == id && t->model == md->id);
@@ -88,8 +93,9 @@ static void check_orders(const struct tg_model *md, const struct tg_plan *p)
 			for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
 				r[nr++] = mo->S[k * P + pk];
 				r[nr++] = pk == P - 1 ? mo->B[k * P + pk] : mo->D[k * P + pk + 1];
-				if (p->recompute)
-					r[nr++] = pk ? mo->B[k * P + pk - 1] : mo->X[k];
+				r[nr++] = pk ? mo->B[k * P + pk - 1] : mo->X[k]; /* always */
+				if (pk == P - 1)
+					r[nr++] = mo->Y[k];
 				if (pk)
 					w[nw++] = mo->D[k * P + pk];
 			}
@@ -107,6 +113,18 @@ static void check_orders(const struct tg_model *md, const struct tg_plan *p)
 		CHECK_MSG(!memcmp(r, t->read, (size_t)nr * sizeof(int)), "task %d reads", id);
 		CHECK_MSG(!memcmp(w, t->write, (size_t)nw * sizeof(int)), "task %d writes", id);
 	}
+	/* the targets: read by exactly the last pack's FWD and BWD and by LOSS */
+	for (int k = 0; k < mo->nmb; k++) {
+		int seen[5] = {0};
+		for (int id = 0; id < g.ntask; id++)
+			for (int i = 0; i < g.task[id].nread; i++)
+				if (g.task[id].read[i] == mo->Y[k]) {
+					CHECK(g.task[id].pack == mo->P - 1);
+					seen[g.task[id].kind]++;
+				}
+		CHECK(seen[TG_FWD] == 1 && seen[TG_BWD] == 1 && seen[TG_LOSS] == 1 &&
+		      !seen[TG_UPD] && !seen[TG_ALLREDUCE]);
+	}
 	tg_graph_free(&g);
 }
 
@@ -117,7 +135,7 @@ int main(void)
 		L[i] = (struct tg_layer){.name = "l",
 		                         .param_bytes = 100 + i,
 		                         .grad_bytes = 10,
-		                         .opt_bytes = 20,
+		                         .opt_bytes = 40,
 		                         .stash_bytes_per_sample = 7,
 		                         .out_bytes_per_sample = 3,
 		                         .fwd_flops_per_sample = 1,
@@ -126,6 +144,7 @@ int main(void)
 	                      .nlayers = 4,
 	                      .layers = L,
 	                      .in_bytes_per_sample = 5,
+	                      .target_bytes_per_sample = 13,
 	                      .loss_bytes_per_sample = 11};
 	for (int s = 0; s < TG_NSCHED; s++)
 		for (int rec = 0; rec < 2; rec++)
@@ -186,15 +205,18 @@ int main(void)
 		tg_graph_free(&g);
 	}
 
-	/* min capacity by hand: 2 layers, a pack each, one device, one microbatch of 1.
-	 * FWD0 W0+X+S0+B0 = 100+5+7+3 = 115; FWD1 W1+B0+S1+B1 = 101+3+7+3 = 114;
-	 * LOSS B1+L = 14; BWD1 W1+S1+B1+G1+D1 = 101+7+3+10+3 = 124; BWD0 W0+S0+D1+G0 =
-	 * 100+7+3+10 = 120; UPD W+G+O = 100+10+20 = 130 (pack 0), 131 (pack 1). */
+	/* min capacity by hand: 2 layers, a pack each, one device, one microbatch of 1,
+	 * input 5, target 13, logits 11, work 0. FWD0 W0+X+S0+B0 = 100+5+7+3 = 115;
+	 * FWD1 W1+B0+Y+S1+B1 = 101+3+13+7+3 = 127; LOSS B1+Y+L = 3+13+11 = 27;
+	 * BWD1 W1+S1+B1+B0+Y+G1+D1 = 101+7+3+3+13+10+3 = 140 (it reads its input B0 and
+	 * the targets); BWD0 W0+S0+D1+X+G0 = 100+7+3+5+10 = 125; UPD W+G+O = 100+10+40 =
+	 * 150 (pack 0), 151 (pack 1). */
 	struct tg_model two = {.id = 0,
 	                       .nlayers = 2,
 	                       .layers = L,
 	                       .batch = 1,
 	                       .in_bytes_per_sample = 5,
+	                       .target_bytes_per_sample = 13,
 	                       .loss_bytes_per_sample = 11};
 	struct tg_plan p = {.sched = TG_DP_SWAP,
 	                    .ndev = 1,
@@ -208,7 +230,7 @@ int main(void)
 	uint64_t cap = tg_graph_min_capacity(&g, &at);
 	printf("min capacity %llu (task %d, kind %d pack %d)\n", (unsigned long long)cap, at,
 	       g.task[at].kind, g.task[at].pack);
-	CHECK(cap == 131 && g.task[at].kind == TG_UPD && g.task[at].pack == 1);
+	CHECK(cap == 151 && g.task[at].kind == TG_UPD && g.task[at].pack == 1);
 	struct tg_swap sw;
 	CHECK_OK(tg_sim_swap(&g, cap, 0, &sw)); /* it runs at exactly that capacity */
 	CHECK(tg_sim_swap(&g, cap - 1, 0, &sw) == -ENOMEM);
@@ -216,7 +238,7 @@ int main(void)
 	tg_graph_free(&g);
 	CHECK_OK(tg_graph_build(&two, 1, &p, &g));
 	cap = tg_graph_min_capacity(&g, &at);
-	CHECK(cap == 124 && g.task[at].kind == TG_BWD && g.task[at].pack == 1);
+	CHECK(cap == 140 && g.task[at].kind == TG_BWD && g.task[at].pack == 1);
 	tg_graph_free(&g);
 	CHECK(tg_graph_min_capacity(NULL, &at) == 0 && at == -1);
 	TEST_PASS();
