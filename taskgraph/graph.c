@@ -129,7 +129,7 @@ void tg_graph_free(struct tg_graph *g)
 	free(g->pool);
 	free(g->order);
 	for (int i = 0; g->mobj && i < g->nmodels; i++)
-		free(g->mobj[i].W); /* base of the model's one block */
+		free(g->mobj[i].tie_pack); /* base of the model's one block */
 	free(g->mobj);
 	memset(g, 0, sizeof(*g));
 }
@@ -237,6 +237,12 @@ static int emit_fwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	int P = st->P;
 	s.flops = pack_flops(st->m, p, pk, 0) * p->microbatch * n;
 	s.r[s.nr++] = st->W[rep * P + pk];
+	int tp = st->mo->tie_pack[pk];
+	if (tp >= 0) {
+		s.r[s.nr++] = st->W[rep * P + tp];
+		if (st->lastU[rep * P + tp] >= 0)
+			s.d[s.nd++] = st->lastU[rep * P + tp];
+	}
 	for (int k = k0; k < k0 + n; k++) {
 		s.r[s.nr++] = pk ? st->B[k * P + pk - 1] : st->X[k];
 		if (pk == P - 1)
@@ -301,11 +307,20 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	                  .work = -1};
 	int P = st->P;
 	s.flops = pack_flops(st->m, p, pk, 1) * p->microbatch * n;
+	/* a tie joins the tied pack's accumulation chain: reads and writes its G after
+	 * the chain's last task, or only writes it when first (the executor zeroes it) */
+	int tp = st->mo->tie_pack[pk], ti = rep * P + tp;
+	int acc = st->lastBacc[rep * P + pk] >= 0, tacc = tp >= 0 && st->lastBacc[ti] >= 0;
 	s.r[s.nr++] = st->W[rep * P + pk];
-	int acc = st->lastBacc[rep * P + pk] >= 0;
+	if (tp >= 0)
+		s.r[s.nr++] = st->W[ti];
 	if (acc)
 		s.r[s.nr++] = st->G[rep * P + pk];
+	if (tacc)
+		s.r[s.nr++] = st->G[ti];
 	s.w[s.nw++] = st->G[rep * P + pk];
+	if (tp >= 0)
+		s.w[s.nw++] = st->G[ti];
 	for (int k = k0; k < k0 + n; k++) {
 		s.r[s.nr++] = st->S[k * P + pk];
 		s.r[s.nr++] = pk == P - 1 ? st->B[k * P + pk] : st->D[k * P + pk + 1];
@@ -319,6 +334,8 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	}
 	if (acc)
 		s.d[s.nd++] = st->lastBacc[rep * P + pk];
+	if (tacc)
+		s.d[s.nd++] = st->lastBacc[ti];
 	SP_CHECK(s.work = obj_new(b, TG_O_WORK, st->m->id, pack_work(st->m, p, pk, 1)));
 	s.w[s.nw++] = s.work;
 	int id = task_add(b, &s);
@@ -327,6 +344,8 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	for (int k = k0; k < k0 + n; k++)
 		st->lastB[k * P + pk] = id;
 	st->lastBacc[rep * P + pk] = id;
+	if (tp >= 0)
+		st->lastBacc[ti] = id;
 	return id;
 }
 
@@ -394,6 +413,12 @@ static int validate_input(const struct tg_model *models, int nmodels, const stru
 			SP_CHECK_ARG(p->pack_end[k] > (k ? p->pack_end[k - 1] : 0),
 			             "taskgraph: pack %d is empty or out of order (ends at %d)", k,
 			             p->pack_end[k]);
+		for (int l = 0; l < m->nlayers; l++)
+			SP_CHECK_ARG(!m->layers[l].tied || (m->layers[l].tied_layer >= 0 &&
+			                                    m->layers[l].tied_layer < l),
+			             "taskgraph: layer %d of model %d is tied to layer %d, need an "
+			             "earlier layer (0..%d)",
+			             l, m->id, m->layers[l].tied_layer, l - 1);
 		int per = is_dp(p->sched) ? p->ndev * p->microbatch : p->microbatch;
 		SP_CHECK_ARG(
 		    m->batch >= per && m->batch % per == 0,
@@ -427,14 +452,16 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	b->g->npacks = P;
 	int nrp = nrep * P, nkp = nmb * P;
 	/* the table is the graph's (freed with it from here on); lastX are ours */
-	int *blk = malloc(((size_t)nrp * 3 + (size_t)nkp * 3 + (size_t)nmb * 3) * sizeof(int));
+	int *blk =
+	    malloc(((size_t)P + (size_t)nrp * 3 + (size_t)nkp * 3 + (size_t)nmb * 3) * sizeof(int));
 	st.lastF = malloc(((size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3) * sizeof(int));
 	if (!blk || !st.lastF) {
 		free(blk);
 		rc = sp_error(-ENOMEM, "taskgraph: state for %d packs x %d microbatches", P, nmb);
 		goto out;
 	}
-	mo->W = blk;
+	mo->tie_pack = blk;
+	mo->W = mo->tie_pack + P;
 	mo->G = mo->W + nrp;
 	mo->O = mo->G + nrp;
 	mo->S = mo->O + nrp;
@@ -460,6 +487,25 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	st.lastU = st.lastAR + nrp;
 	for (size_t i = 0; i < (size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3; i++)
 		st.lastF[i] = -1;
+	for (int pk = 0, lo = 0; pk < P; lo = p->pack_end[pk++]) {
+		mo->tie_pack[pk] = -1;
+		for (int l = lo; l < p->pack_end[pk]; l++) {
+			if (!m->layers[l].tied || m->layers[l].tied_layer >= lo)
+				continue; /* untied, or tied inside the pack */
+			int tp = 0;
+			while (p->pack_end[tp] <= m->layers[l].tied_layer)
+				tp++;
+			if (mo->tie_pack[pk] >= 0 && mo->tie_pack[pk] != tp) {
+				rc = sp_error(
+				    -EINVAL,
+				    "taskgraph: pack %d of model %d ties to packs %d and %d "
+				    "(layer %d); a pack may tie to one other pack",
+				    pk, m->id, mo->tie_pack[pk], tp, l);
+				goto out;
+			}
+			mo->tie_pack[pk] = tp;
+		}
+	}
 #define OBJ(dst, kind, bytes)                                           \
 	do {                                                            \
 		if (((dst) = obj_new(b, (kind), m->id, (bytes))) < 0) { \
@@ -778,7 +824,9 @@ int tg_graph_validate(const struct tg_graph *g)
 	int *at = malloc((size_t)g->ntask * sizeof(int) + 1),
 	    *written = calloc((size_t)g->nobj + 1, sizeof(int));
 	int *updc = calloc((size_t)g->nobj + 1, sizeof(int));
-	if (!at || !written || !updc) {
+	int *seen = calloc((size_t)g->ntask + 1, sizeof(int)),
+	    *stack = malloc(((size_t)g->ntask + 1) * sizeof(int));
+	if (!at || !written || !updc || !seen || !stack) {
 		rc = sp_error(-ENOMEM, "taskgraph: validate");
 		goto out;
 	}
@@ -804,16 +852,40 @@ int tg_graph_validate(const struct tg_graph *g)
 		for (int i = 0; i < t->nwrite; i++)
 			written[t->write[i]] = 1;
 		if (t->kind == TG_UPD) {
-			int w = t->read[0];
+			int w = t->read[0], gr = t->read[1];
 			if (++updc[w] > 1)
 				rc = sp_error(-EINVAL, "taskgraph: pack %d updated twice", t->pack);
-			for (int j = n + 1; j < g->ntask && !rc; j++) {
-				const struct tg_task *u = &g->task[g->order[j]];
-				if (u->kind == TG_BWD && u->read[0] == w)
+			/* the executor runs by dependencies, not by this order: every other
+			 * user of W and writer of G must be an ancestor of the UPD (this
+			 * covers a tied pack's FWD/BWD, which use W and G of this pack at
+			 * other list positions) */
+			int sp = 0, mark = t->id + 1; /* marked when pushed: once each */
+			for (int i = 0; i < t->ndep; i++)
+				if (seen[t->dep[i]] != mark) {
+					seen[t->dep[i]] = mark;
+					stack[sp++] = t->dep[i];
+				}
+			while (sp > 0) {
+				const struct tg_task *x = &g->task[stack[--sp]];
+				for (int i = 0; i < x->ndep; i++)
+					if (seen[x->dep[i]] != mark) {
+						seen[x->dep[i]] = mark;
+						stack[sp++] = x->dep[i];
+					}
+			}
+			for (int x = 0; x < g->ntask && !rc; x++) {
+				const struct tg_task *u = &g->task[x];
+				int uses = 0;
+				for (int i = 0; i < u->nread; i++)
+					uses |= u->read[i] == w;
+				for (int i = 0; i < u->nwrite; i++)
+					uses |= u->write[i] == gr;
+				if (x != t->id && uses && seen[x] != mark)
 					rc = sp_error(
 					    -EINVAL,
-					    "taskgraph: BWD task %d of pack %d after its UPD %d",
-					    u->id, u->pack, t->id);
+					    "taskgraph: UPD %d of pack %d does not depend on "
+					    "task %d (kind %d, pack %d) that uses its W or G",
+					    t->id, t->pack, x, u->kind, u->pack);
 			}
 		}
 	}
@@ -826,5 +898,7 @@ out:
 	free(at);
 	free(written);
 	free(updc);
+	free(seen);
+	free(stack);
 	return rc;
 }

@@ -7,7 +7,8 @@
  * volume per link and object kind by replaying each device's order under a capacity
  * (Belady eviction, dirty tracking); tg_time_predict() gives an iteration time.
  * Invariants: every object is written before it is read; one UPD per pack per
- * iteration, after all its BWDs; the global task order is a topological order. */
+ * iteration, after all its BWDs (and those of packs tied to it); the global task
+ * order is a topological order. */
 #ifndef SP_TASKGRAPH_TASKGRAPH_H
 #define SP_TASKGRAPH_TASKGRAPH_H
 
@@ -33,6 +34,12 @@ struct tg_layer {
 	uint64_t work_bytes;             /* constant workspace while running */
 	uint64_t work_bytes_per_sample;  /* workspace that grows with the microbatch */
 	double fwd_flops_per_sample, bwd_flops_per_sample;
+	/* Tied weights (GPT-2's LM head uses the token embedding): with tied = 1 the
+	 * layer also reads the parameters of layer tied_layer (< its own index) in
+	 * forward and backward and accumulates into that layer's gradient. A pack may
+	 * tie to at most one other pack; a tie inside a pack needs nothing extra. */
+	int tied;
+	int tied_layer;
 };
 
 struct tg_model {
@@ -83,17 +90,21 @@ struct tg_plan {
  * executor can find each role by position (below, r = rep, k runs over the
  * task's microbatches mb0..mb0+nmb-1 in order, and W[r,pk] stands for
  * mobj->W[r*P+pk], S[k,pk] for mobj->S[k*P+pk]; "in(k)" is the pack's input,
- * B[k,pk-1], or X[k] for pack 0):
- *   FWD        reads  W[r,pk]; then per k: in(k), Y[k] (last pack only)
+ * B[k,pk-1], or X[k] for pack 0; tp = mobj->tie_pack[pk], its "[tp]" entries are
+ * there only when tp >= 0):
+ *   FWD        reads  W[r,pk]; W[r,tp]; then per k: in(k), Y[k] (last pack only)
  *              writes per k: S[k,pk], B[k,pk]; then its work object
  *   LOSS       reads  per k: B[k,P-1], Y[k]
  *              writes per k: B[k,P-1] (its gradient, in place), L[k]
- *   BWD        reads  W[r,pk]; G[r,pk] unless first to accumulate; then per k:
+ *   BWD        reads  W[r,pk]; W[r,tp]; G[r,pk] unless first to accumulate into it;
+ *              G[r,tp] unless first to accumulate into it; then per k:
  *              S[k,pk], the output gradient (B[k,P-1] for the last pack, else
  *              D[k,pk+1]), in(k) (with or without recompute: every layer's
  *              backward needs its input), Y[k] (last pack only)
- *              writes G[r,pk]; then per k: D[k,pk] (not for pack 0); then its work
- *              object
+ *              writes G[r,pk]; G[r,tp]; then per k: D[k,pk] (not for pack 0); then
+ *              its work object
+ *              (G[r,tp]'s accumulation chain is every BWD of pk and of tp in task-id
+ *              order; the first only writes it: the executor zeroes it)
  *   ALLREDUCE  reads  G[r,pk]  writes G[r,pk]
  *   UPD        reads  W[r,pk], G[r,pk], O[r,pk]  writes W[r,pk], O[r,pk]
  * read[0] is always the W (FWD, BWD, UPD) or G (ALLREDUCE) of the task's own pack. */
@@ -125,6 +136,7 @@ struct tg_model_objs {
 	int nrep;       /* replicas: devices in DP modes, 1 otherwise */
 	int nmb;        /* microbatches per iteration in all: nrep * mper */
 	int mper;       /* microbatches per replica per iteration */
+	int *tie_pack;  /* [pk]: the earlier pack whose weights pack pk also uses, -1 none */
 	int *W, *G, *O; /* [rep*P + pk] weights, gradients, optimizer state */
 	int *S, *B, *D; /* [k*P + pk] stash, boundary output, input gradient */
 	int *X, *Y, *L; /* [k] input, target, loss workspace */
@@ -162,7 +174,9 @@ void tg_graph_free(struct tg_graph *g);
 uint64_t tg_graph_min_capacity(const struct tg_graph *g, int *task);
 
 /* Checks acyclicity (deps point backwards in the order), write-before-read, one UPD
- * per pack after all its BWDs. Returns 0 or -EINVAL with the first violation. */
+ * per pack that depends (transitively) on every other task reading its W or
+ * writing its G (its BWDs, and those of a pack tied to it). Returns 0 or -EINVAL
+ * with the first violation. */
 int tg_graph_validate(const struct tg_graph *g) SP_MUST_CHECK;
 
 struct tg_swap {

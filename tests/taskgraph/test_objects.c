@@ -18,10 +18,13 @@ static void expect(const struct tg_model_objs *mo, const struct tg_task *t, int 
                    int *nr, int *w, int *nw)
 {
 	int P = mo->P, pk = t->pack, i = t->rep * P + pk;
+	int tp = mo->tie_pack[pk], it = t->rep * P + tp;
 	*nr = *nw = 0;
 	switch (t->kind) {
 	case TG_FWD:
 		r[(*nr)++] = mo->W[i];
+		if (tp >= 0)
+			r[(*nr)++] = mo->W[it];
 		for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
 			r[(*nr)++] = pk ? mo->B[k * P + pk - 1] : mo->X[k];
 			if (pk == P - 1)
@@ -40,10 +43,18 @@ static void expect(const struct tg_model_objs *mo, const struct tg_task *t, int 
 		break;
 	case TG_BWD:
 		r[(*nr)++] = mo->W[i];
+		if (tp >= 0)
+			r[(*nr)++] = mo->W[it];
 		if (!first[i])
 			r[(*nr)++] = mo->G[i];
+		if (tp >= 0 && !first[it])
+			r[(*nr)++] = mo->G[it];
 		w[(*nw)++] = mo->G[i];
+		if (tp >= 0)
+			w[(*nw)++] = mo->G[it];
 		first[i] = 0;
+		if (tp >= 0)
+			first[it] = 0;
 		break;
 	case TG_ALLREDUCE:
 		r[(*nr)++] = mo->G[i];
@@ -59,13 +70,15 @@ static void expect(const struct tg_model_objs *mo, const struct tg_task *t, int 
 	}
 }
 
-static void check_orders(const struct tg_model *md, const struct tg_plan *p)
+static void check_orders(const struct tg_model *md, const struct tg_plan *p, int last_tie)
 {
 	struct tg_graph g;
 	CHECK_OK(tg_graph_build(md, 1, p, &g));
 	CHECK_OK(tg_graph_validate(&g));
 	CHECK(g.nmodels == 1 && g.mobj[0].id == md->id && g.mobj[0].P == p->npacks);
 	const struct tg_model_objs *mo = &g.mobj[0];
+	for (int pk = 0; pk < mo->P; pk++)
+		CHECK(mo->tie_pack[pk] == (pk == mo->P - 1 ? last_tie : -1));
 	int dp = p->sched == TG_DP_SWAP || p->sched == TG_HARMONY_DP;
 	CHECK(mo->nrep == (dp ? p->ndev : 1) && mo->nmb == mo->nrep * mo->mper);
 	static int first[MAXL], r[MAXL], w[MAXL];
@@ -146,20 +159,28 @@ int main(void)
 	                      .in_bytes_per_sample = 5,
 	                      .target_bytes_per_sample = 13,
 	                      .loss_bytes_per_sample = 11};
-	for (int s = 0; s < TG_NSCHED; s++)
-		for (int rec = 0; rec < 2; rec++)
-			for (int grp = 1; grp <= 2; grp++) {
-				int dp = s == TG_DP_SWAP || s == TG_HARMONY_DP;
-				struct tg_plan p = {.sched = s,
-				                    .ndev = 2,
-				                    .npacks = 3,
-				                    .pack_end = {1, 3, 4},
-				                    .microbatch = 2,
-				                    .group = grp,
-				                    .recompute = rec};
-				md.batch = 4 * p.microbatch * (dp ? p.ndev : 1);
-				check_orders(&md, &p);
-			}
+	/* packs {0}, {1, 2}, {3}; tie 1: layer 3 (last pack) to layer 0 (pack 0), as
+	 * GPT-2's LM head to the token embedding; tie 2: layer 2 to layer 1, inside a pack */
+	for (int tie = 0; tie < 3; tie++)
+		for (int s = 0; s < TG_NSCHED; s++)
+			for (int rec = 0; rec < 2; rec++)
+				for (int grp = 1; grp <= 2; grp++) {
+					L[3].tied = tie == 1;
+					L[3].tied_layer = 0;
+					L[2].tied = tie == 2;
+					L[2].tied_layer = 1;
+					int dp = s == TG_DP_SWAP || s == TG_HARMONY_DP;
+					struct tg_plan p = {.sched = s,
+					                    .ndev = 2,
+					                    .npacks = 3,
+					                    .pack_end = {1, 3, 4},
+					                    .microbatch = 2,
+					                    .group = grp,
+					                    .recompute = rec};
+					md.batch = 4 * p.microbatch * (dp ? p.ndev : 1);
+					check_orders(&md, &p, tie == 1 ? 0 : -1);
+				}
+	L[3].tied = L[2].tied = 0;
 
 	/* one 3-layer pack, microbatch 2 (by hand, per the rules in taskgraph.h):
 	 * stash = 2 * (7+9+2 stash + 3+5 interior outputs; layer 2's 100 is the boundary) = 52
