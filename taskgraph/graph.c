@@ -265,7 +265,7 @@ static int emit_fwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 }
 
 static int emit_loss(struct bld *b, struct mstate *st, const struct tg_plan *p, int k0, int n,
-                     int rep, int dev)
+                     int rep, int dev, int constrained)
 {
 	struct tspec s = {.kind = TG_LOSS,
 	                  .model = st->m->id,
@@ -274,7 +274,7 @@ static int emit_loss(struct bld *b, struct mstate *st, const struct tg_plan *p, 
 	                  .nmb = n,
 	                  .rep = rep,
 	                  .dev = dev,
-	                  .constrained = 1,
+	                  .constrained = constrained,
 	                  .work = -1};
 	int P = st->P;
 	for (int k = k0; k < k0 + n; k++) {
@@ -545,22 +545,26 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	switch (p->sched) {
 	case TG_DP_SWAP:
 	case TG_HARMONY_DP:
+		/* FWD, LOSS and BWD may be bound late (constrained = 0): any GPU that can
+		 * reach the replica's W and G may run them (Harmony's late binding); dev
+		 * is the replica's GPU, the placement the predictions assume. ALLREDUCE
+		 * and UPD stay on the replica's GPU: the collective has one rank there. */
 		for (int d = 0; d < N; d++) {
 			for (int j = 0; j < mper; j += g) {
 				int k0 = d * mper + j, last = j + g >= mper;
 				for (int pk = 0; pk < P; pk++)
-					E(emit_fwd(b, &st, p, pk, k0, g, d, d, 1));
-				E(emit_loss(b, &st, p, k0, g, d, d));
+					E(emit_fwd(b, &st, p, pk, k0, g, d, d, 0));
+				E(emit_loss(b, &st, p, k0, g, d, d, 0));
 				if (last && p->sched == TG_HARMONY_DP)
 					break; /* last group's backward is interleaved with JIT AR/UPD below */
 				for (int pk = P - 1; pk >= 0; pk--)
-					E(emit_bwd(b, &st, p, pk, k0, g, d, d, 1));
+					E(emit_bwd(b, &st, p, pk, k0, g, d, d, 0));
 			}
 		}
 		if (p->sched == TG_HARMONY_DP) {
 			for (int pk = P - 1; pk >= 0; pk--) {
 				for (int d = 0; d < N; d++)
-					E(emit_bwd(b, &st, p, pk, d * mper + mper - g, g, d, d, 1));
+					E(emit_bwd(b, &st, p, pk, d * mper + mper - g, g, d, d, 0));
 				for (int d = 0; d < N; d++) {
 					E(emit_ar(b, &st, pk, d, d));
 					E(emit_upd(b, &st, p, pk, d, d));
@@ -617,8 +621,8 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 					                   : emit_bwd(b, &st, p, pk, k, 1, 0,
 					                              stage_dev(p, pk), 1);
 					if (e_ >= 0 && kind == 0 && pk == P - 1)
-						e_ =
-						    emit_loss(b, &st, p, k, 1, 0, stage_dev(p, pk));
+						e_ = emit_loss(b, &st, p, k, 1, 0, stage_dev(p, pk),
+						               1);
 					if (e_ < 0) {
 						free(pos);
 						rc = e_;
@@ -646,7 +650,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 		for (int j = 0; j < mper; j += g) {
 			for (int pk = 0; pk < P; pk++)
 				E(emit_fwd(b, &st, p, pk, j, g, 0, stage_dev(p, pk), 1));
-			E(emit_loss(b, &st, p, j, g, 0, stage_dev(p, P - 1)));
+			E(emit_loss(b, &st, p, j, g, 0, stage_dev(p, P - 1), 1));
 			for (int pk = P - 1; pk >= 0; pk--) {
 				E(emit_bwd(b, &st, p, pk, j, g, 0, stage_dev(p, pk), 1));
 				if (j + g >= mper)

@@ -2,7 +2,8 @@
  * read and write sets follow the order documented in taskgraph.h, rebuilt here
  * from the per-model object table (mobj) for every schedule; task replicas;
  * targets read by the last pack and LOSS; BWD reads its input with or without
- * recompute; stash and work sizes of a 3-layer pack; tg_graph_min_capacity on a
+ * recompute; FWD/LOSS/BWD unconstrained in DP modes; stash and work sizes of a
+ * 3-layer pack; tg_graph_min_capacity on a
  * hand-computed case. */
 #include <errno.h>
 #include <stdio.h>
@@ -97,6 +98,12 @@ static void check_orders(const struct tg_model *md, const struct tg_plan *p, int
 		const struct tg_task *t = &g.task[id];
 		CHECK(t->id == id && t->model == md->id);
 		CHECK(t->rep >= 0 && t->rep < mo->nrep);
+		/* late binding: DP modes leave FWD, LOSS and BWD free; the rest is fixed */
+		int fixed = !dp || t->kind == TG_UPD || t->kind == TG_ALLREDUCE;
+		CHECK_MSG(t->constrained == fixed, "%s task %d kind %d constrained %d",
+		          tg_sched_name(p->sched), id, t->kind, t->constrained);
+		if (t->dev >= 0) /* the predicted placement: the replica's GPU, or pack mod N */
+			CHECK(t->dev == (dp ? t->rep : t->pack % p->ndev));
 		if (dp && t->mb0 >= 0 && (t->kind == TG_FWD || t->kind == TG_BWD))
 			CHECK(t->mb0 / mo->mper == t->rep && t->rep == t->dev);
 		int nr, nw;
