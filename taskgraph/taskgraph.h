@@ -5,7 +5,8 @@
  * placement; tg_graph_build() turns models + plan into tasks with read/write sets of
  * memory objects, dependencies and per-device orders. tg_sim_swap() predicts swap
  * volume per link and object kind by replaying each device's order under a capacity
- * (Belady eviction, dirty tracking); tg_time_predict() gives an iteration time.
+ * (the executor's rules: dead objects dropped, Belady eviction, write-back of sole
+ * copies, P2P first); tg_time_predict() gives an iteration time.
  * Invariants: every object is written before it is read; one UPD per pack per
  * iteration, after all its BWDs (and those of packs tied to it); the global task
  * order is a topological order. */
@@ -184,10 +185,25 @@ struct tg_swap {
 	uint64_t peak_stash_objs; /* max stashed-activation objects live on one device */
 };
 
-/* Replays one steady-state iteration (the second of two) on each device with
- * `capacity` bytes. Belady eviction; clean copies are dropped unless
- * writeback_clean (per-GPU virtual memory). Returns 0, or -ENOMEM naming the task
- * whose working set exceeds the capacity. */
+/* Predicts the swap volume of one steady-state iteration (the middle one of three
+ * replays of the global order) with `capacity` bytes per device, by the rules the
+ * executor and the vmm follow (so measured volume can equal it):
+ *  - after a task, an object whose next use (cyclically, across iterations) does
+ *    not read it is dead: dropped from every place, nothing written back;
+ *  - inputs (X, Y) are new data each iteration: at its start they are valid on
+ *    the host only;
+ *  - a task acquires first the objects already on its device, then the others
+ *    (each in read-set then write-set order, each object once); a missing object
+ *    it reads comes by P2P from a device with a valid copy, else by H2D; one it
+ *    only writes moves nothing;
+ *  - room is made by Belady on that device (farthest next use there; ties: least
+ *    recently acquired there, then lower object index); an evicted copy is
+ *    written back (D2H) only if no other valid copy exists and its next use reads
+ *    it, or always with writeback_clean (per-GPU virtual memory: dp-swap);
+ *  - host tasks (UPD on the CPU) pull what they read to the host (D2H when the host
+ *    copy is stale) and drop the device copies of what they write;
+ *  - an ALLREDUCE adds its ring share 2(N-1)/N |G| to P2P.
+ * Returns 0, or -ENOMEM naming the task whose working set exceeds the capacity. */
 int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean,
                 struct tg_swap *out) SP_MUST_CHECK;
 
