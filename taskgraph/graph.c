@@ -394,6 +394,69 @@ static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	return id;
 }
 
+/* Pipeline schedules over units of `unit` microbatches, pack pk on GPU pk mod N.
+ * Each pack has a desired sequence of 2 x units tasks — GPipe: all forwards, then
+ * all backwards; 1F1B: P-1-pk warm-up forwards, then one forward / one backward,
+ * then the cool-down backwards — emitted in a topological interleaving (a sweep
+ * over the packs emits each one's next task once its inputs exist), so the
+ * per-GPU sequences merge the packs they hold. jit: a pack's UPD right after its
+ * last BWD (Harmony); otherwise all UPDs at the flush. */
+static int emit_pipeline(struct bld *b, struct mstate *st, const struct tg_plan *p, int unit,
+                         int jit)
+{
+	int P = st->P, nu = st->mo->mper / unit, done = 0, total = 2 * P * nu, rc = 0;
+	int *pos = calloc((size_t)P, sizeof(int));
+	if (!pos)
+		return sp_error(-ENOMEM, "taskgraph: pipeline state of %d packs", P);
+	while (done < total && !rc) {
+		int progressed = 0;
+		for (int pk = 0; pk < P && !rc; pk++) {
+			int i = pos[pk], fwd, u;
+			if (i >= 2 * nu)
+				continue;
+			int w = p->sched == TG_GPIPE ? nu : (P - 1 - pk < nu ? P - 1 - pk : nu);
+			if (i < w) {
+				fwd = 1;
+				u = i;
+			} else if (i - w < 2 * (nu - w)) {
+				int r = i - w; /* steady state: F, B alternate */
+				fwd = r % 2 == 0;
+				u = fwd ? w + r / 2 : r / 2;
+			} else {
+				fwd = 0;
+				u = i - nu;
+			}
+			int k = u * unit, dev = stage_dev(p, pk);
+			int ok = fwd ? (pk == 0 || st->lastF[k * P + pk - 1] >= 0)
+			             : (st->lastF[k * P + pk] >= 0 &&
+			                (pk == P - 1 ? st->lastL[k] >= 0
+			                             : st->lastB[k * P + pk + 1] >= 0));
+			if (!ok)
+				continue;
+			rc = fwd ? emit_fwd(b, st, p, pk, k, unit, 0, dev, 1)
+			         : emit_bwd(b, st, p, pk, k, unit, 0, dev, 1);
+			if (rc >= 0 && fwd && pk == P - 1)
+				rc = emit_loss(b, st, p, k, unit, 0, dev, 1);
+			if (rc >= 0 && !fwd && jit && i + 1 == 2 * nu)
+				rc = emit_upd(b, st, p, pk, 0, dev);
+			rc = rc < 0 ? rc : 0;
+			pos[pk]++;
+			done++;
+			progressed = 1;
+		}
+		if (!rc && !progressed)
+			rc = sp_error(-EINVAL,
+			              "taskgraph: pipeline order deadlocks (%d of %d emitted)",
+			              done, total);
+	}
+	for (int pk = 0; pk < P && !rc && !jit; pk++) {
+		rc = emit_upd(b, st, p, pk, 0, stage_dev(p, pk));
+		rc = rc < 0 ? rc : 0;
+	}
+	free(pos);
+	return rc;
+}
+
 static int validate_input(const struct tg_model *models, int nmodels, const struct tg_plan *p)
 {
 	SP_CHECK_ARG(models && nmodels > 0, "taskgraph: no models (nmodels = %d)", nmodels);
@@ -580,83 +643,11 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 		}
 		break;
 	case TG_GPIPE:
-	case TG_1F1B:
-		/* desired per-stage sequences, emitted in a topological interleaving */
-		{
-			int *pos = calloc((size_t)P, sizeof(int)), done = 0, total = 2 * P * mper;
-			if (!pos) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			while (done < total) {
-				int progressed = 0;
-				for (int pk = 0; pk < P; pk++) {
-					int i = pos[pk], kind, k;
-					if (i >= 2 * mper)
-						continue;
-					int w = p->sched == TG_GPIPE
-					            ? mper
-					            : (P - 1 - pk < mper ? P - 1 - pk : mper);
-					if (i < w) {
-						kind = 0;
-						k = i;
-					} else if (i - w < 2 * (mper - w)) {
-						int r = i - w; /* steady state: F, B alternate */
-						kind = r % 2;
-						k = kind ? r / 2 : w + r / 2;
-					} else {
-						kind = 1;
-						k = i - mper;
-					}
-					int ok =
-					    kind == 0
-					        ? (pk == 0 || st.lastF[k * P + pk - 1] >= 0)
-					        : (st.lastF[k * P + pk] >= 0 &&
-					           (pk == P - 1 ? st.lastL[k] >= 0
-					                        : st.lastB[k * P + pk + 1] >= 0));
-					if (!ok)
-						continue;
-					int e_ = kind == 0 ? emit_fwd(b, &st, p, pk, k, 1, 0,
-					                              stage_dev(p, pk), 1)
-					                   : emit_bwd(b, &st, p, pk, k, 1, 0,
-					                              stage_dev(p, pk), 1);
-					if (e_ >= 0 && kind == 0 && pk == P - 1)
-						e_ = emit_loss(b, &st, p, k, 1, 0, stage_dev(p, pk),
-						               1);
-					if (e_ < 0) {
-						free(pos);
-						rc = e_;
-						goto out;
-					}
-					pos[pk]++;
-					done++;
-					progressed = 1;
-				}
-				if (!progressed) {
-					free(pos);
-					rc = sp_error(-EINVAL,
-					              "taskgraph: pipeline order deadlocks (%d of "
-					              "%d emitted)",
-					              done, total);
-					goto out;
-				}
-			}
-			free(pos);
-			for (int pk = 0; pk < P; pk++)
-				E(emit_upd(b, &st, p, pk, 0, stage_dev(p, pk)));
-		}
-		break;
+	case TG_1F1B: E(emit_pipeline(b, &st, p, 1, 0)); break;
 	case TG_HARMONY_PP:
-		for (int j = 0; j < mper; j += g) {
-			for (int pk = 0; pk < P; pk++)
-				E(emit_fwd(b, &st, p, pk, j, g, 0, stage_dev(p, pk), 1));
-			E(emit_loss(b, &st, p, j, g, 0, stage_dev(p, P - 1), 1));
-			for (int pk = P - 1; pk >= 0; pk--) {
-				E(emit_bwd(b, &st, p, pk, j, g, 0, stage_dev(p, pk), 1));
-				if (j + g >= mper)
-					E(emit_upd(b, &st, p, pk, 0, stage_dev(p, pk)));
-			}
-		}
+		/* the same pipeline with groups as its units (weights come in once per
+		 * group) and each pack's update just in time */
+		E(emit_pipeline(b, &st, p, g, 1));
 		break;
 	default: break;
 	}
