@@ -62,9 +62,9 @@ static int obj_new(struct bld *b, int kind, int model, uint64_t bytes)
 /* Largest group (microbatches per task); sizes the task lists below. */
 #define TG_MAX_GROUP 128
 
-/* lists: reads, writes, deps as (ptr,count); stored as pool offsets first. A BWD
- * of a full group has the longest lists: 4 reads, 2 writes and 2 deps per
- * microbatch plus a few per task. */
+/* lists: reads, writes, deps as (ptr,count); stored as pool offsets first. Per
+ * microbatch a task lists at most 4 reads (BWD of the last pack), 2 writes (FWD,
+ * LOSS) and 2 deps (BWD), plus a few per task. */
 struct tspec {
 	int kind, model, pack, mb0, nmb, rep, dev, constrained, work;
 	double flops;

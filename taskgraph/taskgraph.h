@@ -104,8 +104,10 @@ struct tg_plan {
  *              backward needs its input), Y[k] (last pack only)
  *              writes G[r,pk]; G[r,tp]; then per k: D[k,pk] (not for pack 0); then
  *              its work object
- *              (G[r,tp]'s accumulation chain is every BWD of pk and of tp in task-id
- *              order; the first only writes it: the executor zeroes it)
+ *              (a G's accumulation chain is every BWD of replica r that adds to it —
+ *              its own pack's and those of the packs tied to it — in task-id order,
+ *              each depending on the one before; the first only writes G: the
+ *              executor zeroes it)
  *   ALLREDUCE  reads  G[r,pk]  writes G[r,pk]
  *   UPD        reads  W[r,pk], G[r,pk], O[r,pk]  writes W[r,pk], O[r,pk]
  * read[0] is always the W (FWD, BWD, UPD) or G (ALLREDUCE) of the task's own pack. */
