@@ -51,7 +51,7 @@ static int obj_new(struct bld *b, int kind, int model, uint64_t bytes)
 		int nc = b->ocap ? 2 * b->ocap : 1024;
 		struct tg_obj *no = realloc(g->obj, (size_t)nc * sizeof(*no));
 		if (!no)
-			return -ENOMEM;
+			return sp_error(-ENOMEM, "taskgraph: %d objects", nc);
 		g->obj = no;
 		b->ocap = nc;
 	}
@@ -59,11 +59,16 @@ static int obj_new(struct bld *b, int kind, int model, uint64_t bytes)
 	return g->nobj++;
 }
 
-/* lists: reads, writes, deps as (ptr,count); stored as pool offsets first. */
+/* Largest group (microbatches per task); sizes the task lists below. */
+#define TG_MAX_GROUP 128
+
+/* lists: reads, writes, deps as (ptr,count); stored as pool offsets first. Per
+ * microbatch a task lists at most 4 reads (BWD of the last pack), 2 writes (FWD,
+ * LOSS) and 2 deps (BWD), plus a few per task. */
 struct tspec {
-	int kind, model, pack, mb0, nmb, dev, constrained;
+	int kind, model, pack, mb0, nmb, rep, dev, constrained, work;
 	double flops;
-	int r[512], nr, w[512], nw, d[1024], nd;
+	int r[4 * TG_MAX_GROUP + 8], nr, w[2 * TG_MAX_GROUP + 8], nw, d[2 * TG_MAX_GROUP + 8], nd;
 };
 
 static int task_add(struct bld *b, struct tspec *s)
@@ -73,7 +78,7 @@ static int task_add(struct bld *b, struct tspec *s)
 		int nc = b->tcap ? 2 * b->tcap : 1024;
 		struct tg_task *nt = realloc(g->task, (size_t)nc * sizeof(*nt));
 		if (!nt)
-			return -ENOMEM;
+			return sp_error(-ENOMEM, "taskgraph: %d tasks", nc);
 		g->task = nt;
 		b->tcap = nc;
 	}
@@ -85,8 +90,10 @@ static int task_add(struct bld *b, struct tspec *s)
 	t->pack = s->pack;
 	t->mb0 = s->mb0;
 	t->nmb = s->nmb;
+	t->rep = s->rep;
 	t->dev = s->dev;
 	t->constrained = s->constrained;
+	t->work = s->work;
 	t->flops = s->flops;
 	/* offsets stored in the pointers' place as indices; fixed up at the end */
 	t->nread = s->nr;
@@ -105,7 +112,7 @@ static int task_add(struct bld *b, struct tspec *s)
 		int nc = b->seqcap[q] ? 2 * b->seqcap[q] : 256;
 		int *ns = realloc(b->seq[q], (size_t)nc * sizeof(int));
 		if (!ns)
-			return -ENOMEM;
+			return sp_error(-ENOMEM, "taskgraph: sequence of %d tasks", nc);
 		b->seq[q] = ns;
 		b->seqcap[q] = nc;
 	}
@@ -121,19 +128,23 @@ void tg_graph_free(struct tg_graph *g)
 	free(g->obj);
 	free(g->pool);
 	free(g->order);
+	for (int i = 0; g->mobj && i < g->nmodels; i++)
+		free(g->mobj[i].tie_pack); /* base of the model's one block */
+	free(g->mobj);
 	memset(g, 0, sizeof(*g));
 }
 
-/* per-model build state */
+/* per-model build state: the graph's object table of the model and, for the
+ * dependencies, the last task of each role (task ids, -1 none) */
 struct mstate {
 	const struct tg_model *m;
-	int P, nrep, nmbtot;
-	int *W, *G, *O;             /* [rep*P + p] */
-	int *S, *B, *D, *X, *L;     /* [k*P + p] or [k] */
-	int *lastF, *lastB, *lastL; /* task ids [k*P+p], -1 */
+	struct tg_model_objs *mo;
+	int P;
+	int *W, *G, *O;             /* = mo's, [rep*P + p] */
+	int *S, *B, *D, *X, *Y, *L; /* = mo's, [k*P + p] or [k] */
+	int *lastF, *lastB, *lastL; /* [k*P+p] or [k] */
 	int *lastBacc;              /* [rep*P+p] last BWD accumulating G */
 	int *lastAR, *lastU;        /* [rep*P+p] */
-	int *lastUprev;
 };
 
 static uint64_t pack_sum(const struct tg_model *m, const struct tg_plan *p, int pk, int what)
@@ -148,10 +159,45 @@ static uint64_t pack_sum(const struct tg_model *m, const struct tg_plan *p, int 
 		case 2: s += L->opt_bytes; break;
 		case 3: s += L->stash_bytes_per_sample; break;
 		case 4: s = L->out_bytes_per_sample; break;
-		case 5: s += L->work_bytes; break;
 		}
 	}
 	return s;
+}
+
+/* Stash of pack pk per sample, recompute aside: what its layers keep for their
+ * backward, plus the outputs of all but its last layer, which are the inputs the
+ * later layers' backward needs (the last one's output is the boundary B). */
+static uint64_t pack_stash(const struct tg_model *m, const struct tg_plan *p, int pk)
+{
+	int lo = pk ? p->pack_end[pk - 1] : 0, hi = p->pack_end[pk];
+	uint64_t s = pack_sum(m, p, pk, 3);
+	for (int l = lo; l < hi - 1; l++)
+		s += m->layers[l].out_bytes_per_sample;
+	return s;
+}
+
+/* Workspace of a FWD (bwd = 0) or BWD task of pack pk, per microbatch: a pack runs
+ * its layers one after another on one microbatch at a time, so the largest layer
+ * workspace is enough; the backward also holds two input-gradient buffers that
+ * alternate between layers and, with recompute, the stash it rebuilds. */
+static uint64_t pack_work(const struct tg_model *m, const struct tg_plan *p, int pk, int bwd)
+{
+	int lo = pk ? p->pack_end[pk - 1] : 0, hi = p->pack_end[pk];
+	uint64_t mb = (uint64_t)p->microbatch, w = 0, dmax = 0;
+	for (int l = lo; l < hi; l++) {
+		const struct tg_layer *L = &m->layers[l];
+		uint64_t lw = L->work_bytes + L->work_bytes_per_sample * mb;
+		if (lw > w)
+			w = lw;
+		if (l < hi - 1 && L->out_bytes_per_sample > dmax)
+			dmax = L->out_bytes_per_sample;
+	}
+	if (bwd) {
+		w += 2 * dmax * mb; /* 0 for a one-layer pack */
+		if (p->recompute)
+			w += pack_stash(m, p, pk) * mb;
+	}
+	return w;
 }
 
 static double pack_flops(const struct tg_model *m, const struct tg_plan *p, int pk, int bwd)
@@ -184,13 +230,23 @@ static int emit_fwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	                  .pack = pk,
 	                  .mb0 = k0,
 	                  .nmb = n,
+	                  .rep = rep,
 	                  .dev = dev,
-	                  .constrained = constrained};
+	                  .constrained = constrained,
+	                  .work = -1};
 	int P = st->P;
 	s.flops = pack_flops(st->m, p, pk, 0) * p->microbatch * n;
 	s.r[s.nr++] = st->W[rep * P + pk];
+	int tp = st->mo->tie_pack[pk];
+	if (tp >= 0) {
+		s.r[s.nr++] = st->W[rep * P + tp];
+		if (st->lastU[rep * P + tp] >= 0)
+			s.d[s.nd++] = st->lastU[rep * P + tp];
+	}
 	for (int k = k0; k < k0 + n; k++) {
 		s.r[s.nr++] = pk ? st->B[k * P + pk - 1] : st->X[k];
+		if (pk == P - 1)
+			s.r[s.nr++] = st->Y[k];
 		s.w[s.nw++] = st->S[k * P + pk];
 		s.w[s.nw++] = st->B[k * P + pk];
 		if (pk)
@@ -198,6 +254,8 @@ static int emit_fwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	}
 	if (st->lastU[rep * P + pk] >= 0)
 		s.d[s.nd++] = st->lastU[rep * P + pk];
+	SP_CHECK(s.work = obj_new(b, TG_O_WORK, st->m->id, pack_work(st->m, p, pk, 0)));
+	s.w[s.nw++] = s.work;
 	int id = task_add(b, &s);
 	if (id < 0)
 		return id;
@@ -207,18 +265,21 @@ static int emit_fwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 }
 
 static int emit_loss(struct bld *b, struct mstate *st, const struct tg_plan *p, int k0, int n,
-                     int dev)
+                     int rep, int dev, int constrained)
 {
 	struct tspec s = {.kind = TG_LOSS,
 	                  .model = st->m->id,
 	                  .pack = st->P - 1,
 	                  .mb0 = k0,
 	                  .nmb = n,
+	                  .rep = rep,
 	                  .dev = dev,
-	                  .constrained = 1};
+	                  .constrained = constrained,
+	                  .work = -1};
 	int P = st->P;
 	for (int k = k0; k < k0 + n; k++) {
 		s.r[s.nr++] = st->B[k * P + P - 1];
+		s.r[s.nr++] = st->Y[k];
 		s.w[s.nw++] = st->B[k * P + P - 1]; /* output gradient, in place */
 		s.w[s.nw++] = st->L[k];             /* workspace (logits), dead after */
 		s.d[s.nd++] = st->lastF[k * P + P - 1];
@@ -240,20 +301,32 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	                  .pack = pk,
 	                  .mb0 = k0,
 	                  .nmb = n,
+	                  .rep = rep,
 	                  .dev = dev,
-	                  .constrained = constrained};
+	                  .constrained = constrained,
+	                  .work = -1};
 	int P = st->P;
 	s.flops = pack_flops(st->m, p, pk, 1) * p->microbatch * n;
+	/* a tie joins the tied pack's accumulation chain: reads and writes its G after
+	 * the chain's last task, or only writes it when first (the executor zeroes it) */
+	int tp = st->mo->tie_pack[pk], ti = rep * P + tp;
+	int acc = st->lastBacc[rep * P + pk] >= 0, tacc = tp >= 0 && st->lastBacc[ti] >= 0;
 	s.r[s.nr++] = st->W[rep * P + pk];
-	int acc = st->lastBacc[rep * P + pk] >= 0;
+	if (tp >= 0)
+		s.r[s.nr++] = st->W[ti];
 	if (acc)
 		s.r[s.nr++] = st->G[rep * P + pk];
+	if (tacc)
+		s.r[s.nr++] = st->G[ti];
 	s.w[s.nw++] = st->G[rep * P + pk];
+	if (tp >= 0)
+		s.w[s.nw++] = st->G[ti];
 	for (int k = k0; k < k0 + n; k++) {
 		s.r[s.nr++] = st->S[k * P + pk];
 		s.r[s.nr++] = pk == P - 1 ? st->B[k * P + pk] : st->D[k * P + pk + 1];
-		if (p->recompute)
-			s.r[s.nr++] = pk ? st->B[k * P + pk - 1] : st->X[k];
+		s.r[s.nr++] = pk ? st->B[k * P + pk - 1] : st->X[k];
+		if (pk == P - 1)
+			s.r[s.nr++] = st->Y[k];
 		if (pk)
 			s.w[s.nw++] = st->D[k * P + pk];
 		s.d[s.nd++] = st->lastF[k * P + pk];
@@ -261,23 +334,34 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	}
 	if (acc)
 		s.d[s.nd++] = st->lastBacc[rep * P + pk];
+	if (tacc)
+		s.d[s.nd++] = st->lastBacc[ti];
+	SP_CHECK(s.work = obj_new(b, TG_O_WORK, st->m->id, pack_work(st->m, p, pk, 1)));
+	s.w[s.nw++] = s.work;
 	int id = task_add(b, &s);
 	if (id < 0)
 		return id;
 	for (int k = k0; k < k0 + n; k++)
 		st->lastB[k * P + pk] = id;
 	st->lastBacc[rep * P + pk] = id;
+	if (tp >= 0)
+		st->lastBacc[ti] = id;
 	return id;
 }
 
 static int emit_ar(struct bld *b, struct mstate *st, int pk, int rep, int dev)
 {
-	struct tspec s = {
-	    .kind = TG_ALLREDUCE, .model = st->m->id, .pack = pk, .dev = dev, .constrained = 1};
+	struct tspec s = {.kind = TG_ALLREDUCE,
+	                  .model = st->m->id,
+	                  .pack = pk,
+	                  .rep = rep,
+	                  .dev = dev,
+	                  .constrained = 1,
+	                  .work = -1};
 	int P = st->P;
 	s.r[s.nr++] = st->G[rep * P + pk];
 	s.w[s.nw++] = st->G[rep * P + pk];
-	for (int r = 0; r < st->nrep; r++)
+	for (int r = 0; r < st->mo->nrep; r++)
 		s.d[s.nd++] = st->lastBacc[r * P + pk];
 	int id = task_add(b, &s);
 	if (id >= 0)
@@ -291,8 +375,10 @@ static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	struct tspec s = {.kind = TG_UPD,
 	                  .model = st->m->id,
 	                  .pack = pk,
+	                  .rep = rep,
 	                  .dev = p->upd_cpu ? -1 : dev,
-	                  .constrained = 1};
+	                  .constrained = 1,
+	                  .work = -1};
 	int P = st->P, i = rep * P + pk;
 	s.flops = 0;
 	s.r[s.nr++] = st->W[i];
@@ -306,6 +392,69 @@ static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	if (id >= 0)
 		st->lastU[i] = id;
 	return id;
+}
+
+/* Pipeline schedules over units of `unit` microbatches, pack pk on GPU pk mod N.
+ * Each pack has a desired sequence of 2 x units tasks — GPipe: all forwards, then
+ * all backwards; 1F1B: P-1-pk warm-up forwards, then one forward / one backward,
+ * then the cool-down backwards — emitted in a topological interleaving (a sweep
+ * over the packs emits each one's next task once its inputs exist), so the
+ * per-GPU sequences merge the packs they hold. jit: a pack's UPD right after its
+ * last BWD (Harmony); otherwise all UPDs at the flush. */
+static int emit_pipeline(struct bld *b, struct mstate *st, const struct tg_plan *p, int unit,
+                         int jit)
+{
+	int P = st->P, nu = st->mo->mper / unit, done = 0, total = 2 * P * nu, rc = 0;
+	int *pos = calloc((size_t)P, sizeof(int));
+	if (!pos)
+		return sp_error(-ENOMEM, "taskgraph: pipeline state of %d packs", P);
+	while (done < total && !rc) {
+		int progressed = 0;
+		for (int pk = 0; pk < P && !rc; pk++) {
+			int i = pos[pk], fwd, u;
+			if (i >= 2 * nu)
+				continue;
+			int w = p->sched == TG_GPIPE ? nu : (P - 1 - pk < nu ? P - 1 - pk : nu);
+			if (i < w) {
+				fwd = 1;
+				u = i;
+			} else if (i - w < 2 * (nu - w)) {
+				int r = i - w; /* steady state: F, B alternate */
+				fwd = r % 2 == 0;
+				u = fwd ? w + r / 2 : r / 2;
+			} else {
+				fwd = 0;
+				u = i - nu;
+			}
+			int k = u * unit, dev = stage_dev(p, pk);
+			int ok = fwd ? (pk == 0 || st->lastF[k * P + pk - 1] >= 0)
+			             : (st->lastF[k * P + pk] >= 0 &&
+			                (pk == P - 1 ? st->lastL[k] >= 0
+			                             : st->lastB[k * P + pk + 1] >= 0));
+			if (!ok)
+				continue;
+			rc = fwd ? emit_fwd(b, st, p, pk, k, unit, 0, dev, 1)
+			         : emit_bwd(b, st, p, pk, k, unit, 0, dev, 1);
+			if (rc >= 0 && fwd && pk == P - 1)
+				rc = emit_loss(b, st, p, k, unit, 0, dev, 1);
+			if (rc >= 0 && !fwd && jit && i + 1 == 2 * nu)
+				rc = emit_upd(b, st, p, pk, 0, dev);
+			rc = rc < 0 ? rc : 0;
+			pos[pk]++;
+			done++;
+			progressed = 1;
+		}
+		if (!rc && !progressed)
+			rc = sp_error(-EINVAL,
+			              "taskgraph: pipeline order deadlocks (%d of %d emitted)",
+			              done, total);
+	}
+	for (int pk = 0; pk < P && !rc && !jit; pk++) {
+		rc = emit_upd(b, st, p, pk, 0, stage_dev(p, pk));
+		rc = rc < 0 ? rc : 0;
+	}
+	free(pos);
+	return rc;
 }
 
 static int validate_input(const struct tg_model *models, int nmodels, const struct tg_plan *p)
@@ -327,6 +476,12 @@ static int validate_input(const struct tg_model *models, int nmodels, const stru
 			SP_CHECK_ARG(p->pack_end[k] > (k ? p->pack_end[k - 1] : 0),
 			             "taskgraph: pack %d is empty or out of order (ends at %d)", k,
 			             p->pack_end[k]);
+		for (int l = 0; l < m->nlayers; l++)
+			SP_CHECK_ARG(!m->layers[l].tied || (m->layers[l].tied_layer >= 0 &&
+			                                    m->layers[l].tied_layer < l),
+			             "taskgraph: layer %d of model %d is tied to layer %d, need an "
+			             "earlier layer (0..%d)",
+			             l, m->id, m->layers[l].tied_layer, l - 1);
 		int per = is_dp(p->sched) ? p->ndev * p->microbatch : p->microbatch;
 		SP_CHECK_ARG(
 		    m->batch >= per && m->batch % per == 0,
@@ -338,7 +493,8 @@ static int validate_input(const struct tg_model *models, int nmodels, const stru
 		             "taskgraph: group %d larger than the %d microbatches per %s "
 		             "(by %d)",
 		             grp, mm, is_dp(p->sched) ? "device" : "iteration", grp - mm);
-		SP_CHECK_ARG(grp <= 128, "taskgraph: group %d above the limit 128", grp);
+		SP_CHECK_ARG(grp <= TG_MAX_GROUP, "taskgraph: group %d above the limit %d", grp,
+		             TG_MAX_GROUP);
 		SP_CHECK_ARG(mm % grp == 0, "taskgraph: group %d does not divide %d microbatches",
 		             grp, mm);
 	}
@@ -348,60 +504,98 @@ static int validate_input(const struct tg_model *models, int nmodels, const stru
 static int build_model(struct bld *b, const struct tg_model *m, const struct tg_plan *p)
 {
 	int rc = 0, P = p->npacks, N = p->ndev;
-	struct mstate st = {.m = m, .P = P};
+	struct tg_model_objs *mo = &b->g->mobj[b->g->nmodels];
+	struct mstate st = {.m = m, .mo = mo, .P = P};
 	int dp = is_dp(p->sched);
-	st.nrep = dp ? N : 1;
+	int nrep = dp ? N : 1;
 	int mper = m->batch / (dp ? N * p->microbatch : p->microbatch);
-	st.nmbtot = mper * st.nrep;
+	int nmb = mper * nrep;
+	*mo = (struct tg_model_objs){.id = m->id, .P = P, .nrep = nrep, .nmb = nmb, .mper = mper};
 	b->g->m = mper;
 	b->g->npacks = P;
-	int nrp = st.nrep * P, nkp = st.nmbtot * P;
-	st.W = calloc((size_t)nrp * 7, sizeof(int));
-	st.S = calloc((size_t)nkp * 5 + (size_t)st.nmbtot * 3, sizeof(int));
-	if (!st.W || !st.S) {
-		rc = sp_error(-ENOMEM, "taskgraph: state for %d packs x %d microbatches", P,
-		              st.nmbtot);
+	int nrp = nrep * P, nkp = nmb * P;
+	/* the table is the graph's (freed with it from here on); lastX are ours */
+	int *blk =
+	    malloc(((size_t)P + (size_t)nrp * 3 + (size_t)nkp * 3 + (size_t)nmb * 3) * sizeof(int));
+	st.lastF = malloc(((size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3) * sizeof(int));
+	if (!blk || !st.lastF) {
+		free(blk);
+		rc = sp_error(-ENOMEM, "taskgraph: state for %d packs x %d microbatches", P, nmb);
 		goto out;
 	}
-	st.G = st.W + nrp;
-	st.O = st.G + nrp;
-	st.lastBacc = st.O + nrp;
+	mo->tie_pack = blk;
+	mo->W = mo->tie_pack + P;
+	mo->G = mo->W + nrp;
+	mo->O = mo->G + nrp;
+	mo->S = mo->O + nrp;
+	mo->B = mo->S + nkp;
+	mo->D = mo->B + nkp;
+	mo->X = mo->D + nkp;
+	mo->Y = mo->X + nmb;
+	mo->L = mo->Y + nmb;
+	b->g->nmodels++;
+	st.W = mo->W;
+	st.G = mo->G;
+	st.O = mo->O;
+	st.S = mo->S;
+	st.B = mo->B;
+	st.D = mo->D;
+	st.X = mo->X;
+	st.Y = mo->Y;
+	st.L = mo->L;
+	st.lastB = st.lastF + nkp;
+	st.lastL = st.lastB + nkp;
+	st.lastBacc = st.lastL + nmb;
 	st.lastAR = st.lastBacc + nrp;
 	st.lastU = st.lastAR + nrp;
-	st.B = st.S + nkp;
-	st.D = st.B + nkp;
-	st.lastF = st.D + nkp;
-	st.lastB = st.lastF + nkp;
-	st.X = st.lastB + nkp;
-	st.L = st.X + st.nmbtot;
-	st.lastL = st.L + st.nmbtot;
+	for (size_t i = 0; i < (size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3; i++)
+		st.lastF[i] = -1;
+	for (int pk = 0, lo = 0; pk < P; lo = p->pack_end[pk++]) {
+		mo->tie_pack[pk] = -1;
+		for (int l = lo; l < p->pack_end[pk]; l++) {
+			if (!m->layers[l].tied || m->layers[l].tied_layer >= lo)
+				continue; /* untied, or tied inside the pack */
+			int tp = 0;
+			while (p->pack_end[tp] <= m->layers[l].tied_layer)
+				tp++;
+			if (mo->tie_pack[pk] >= 0 && mo->tie_pack[pk] != tp) {
+				rc = sp_error(
+				    -EINVAL,
+				    "taskgraph: pack %d of model %d ties to packs %d and %d "
+				    "(layer %d); a pack may tie to one other pack",
+				    pk, m->id, mo->tie_pack[pk], tp, l);
+				goto out;
+			}
+			mo->tie_pack[pk] = tp;
+		}
+	}
+#define OBJ(dst, kind, bytes)                                           \
+	do {                                                            \
+		if (((dst) = obj_new(b, (kind), m->id, (bytes))) < 0) { \
+			rc = (dst);                                     \
+			goto out;                                       \
+		}                                                       \
+	} while (0)
 	for (int i = 0; i < nrp; i++) {
 		int pk = i % P;
-		st.W[i] = obj_new(b, TG_O_WEIGHT, m->id, pack_sum(m, p, pk, 0));
-		st.G[i] = obj_new(b, TG_O_GRAD, m->id, pack_sum(m, p, pk, 1));
-		st.O[i] = obj_new(b, TG_O_OPT, m->id, pack_sum(m, p, pk, 2));
-		st.lastBacc[i] = st.lastAR[i] = st.lastU[i] = -1;
+		OBJ(st.W[i], TG_O_WEIGHT, pack_sum(m, p, pk, 0));
+		OBJ(st.G[i], TG_O_GRAD, pack_sum(m, p, pk, 1));
+		OBJ(st.O[i], TG_O_OPT, pack_sum(m, p, pk, 2));
 	}
 	uint64_t mb = (uint64_t)p->microbatch;
-	for (int k = 0; k < st.nmbtot; k++) {
-		st.X[k] = obj_new(b, TG_O_INPUT, m->id, m->in_bytes_per_sample * mb);
-		st.L[k] = obj_new(b, TG_O_WORK, m->id, m->loss_bytes_per_sample * mb);
-		st.lastL[k] = -1;
+	for (int k = 0; k < nmb; k++) {
+		OBJ(st.X[k], TG_O_INPUT, m->in_bytes_per_sample * mb);
+		OBJ(st.Y[k], TG_O_INPUT, m->target_bytes_per_sample * mb);
+		OBJ(st.L[k], TG_O_WORK, m->loss_bytes_per_sample * mb);
 		for (int pk = 0; pk < P; pk++) {
-			uint64_t stash = p->recompute ? 0 : pack_sum(m, p, pk, 3) * mb;
-			st.S[k * P + pk] = obj_new(b, TG_O_STASH, m->id, stash);
-			st.B[k * P + pk] =
-			    obj_new(b, TG_O_BOUNDARY, m->id, pack_sum(m, p, pk, 4) * mb);
+			uint64_t stash = p->recompute ? 0 : pack_stash(m, p, pk) * mb;
+			OBJ(st.S[k * P + pk], TG_O_STASH, stash);
+			OBJ(st.B[k * P + pk], TG_O_BOUNDARY, pack_sum(m, p, pk, 4) * mb);
 			uint64_t din = pk ? pack_sum(m, p, pk - 1, 4) * mb : 0;
-			st.D[k * P + pk] = obj_new(b, TG_O_BOUNDARY, m->id, din);
-			st.lastF[k * P + pk] = st.lastB[k * P + pk] = -1;
+			OBJ(st.D[k * P + pk], TG_O_BOUNDARY, din);
 		}
 	}
-	for (int i = 0; i < b->g->nobj; i++)
-		if (b->g->obj[i].kind < 0) {
-			rc = -ENOMEM;
-			goto out;
-		}
+#undef OBJ
 	int g = (p->sched == TG_HARMONY_DP || p->sched == TG_HARMONY_PP) ? p->group : 1;
 #define E(call)                   \
 	do {                      \
@@ -414,22 +608,26 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	switch (p->sched) {
 	case TG_DP_SWAP:
 	case TG_HARMONY_DP:
+		/* FWD, LOSS and BWD may be bound late (constrained = 0): any GPU that can
+		 * reach the replica's W and G may run them (Harmony's late binding); dev
+		 * is the replica's GPU, the placement the predictions assume. ALLREDUCE
+		 * and UPD stay on the replica's GPU: the collective has one rank there. */
 		for (int d = 0; d < N; d++) {
 			for (int j = 0; j < mper; j += g) {
 				int k0 = d * mper + j, last = j + g >= mper;
 				for (int pk = 0; pk < P; pk++)
-					E(emit_fwd(b, &st, p, pk, k0, g, d, d, 1));
-				E(emit_loss(b, &st, p, k0, g, d));
+					E(emit_fwd(b, &st, p, pk, k0, g, d, d, 0));
+				E(emit_loss(b, &st, p, k0, g, d, d, 0));
 				if (last && p->sched == TG_HARMONY_DP)
 					break; /* last group's backward is interleaved with JIT AR/UPD below */
 				for (int pk = P - 1; pk >= 0; pk--)
-					E(emit_bwd(b, &st, p, pk, k0, g, d, d, 1));
+					E(emit_bwd(b, &st, p, pk, k0, g, d, d, 0));
 			}
 		}
 		if (p->sched == TG_HARMONY_DP) {
 			for (int pk = P - 1; pk >= 0; pk--) {
 				for (int d = 0; d < N; d++)
-					E(emit_bwd(b, &st, p, pk, d * mper + mper - g, g, d, d, 1));
+					E(emit_bwd(b, &st, p, pk, d * mper + mper - g, g, d, d, 0));
 				for (int d = 0; d < N; d++) {
 					E(emit_ar(b, &st, pk, d, d));
 					E(emit_upd(b, &st, p, pk, d, d));
@@ -445,89 +643,17 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 		}
 		break;
 	case TG_GPIPE:
-	case TG_1F1B:
-		/* desired per-stage sequences, emitted in a topological interleaving */
-		{
-			int *pos = calloc((size_t)P, sizeof(int)), done = 0, total = 2 * P * mper;
-			if (!pos) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			while (done < total) {
-				int progressed = 0;
-				for (int pk = 0; pk < P; pk++) {
-					int i = pos[pk], kind, k;
-					if (i >= 2 * mper)
-						continue;
-					int w = p->sched == TG_GPIPE
-					            ? mper
-					            : (P - 1 - pk < mper ? P - 1 - pk : mper);
-					if (i < w) {
-						kind = 0;
-						k = i;
-					} else if (i - w < 2 * (mper - w)) {
-						int r = i - w; /* steady state: F, B alternate */
-						kind = r % 2;
-						k = kind ? r / 2 : w + r / 2;
-					} else {
-						kind = 1;
-						k = i - mper;
-					}
-					int ok =
-					    kind == 0
-					        ? (pk == 0 || st.lastF[k * P + pk - 1] >= 0)
-					        : (st.lastF[k * P + pk] >= 0 &&
-					           (pk == P - 1 ? st.lastL[k] >= 0
-					                        : st.lastB[k * P + pk + 1] >= 0));
-					if (!ok)
-						continue;
-					int e_ = kind == 0 ? emit_fwd(b, &st, p, pk, k, 1, 0,
-					                              stage_dev(p, pk), 1)
-					                   : emit_bwd(b, &st, p, pk, k, 1, 0,
-					                              stage_dev(p, pk), 1);
-					if (e_ >= 0 && kind == 0 && pk == P - 1)
-						e_ = emit_loss(b, &st, p, k, 1, stage_dev(p, pk));
-					if (e_ < 0) {
-						free(pos);
-						rc = e_;
-						goto out;
-					}
-					pos[pk]++;
-					done++;
-					progressed = 1;
-				}
-				if (!progressed) {
-					free(pos);
-					rc = sp_error(-EINVAL,
-					              "taskgraph: pipeline order deadlocks (%d of "
-					              "%d emitted)",
-					              done, total);
-					goto out;
-				}
-			}
-			free(pos);
-			for (int pk = 0; pk < P; pk++)
-				E(emit_upd(b, &st, p, pk, 0, stage_dev(p, pk)));
-		}
-		break;
+	case TG_1F1B: E(emit_pipeline(b, &st, p, 1, 0)); break;
 	case TG_HARMONY_PP:
-		for (int j = 0; j < mper; j += g) {
-			for (int pk = 0; pk < P; pk++)
-				E(emit_fwd(b, &st, p, pk, j, g, 0, stage_dev(p, pk), 1));
-			E(emit_loss(b, &st, p, j, g, stage_dev(p, P - 1)));
-			for (int pk = P - 1; pk >= 0; pk--) {
-				E(emit_bwd(b, &st, p, pk, j, g, 0, stage_dev(p, pk), 1));
-				if (j + g >= mper)
-					E(emit_upd(b, &st, p, pk, 0, stage_dev(p, pk)));
-			}
-		}
+		/* the same pipeline with groups as its units (weights come in once per
+		 * group) and each pack's update just in time */
+		E(emit_pipeline(b, &st, p, g, 1));
 		break;
 	default: break;
 	}
 #undef E
 out:
-	free(st.W);
-	free(st.S);
+	free(st.lastF);
 	return rc;
 }
 
@@ -618,6 +744,11 @@ int tg_graph_build(const struct tg_model *models, int nmodels, const struct tg_p
 	struct tg_graph g = {.ndev = plan->ndev};
 	struct bld b = {.g = &g};
 	int rc = 0, nq = plan->ndev + 1;
+	g.mobj = calloc((size_t)nmodels, sizeof(*g.mobj));
+	if (!g.mobj) {
+		rc = sp_error(-ENOMEM, "taskgraph: tables of %d models", nmodels);
+		goto fail;
+	}
 	b.seq = calloc((size_t)nq, sizeof(int *));
 	b.seqn = calloc((size_t)nq, sizeof(int));
 	b.seqcap = calloc((size_t)nq, sizeof(int));
@@ -647,13 +778,50 @@ done:
 	return rc;
 }
 
+/* Bytes of t's distinct objects (an object may be in both sets). Quadratic in the
+ * list length, which stays below a few hundred, so nothing is allocated. */
+static uint64_t task_ws(const struct tg_graph *g, const struct tg_task *t)
+{
+	uint64_t ws = 0;
+	int n = t->nread + t->nwrite; /* write follows read in the pool */
+	for (int i = 0; i < n; i++) {
+		int o = t->read[i], seen = 0;
+		for (int j = 0; j < i && !seen; j++)
+			seen = t->read[j] == o;
+		if (!seen)
+			ws += g->obj[o].bytes;
+	}
+	return ws;
+}
+
+uint64_t tg_graph_min_capacity(const struct tg_graph *g, int *task)
+{
+	uint64_t best = 0;
+	int arg = -1;
+	for (int i = 0; g && i < g->ntask; i++) {
+		const struct tg_task *t = &g->task[i];
+		if (t->dev < 0)
+			continue;
+		uint64_t ws = task_ws(g, t);
+		if (arg < 0 || ws > best) {
+			best = ws;
+			arg = t->id;
+		}
+	}
+	if (task)
+		*task = arg;
+	return best;
+}
+
 int tg_graph_validate(const struct tg_graph *g)
 {
 	int rc = 0;
 	int *at = malloc((size_t)g->ntask * sizeof(int) + 1),
 	    *written = calloc((size_t)g->nobj + 1, sizeof(int));
 	int *updc = calloc((size_t)g->nobj + 1, sizeof(int));
-	if (!at || !written || !updc) {
+	int *seen = calloc((size_t)g->ntask + 1, sizeof(int)),
+	    *stack = malloc(((size_t)g->ntask + 1) * sizeof(int));
+	if (!at || !written || !updc || !seen || !stack) {
 		rc = sp_error(-ENOMEM, "taskgraph: validate");
 		goto out;
 	}
@@ -679,16 +847,40 @@ int tg_graph_validate(const struct tg_graph *g)
 		for (int i = 0; i < t->nwrite; i++)
 			written[t->write[i]] = 1;
 		if (t->kind == TG_UPD) {
-			int w = t->read[0];
+			int w = t->read[0], gr = t->read[1];
 			if (++updc[w] > 1)
 				rc = sp_error(-EINVAL, "taskgraph: pack %d updated twice", t->pack);
-			for (int j = n + 1; j < g->ntask && !rc; j++) {
-				const struct tg_task *u = &g->task[g->order[j]];
-				if (u->kind == TG_BWD && u->read[0] == w)
+			/* the executor runs by dependencies, not by this order: every other
+			 * user of W and writer of G must be an ancestor of the UPD (this
+			 * covers a tied pack's FWD/BWD, which use W and G of this pack at
+			 * other list positions) */
+			int sp = 0, mark = t->id + 1; /* marked when pushed: once each */
+			for (int i = 0; i < t->ndep; i++)
+				if (seen[t->dep[i]] != mark) {
+					seen[t->dep[i]] = mark;
+					stack[sp++] = t->dep[i];
+				}
+			while (sp > 0) {
+				const struct tg_task *x = &g->task[stack[--sp]];
+				for (int i = 0; i < x->ndep; i++)
+					if (seen[x->dep[i]] != mark) {
+						seen[x->dep[i]] = mark;
+						stack[sp++] = x->dep[i];
+					}
+			}
+			for (int x = 0; x < g->ntask && !rc; x++) {
+				const struct tg_task *u = &g->task[x];
+				int uses = 0;
+				for (int i = 0; i < u->nread; i++)
+					uses |= u->read[i] == w;
+				for (int i = 0; i < u->nwrite; i++)
+					uses |= u->write[i] == gr;
+				if (x != t->id && uses && seen[x] != mark)
 					rc = sp_error(
 					    -EINVAL,
-					    "taskgraph: BWD task %d of pack %d after its UPD %d",
-					    u->id, u->pack, t->id);
+					    "taskgraph: UPD %d of pack %d does not depend on "
+					    "task %d (kind %d, pack %d) that uses its W or G",
+					    t->id, t->pack, x, u->kind, u->pack);
 			}
 		}
 	}
@@ -701,5 +893,7 @@ out:
 	free(at);
 	free(written);
 	free(updc);
+	free(seen);
+	free(stack);
 	return rc;
 }

@@ -1,8 +1,10 @@
 /* taskgraph/plan.c — partitioners (Hydra greedy packing, PipeDream-style DP) and
  * the `auto` planner.
  *
- * A pack's footprint for one microbatch is its weights + gradients + optimizer
- * state + stash and boundary bytes for the microbatch + workspace. Greedy packing
+ * A pack's footprint for one microbatch is the sum over its layers of weights +
+ * gradients + optimizer state + stash, output and workspace bytes for the
+ * microbatch (an estimate: the graph's workspace is the largest layer's plus the
+ * backward's gradient buffers, not the sum; tg_graph_min_capacity is exact). Greedy packing
  * adds layers while footprint·(1+reserve) fits the capacity; the DP minimises the
  * largest per-pack time (FLOPs) over contiguous splits into a given pack count,
  * with each pack fitting. The planner ranks plans by tg_time_predict(). */
@@ -13,10 +15,20 @@
 
 #include "taskgraph/taskgraph.h"
 
-static uint64_t layer_foot(const struct tg_layer *l, int mb)
+/* A layer tied to an earlier one also holds that layer's weights and gradient
+ * while it runs; they count even when both layers end up in one pack (an
+ * overestimate by W+G of the tied layer, on the safe side). */
+static uint64_t layer_foot(const struct tg_model *m, int l, int mb)
 {
-	return l->param_bytes + l->grad_bytes + l->opt_bytes +
-	       (l->stash_bytes_per_sample + l->out_bytes_per_sample) * (uint64_t)mb + l->work_bytes;
+	const struct tg_layer *L = &m->layers[l];
+	uint64_t f =
+	    L->param_bytes + L->grad_bytes + L->opt_bytes +
+	    (L->stash_bytes_per_sample + L->out_bytes_per_sample + L->work_bytes_per_sample) *
+	        (uint64_t)mb +
+	    L->work_bytes;
+	if (L->tied && L->tied_layer >= 0 && L->tied_layer < l)
+		f += m->layers[L->tied_layer].param_bytes + m->layers[L->tied_layer].grad_bytes;
+	return f;
 }
 
 int tg_pack_greedy(const struct tg_model *m, int microbatch, uint64_t capacity, double reserve,
@@ -31,7 +43,7 @@ int tg_pack_greedy(const struct tg_model *m, int microbatch, uint64_t capacity, 
 	int np = 0;
 	double cur = 0;
 	for (int l = 0; l < m->nlayers; l++) {
-		double f = (double)layer_foot(&m->layers[l], microbatch);
+		double f = (double)layer_foot(m, l, microbatch);
 		if (f > lim)
 			return sp_error(
 			    -ENOMEM,
@@ -63,13 +75,13 @@ int tg_pack_dp(const struct tg_model *m, int microbatch, uint64_t capacity, int 
 	SP_CHECK_ARG(npacks > 0 && npacks <= n && npacks <= TG_MAX_PACKS,
 	             "taskgraph: npacks %d outside 1..%d (layers)", npacks, n);
 	for (int l = 0; l < n; l++)
-		if (layer_foot(&m->layers[l], microbatch) > capacity)
+		if (layer_foot(m, l, microbatch) > capacity)
 			return sp_error(
 			    -ENOMEM,
 			    "taskgraph: layer %d needs %llu bytes, capacity %llu (short by %llu)",
-			    l, (unsigned long long)layer_foot(&m->layers[l], microbatch),
+			    l, (unsigned long long)layer_foot(m, l, microbatch),
 			    (unsigned long long)capacity,
-			    (unsigned long long)(layer_foot(&m->layers[l], microbatch) - capacity));
+			    (unsigned long long)(layer_foot(m, l, microbatch) - capacity));
 	double *pf = calloc((size_t)n + 1, sizeof(double)),
 	       *pb = calloc((size_t)n + 1, sizeof(double));
 	double *best = malloc((size_t)(npacks + 1) * (n + 1) * sizeof(double));
@@ -81,7 +93,7 @@ int tg_pack_dp(const struct tg_model *m, int microbatch, uint64_t capacity, int 
 	for (int l = 0; l < n; l++) {
 		const struct tg_layer *L = &m->layers[l];
 		pf[l + 1] = pf[l] + L->fwd_flops_per_sample + L->bwd_flops_per_sample;
-		pb[l + 1] = pb[l] + (double)layer_foot(L, microbatch);
+		pb[l + 1] = pb[l] + (double)layer_foot(m, l, microbatch);
 	}
 #define AT(k, i) ((size_t)(k) * (n + 1) + (i))
 	for (int k = 0; k <= npacks; k++)

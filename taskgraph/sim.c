@@ -1,12 +1,21 @@
 /* taskgraph/sim.c — swap-volume prediction and analytical iteration time.
  *
  * tg_sim_swap replays the global order three times (iterations) and counts the
- * transfers of the middle one (steady state): per device a resident set bounded by the capacity,
- * Belady eviction (farthest next use on that device), dirty tracking (a clean copy
- * is dropped, a dirty one written back if anyone uses it later; with
- * writeback_clean every eviction is written back, as per-GPU virtual memory does).
- * A read of a copy valid only on another GPU moves over P2P. Host tasks (UPD on
- * the CPU) pull dirty copies down and invalidate device copies they overwrite. */
+ * transfers of the middle one (steady state), following the rules the executor
+ * and the vmm apply, so that measured volume can equal the prediction:
+ *  - a task acquires the objects already on its device first, then the others
+ *    (read set, then write set, each object once); that is also their LRU order;
+ *  - a missing object that the task reads comes by P2P from a device holding a
+ *    valid copy, else by H2D; one it only writes is allocated, nothing moves;
+ *  - room is made by Belady on the device (farthest next use there; ties: least
+ *    recently used there, then lower object index); an evicted copy is written
+ *    back (D2H) only when no other valid copy exists and its next use reads it,
+ *    or always with writeback_clean (per-GPU virtual memory, the dp-swap baseline);
+ *  - after a task, an object whose next use (cyclically, across iterations) does
+ *    not read it is dead: dropped everywhere, nothing moves;
+ *  - inputs are new data each iteration: valid on the host only at its start.
+ * Host tasks (UPD on the CPU) pull copies they read down to the host and drop the
+ * device copies of what they write. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +26,13 @@
 
 struct simst {
 	const struct tg_graph *g;
-	int nd;
-	unsigned char *res, *dirty; /* [d*nobj + o] */
-	unsigned char *host;        /* host copy valid */
-	int *dnext;                 /* [d*nobj+o] next use position on device d */
-	int *gnext;                 /* [o] next use anywhere */
+	int nd, no;
+	unsigned char *res;   /* [d*no + o] device copy valid */
+	unsigned char *host;  /* [o] host copy valid */
+	unsigned char *gread; /* [o] the next use anywhere reads it */
+	int *dnext;           /* [d*no + o] next use on device d (replay position) */
+	uint64_t *stamp;      /* [d*no + o] last acquisition on d (LRU) */
+	uint64_t clock;
 	uint64_t *used;
 	int count;
 	struct tg_swap *sw;
@@ -33,20 +44,49 @@ static void xfer(struct simst *s, int link, int o)
 		s->sw->bytes[link][s->g->obj[o].kind] += s->g->obj[o].bytes;
 }
 
+static void drop(struct simst *s, int d, int o)
+{
+	size_t i = (size_t)d * s->no + o;
+	if (s->res[i]) {
+		s->res[i] = 0;
+		s->used[d] -= s->g->obj[o].bytes;
+	}
+}
+
+static int other_copy(const struct simst *s, int d, int o)
+{
+	if (s->host[o])
+		return 1;
+	for (int e = 0; e < s->nd; e++)
+		if (e != d && s->res[(size_t)e * s->no + o])
+			return 1;
+	return 0;
+}
+
 static void evict(struct simst *s, int d, int o, int wbclean)
 {
-	size_t i = (size_t)d * s->g->nobj + o;
-	int other = 0;
-	for (int e = 0; e < s->nd; e++)
-		if (e != d && s->res[(size_t)e * s->g->nobj + o])
-			other = 1;
-	if (wbclean || (s->dirty[i] && s->gnext[o] < NEVER && !other)) {
+	if (wbclean || (!other_copy(s, d, o) && s->gread[o])) {
 		xfer(s, TG_L_D2H, o);
 		s->host[o] = 1;
 	}
-	s->res[i] = 0;
-	s->dirty[i] = 0;
-	s->used[d] -= s->g->obj[o].bytes;
+	drop(s, d, o);
+}
+
+/* Belady on device d: farthest next use there, then least recently used there,
+ * then lower index; pinned objects (the running task's) are never victims. */
+static int victim(const struct simst *s, int d, const unsigned char *pin)
+{
+	size_t base = (size_t)d * s->no;
+	int v = -1;
+	for (int o = 0; o < s->no; o++) {
+		if (!s->res[base + o] || pin[o])
+			continue;
+		if (v < 0 || s->dnext[base + o] > s->dnext[base + v] ||
+		    (s->dnext[base + o] == s->dnext[base + v] &&
+		     s->stamp[base + o] < s->stamp[base + v]))
+			v = o;
+	}
+	return v;
 }
 
 int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean,
@@ -57,187 +97,187 @@ int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean
 	size_t dn = (size_t)nd * no;
 	struct tg_swap sw;
 	memset(&sw, 0, sizeof(sw));
-	struct simst s = {.g = g, .nd = nd, .sw = &sw};
-	s.res = calloc(dn + 1, 1);
-	s.dirty = calloc(dn + 1, 1);
-	s.host = calloc((size_t)no + 1, 1);
-	s.dnext = malloc((dn + 1) * sizeof(int));
-	s.gnext = malloc(((size_t)no + 1) * sizeof(int));
-	s.used = calloc((size_t)nd + 1, sizeof(uint64_t));
-	/* next-use tables over the doubled sequence: per ref, the next position */
-	int nref = 0;
+	struct simst s = {.g = g, .nd = nd, .no = no, .sw = &sw};
+	/* per task its distinct objects in acquisition-list order (read set, then the
+	 * write set's others) and whether it reads each: toff[t]..toff[t+1] */
+	int *toff = malloc(((size_t)nt + 1) * sizeof(int));
+	int nl = 0;
 	for (int i = 0; i < nt; i++)
-		nref += g->task[i].nread + g->task[i].nwrite;
-	int *rdn = malloc(((size_t)3 * nref + 1) * sizeof(int)),
-	    *rgn = malloc(((size_t)3 * nref + 1) * sizeof(int));
-	int *roff = malloc(((size_t)3 * nt + 1) * sizeof(int));
-	int *live = calloc((size_t)nd + 1, sizeof(int));
-	int *pin = calloc((size_t)no + 1, sizeof(int));
-	if (!s.res || !s.dirty || !s.host || !s.dnext || !s.gnext || !s.used || !rdn || !rgn ||
-	    !roff || !live || !pin) {
+		nl += g->task[i].nread + g->task[i].nwrite;
+	int *tobj = malloc(((size_t)nl + 1) * sizeof(int));
+	unsigned char *trd = malloc((size_t)nl + 1);
+	/* per reference of the replay (position n, list entry): next use on the task's
+	 * device and whether the next use anywhere reads it */
+	int *rdn = malloc(((size_t)3 * nl + 1) * sizeof(int));
+	unsigned char *rgr = malloc((size_t)3 * nl + 1);
+	s.res = calloc(dn + 1, 1);
+	s.host = calloc((size_t)no + 1, 1);
+	s.gread = calloc((size_t)no + 1, 1);
+	s.dnext = malloc((dn + 1) * sizeof(int));
+	s.stamp = calloc(dn + 1, sizeof(uint64_t));
+	s.used = calloc((size_t)nd + 1, sizeof(uint64_t));
+	unsigned char *pin = calloc((size_t)no + 1, 1);
+	if (!toff || !tobj || !trd || !rdn || !rgr || !s.res || !s.host || !s.gread || !s.dnext ||
+	    !s.stamp || !s.used || !pin) {
 		rc = sp_error(-ENOMEM, "taskgraph: simulation state for %d objects x %d devices",
 		              no, nd);
 		goto out;
 	}
+	nl = 0;
+	for (int i = 0; i < nt; i++) {
+		const struct tg_task *t = &g->task[i];
+		toff[i] = nl;
+		for (int j = 0; j < t->nread + t->nwrite; j++) {
+			int o = j < t->nread ? t->read[j] : t->write[j - t->nread];
+			if (pin[o])
+				continue;
+			pin[o] = 1;
+			tobj[nl] = o;
+			trd[nl++] = j < t->nread;
+		}
+		for (int j = toff[i]; j < nl; j++)
+			pin[tobj[j]] = 0;
+	}
+	toff[nt] = nl;
+	/* next uses, scanning a fourth copy first so that they wrap around (cyclic) */
 	for (size_t i = 0; i < dn; i++)
 		s.dnext[i] = NEVER;
-	for (int o = 0; o < no; o++) {
-		s.gnext[o] = NEVER;
-		int k = g->obj[o].kind;
-		s.host[o] = k == TG_O_WEIGHT || k == TG_O_OPT || k == TG_O_INPUT;
-	}
-	for (int n = 0, r = 0; n < 3 * nt; n++) {
+	for (int n = 4 * nt - 1; n >= 0; n--) {
 		const struct tg_task *t = &g->task[g->order[n % nt]];
-		roff[n] = r;
-		r += t->nread + t->nwrite;
-	}
-	roff[3 * nt] = 3 * nref;
-	for (int n = 3 * nt - 1; n >= 0; n--) {
-		const struct tg_task *t = &g->task[g->order[n % nt]];
-		for (int i = 0; i < t->nread + t->nwrite; i++) {
-			int o = i < t->nread ? t->read[i] : t->write[i - t->nread];
-			int r = roff[n] + i;
-			rgn[r] = s.gnext[o];
-			rdn[r] = t->dev >= 0 ? s.dnext[(size_t)t->dev * no + o] : NEVER;
-		}
-		for (int i = 0; i < t->nread + t->nwrite; i++) {
-			int o = i < t->nread ? t->read[i] : t->write[i - t->nread];
-			s.gnext[o] = n;
+		int a = toff[t->id], z = toff[t->id + 1], r0 = (n / nt) * nl + a;
+		for (int j = a; j < z; j++) {
+			int o = tobj[j];
+			if (n < 3 * nt) {
+				rgr[r0 + j - a] = s.gread[o];
+				rdn[r0 + j - a] =
+				    t->dev >= 0 ? s.dnext[(size_t)t->dev * no + o] : NEVER;
+			}
+			s.gread[o] = trd[j];
 			if (t->dev >= 0)
 				s.dnext[(size_t)t->dev * no + o] = n;
 		}
 	}
-	/* now gnext/dnext hold first uses; replay */
+	/* now dnext and gread describe the first uses; replay */
 	for (int n = 0; n < 3 * nt && !rc; n++) {
 		const struct tg_task *t = &g->task[g->order[n % nt]];
+		int a = toff[t->id], z = toff[t->id + 1], r0 = (n / nt) * nl + a, d = t->dev;
 		s.count = n >= nt && n < 2 * nt;
-		int nrw = t->nread + t->nwrite, d = t->dev;
-		if (d < 0) { /* host task */
-			for (int i = 0; i < t->nread; i++) {
-				int o = t->read[i];
-				if (!s.host[o]) {
-					for (int e = 0; e < nd; e++) {
-						size_t x = (size_t)e * no + o;
-						if (s.res[x] && s.dirty[x]) {
+		if (n % nt == 0) /* a new iteration: inputs are new data, on the host */
+			for (int o = 0; o < no; o++) {
+				int k = g->obj[o].kind;
+				if (k == TG_O_INPUT ||
+				    (n == 0 && (k == TG_O_WEIGHT || k == TG_O_OPT)))
+					s.host[o] = 1;
+				if (k == TG_O_INPUT)
+					for (int e = 0; e < nd; e++)
+						drop(&s, e, o);
+			}
+		if (d < 0) { /* host task: pulls what it reads, owns what it writes */
+			for (int j = a; j < z; j++) {
+				int o = tobj[j];
+				if (trd[j] && !s.host[o]) {
+					for (int e = 0; e < nd; e++)
+						if (s.res[(size_t)e * no + o]) {
 							xfer(&s, TG_L_D2H, o);
-							s.dirty[x] = 0;
 							break;
 						}
-					}
 					s.host[o] = 1;
 				}
 			}
 			for (int i = 0; i < t->nwrite; i++) {
-				int o = t->write[i];
-				s.host[o] = 1;
+				s.host[t->write[i]] = 1;
 				for (int e = 0; e < nd; e++)
-					if (s.res[(size_t)e * no + o])
-						evict(&s, e, o, 0);
+					drop(&s, e, t->write[i]);
 			}
-			for (int i = 0; i < nrw; i++) {
-				int o = i < t->nread ? t->read[i] : t->write[i - t->nread];
-				s.gnext[o] = rgn[roff[n] + i];
+		} else {
+			size_t base = (size_t)d * no;
+			uint64_t ws = 0;
+			for (int j = a; j < z; j++) {
+				ws += g->obj[tobj[j]].bytes;
+				pin[tobj[j]] = 1;
 			}
-			continue;
-		}
-		size_t base = (size_t)d * no;
-		uint64_t need = 0;
-		for (int i = 0; i < nrw; i++) {
-			int o = i < t->nread ? t->read[i] : t->write[i - t->nread];
-			if (!pin[o] && !s.res[base + o])
-				need += g->obj[o].bytes;
-			pin[o] = 1;
-		}
-		uint64_t ws = 0;
-		for (int i = 0; i < nrw; i++) {
-			int o = i < t->nread ? t->read[i] : t->write[i - t->nread];
-			if (pin[o] == 1) {
-				ws += g->obj[o].bytes;
-				pin[o] = 2;
-			}
-		}
-		if (ws > capacity) {
-			rc = sp_error(
-			    -ENOMEM,
-			    "taskgraph: task %d (kind %d, pack %d) needs %llu bytes on device %d, "
-			    "capacity %llu (short by %llu)",
-			    t->id, t->kind, t->pack, (unsigned long long)ws, d,
-			    (unsigned long long)capacity, (unsigned long long)(ws - capacity));
-		}
-		while (!rc && s.used[d] + need > capacity) { /* Belady: farthest next use */
-			int victim = -1, far = -1;
-			for (int o = 0; o < no; o++) {
-				if (!s.res[base + o] || pin[o])
-					continue;
-				int nx = s.dnext[base + o];
-				if (nx > far ||
-				    (nx == far && g->obj[o].bytes > g->obj[victim].bytes)) {
-					far = nx;
-					victim = o;
-				}
-			}
-			if (victim < 0) {
-				rc = sp_error(-ENOMEM, "taskgraph: nothing to evict on device %d",
-				              d);
+			if (ws > capacity) {
+				rc = sp_error(
+				    -ENOMEM,
+				    "taskgraph: task %d (kind %d, pack %d) needs %llu bytes on "
+				    "device %d, capacity %llu (short by %llu)",
+				    t->id, t->kind, t->pack, (unsigned long long)ws, d,
+				    (unsigned long long)capacity,
+				    (unsigned long long)(ws - capacity));
 				break;
 			}
-			evict(&s, d, victim, writeback_clean);
-		}
-		for (int i = 0; i < nrw && !rc; i++) {
-			int o = i < t->nread ? t->read[i] : t->write[i - t->nread];
-			int isread = i < t->nread;
-			if (!s.res[base + o]) {
-				int from = -1;
-				for (int e = 0; e < nd; e++)
-					if (e != d && s.res[(size_t)e * no + o] &&
-					    (from < 0 || s.dirty[(size_t)e * no + o]))
-						from = e;
-				if (isread) {
-					if (from >= 0 &&
-					    (s.dirty[(size_t)from * no + o] || !s.host[o]))
+			for (int j = a; j < z; j++) /* resident ones first: they are used now */
+				if (s.res[base + tobj[j]])
+					s.stamp[base + tobj[j]] = ++s.clock;
+			for (int j = a; j < z; j++) {
+				int o = tobj[j];
+				if (s.res[base + o])
+					continue;
+				while (s.used[d] + g->obj[o].bytes > capacity) {
+					int v = victim(&s, d, pin);
+					if (v < 0) { /* cannot happen: ws <= capacity */
+						rc = sp_error(
+						    -ENOMEM,
+						    "taskgraph: nothing to evict on device %d", d);
+						break;
+					}
+					evict(&s, d, v, writeback_clean);
+				}
+				if (rc)
+					break;
+				if (trd[j]) {
+					int p2p = 0;
+					for (int e = 0; e < nd && !p2p; e++)
+						p2p = e != d && s.res[(size_t)e * no + o];
+					if (p2p)
 						xfer(&s, TG_L_P2P, o);
 					else if (s.host[o])
 						xfer(&s, TG_L_H2D, o);
 				}
 				s.res[base + o] = 1;
 				s.used[d] += g->obj[o].bytes;
+				s.stamp[base + o] = ++s.clock;
+			}
+			for (int i = 0; i < t->nwrite; i++) { /* this copy is now the only one */
+				int o = t->write[i];
+				s.host[o] = 0;
+				for (int e = 0; e < nd; e++)
+					if (e != d)
+						drop(&s, e, o);
+			}
+			for (int j = a; j < z; j++) {
+				pin[tobj[j]] = 0;
+				s.dnext[base + tobj[j]] = rdn[r0 + j - a];
+			}
+			if (t->kind == TG_ALLREDUCE && s.count && nd > 1) /* ring share */
+				sw.bytes[TG_L_P2P][TG_O_GRAD] +=
+				    2 * g->obj[t->read[0]].bytes * (uint64_t)(nd - 1) / nd;
+		}
+		for (int j = a; j < z; j++) { /* dead: next use overwrites it, or none */
+			int o = tobj[j];
+			s.gread[o] = rgr[r0 + j - a];
+			if (!s.gread[o]) {
+				for (int e = 0; e < nd; e++)
+					drop(&s, e, o);
+				s.host[o] = 0;
 			}
 		}
-		for (int i = 0; i < nrw; i++) {
-			int o = i < t->nread ? t->read[i] : t->write[i - t->nread];
-			pin[o] = 0;
-			s.dnext[base + o] = rdn[roff[n] + i];
-			s.gnext[o] = rgn[roff[n] + i];
-		}
-		for (int i = 0; i < t->nwrite; i++) {
-			int o = t->write[i];
-			s.dirty[base + o] = 1;
-			s.host[o] = 0;
-			for (int e = 0; e < nd; e++)
-				if (e != d && s.res[(size_t)e * no + o]) {
-					s.res[(size_t)e * no + o] = 0;
-					s.dirty[(size_t)e * no + o] = 0;
-					s.used[e] -= g->obj[o].bytes;
-				}
-		}
-		if (t->kind == TG_ALLREDUCE && s.count && nd > 1) /* ring all-reduce share */
-			sw.bytes[TG_L_P2P][TG_O_GRAD] +=
-			    2 * g->obj[t->read[0]].bytes * (uint64_t)(nd - 1) / nd;
 	}
 	sw.peak_stash_objs = (uint64_t)g->peak_stash;
 	if (!rc)
 		*out = sw;
 out:
-	free(s.res);
-	free(s.dirty);
-	free(s.host);
-	free(s.dnext);
-	free(s.gnext);
-	free(s.used);
+	free(toff);
+	free(tobj);
+	free(trd);
 	free(rdn);
-	free(rgn);
-	free(roff);
-	free(live);
+	free(rgr);
+	free(s.res);
+	free(s.host);
+	free(s.gread);
+	free(s.dnext);
+	free(s.stamp);
+	free(s.used);
 	free(pin);
 	return rc;
 }

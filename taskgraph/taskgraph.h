@@ -5,9 +5,11 @@
  * placement; tg_graph_build() turns models + plan into tasks with read/write sets of
  * memory objects, dependencies and per-device orders. tg_sim_swap() predicts swap
  * volume per link and object kind by replaying each device's order under a capacity
- * (Belady eviction, dirty tracking); tg_time_predict() gives an iteration time.
+ * (the executor's rules: dead objects dropped, Belady eviction, write-back of sole
+ * copies, P2P first); tg_time_predict() gives an iteration time.
  * Invariants: every object is written before it is read; one UPD per pack per
- * iteration, after all its BWDs; the global task order is a topological order. */
+ * iteration, after all its BWDs (and those of packs tied to it); the global task
+ * order is a topological order. */
 #ifndef SP_TASKGRAPH_TASKGRAPH_H
 #define SP_TASKGRAPH_TASKGRAPH_H
 
@@ -15,23 +17,40 @@
 
 #include "common/error.h"
 
-/* One layer as the taskgraph sees it (the runtime converts kernel descriptors). */
+/* One layer as the taskgraph sees it (the runtime converts kernel descriptors).
+ * A pack's objects follow from its layers (mb = samples per microbatch):
+ *   stash  = mb * (sum of stash_bytes_per_sample + sum of out_bytes_per_sample of
+ *            all but the pack's last layer: the inputs its later layers' backward
+ *            needs); 0 bytes with recompute
+ *   work of a layer = work_bytes + work_bytes_per_sample * mb
+ *   FWD work = max over the pack's layers of the layer work
+ *   BWD work = FWD work + (2 layers or more ? 2 * mb * max of out_bytes_per_sample
+ *            over all but the last layer : 0) (ping-pong input-gradient buffers)
+ *            + (recompute ? the stash above as if recompute were off : 0) */
 struct tg_layer {
 	const char *name;
 	uint64_t param_bytes, grad_bytes, opt_bytes;
 	uint64_t stash_bytes_per_sample; /* kept from forward to backward */
-	uint64_t out_bytes_per_sample;   /* boundary activation (output) */
+	uint64_t out_bytes_per_sample;   /* output activation (the boundary after a pack) */
 	uint64_t work_bytes;             /* constant workspace while running */
+	uint64_t work_bytes_per_sample;  /* workspace that grows with the microbatch */
 	double fwd_flops_per_sample, bwd_flops_per_sample;
+	/* Tied weights (GPT-2's LM head uses the token embedding): with tied = 1 the
+	 * layer also reads the parameters of layer tied_layer (< its own index) in
+	 * forward and backward and accumulates into that layer's gradient. A pack may
+	 * tie to at most one other pack; a tie inside a pack needs nothing extra. */
+	int tied;
+	int tied_layer;
 };
 
 struct tg_model {
 	int id;
 	int nlayers;
 	const struct tg_layer *layers;
-	int batch;                      /* samples per iteration per data-parallel replica set */
-	uint64_t in_bytes_per_sample;   /* input of layer 0 */
-	uint64_t loss_bytes_per_sample; /* LOSS task workspace (e.g. logits) */
+	int batch;                        /* samples per iteration per data-parallel replica set */
+	uint64_t in_bytes_per_sample;     /* input of layer 0 */
+	uint64_t target_bytes_per_sample; /* targets (labels), read by the last pack and LOSS */
+	uint64_t loss_bytes_per_sample;   /* LOSS task workspace (e.g. logits) */
 };
 
 /* Hardware for predictions, filled by the caller. Bandwidths in bytes/s. */
@@ -68,10 +87,37 @@ struct tg_plan {
 	int upd_cpu;                /* run UPD on the CPU (weights/grads move to host) */
 };
 
+/* One task. Its read and write sets list object ids in a fixed order, so the
+ * executor can find each role by position (below, r = rep, k runs over the
+ * task's microbatches mb0..mb0+nmb-1 in order, and W[r,pk] stands for
+ * mobj->W[r*P+pk], S[k,pk] for mobj->S[k*P+pk]; "in(k)" is the pack's input,
+ * B[k,pk-1], or X[k] for pack 0; tp = mobj->tie_pack[pk], its "[tp]" entries are
+ * there only when tp >= 0):
+ *   FWD        reads  W[r,pk]; W[r,tp]; then per k: in(k), Y[k] (last pack only)
+ *              writes per k: S[k,pk], B[k,pk]; then its work object
+ *   LOSS       reads  per k: B[k,P-1], Y[k]
+ *              writes per k: B[k,P-1] (its gradient, in place), L[k]
+ *   BWD        reads  W[r,pk]; W[r,tp]; G[r,pk] unless first to accumulate into it;
+ *              G[r,tp] unless first to accumulate into it; then per k:
+ *              S[k,pk], the output gradient (B[k,P-1] for the last pack, else
+ *              D[k,pk+1]), in(k) (with or without recompute: every layer's
+ *              backward needs its input), Y[k] (last pack only)
+ *              writes G[r,pk]; G[r,tp]; then per k: D[k,pk] (not for pack 0); then
+ *              its work object
+ *              (a G's accumulation chain is every BWD of replica r that adds to it —
+ *              its own pack's and those of the packs tied to it — in task-id order,
+ *              each depending on the one before; the first only writes G: the
+ *              executor zeroes it)
+ *   ALLREDUCE  reads  G[r,pk]  writes G[r,pk]
+ *   UPD        reads  W[r,pk], G[r,pk], O[r,pk]  writes W[r,pk], O[r,pk]
+ * read[0] is always the W (FWD, BWD, UPD) or G (ALLREDUCE) of the task's own pack. */
 struct tg_task {
 	int id, model, kind, pack, mb0, nmb;
-	int dev;         /* device it runs on in the predicted order */
+	int rep;         /* replica (DP modes: the device whose W/G/O it uses), 0 otherwise */
+	int dev;         /* device it runs on in the predicted order (-1: the host) */
 	int constrained; /* 1 if the schedule fixes dev; 0 = may be bound late */
+	int work;        /* FWD, BWD: its own TG_O_WORK object (last of the write set, maybe
+	                    0 bytes: the executor skips those); -1 for other kinds */
 	int nread, nwrite, ndep;
 	int *read, *write, *dep; /* into the graph's pool */
 	double flops;
@@ -82,10 +128,29 @@ struct tg_obj {
 	uint64_t bytes;
 };
 
+/* The objects of one model by role, for the executor (it maps them onto vmm
+ * objects and kernel arguments). Index conventions: [rep*P + pk] per replica and
+ * pack; [k*P + pk] per microbatch and pack; [k] per microbatch. Microbatch k of a
+ * DP mode belongs to replica k / mper. D[k*P + 0] exists (0 bytes) and is unused.
+ * The arrays share one allocation owned by the graph (tg_graph_free). */
+struct tg_model_objs {
+	int id;         /* model id */
+	int P;          /* packs */
+	int nrep;       /* replicas: devices in DP modes, 1 otherwise */
+	int nmb;        /* microbatches per iteration in all: nrep * mper */
+	int mper;       /* microbatches per replica per iteration */
+	int *tie_pack;  /* [pk]: the earlier pack whose weights pack pk also uses, -1 none */
+	int *W, *G, *O; /* [rep*P + pk] weights, gradients, optimizer state */
+	int *S, *B, *D; /* [k*P + pk] stash, boundary output, input gradient */
+	int *X, *Y, *L; /* [k] input, target, loss workspace */
+};
+
 struct tg_graph {
 	int ntask, nobj, ndev;
 	struct tg_task *task; /* in global (topological) order */
 	struct tg_obj *obj;
+	struct tg_model_objs *mobj; /* [nmodels], in the order given to tg_graph_build */
+	int nmodels;
 	int *pool;
 	int pool_len, pool_cap;
 	int m;      /* microbatches per device (DP) or per pipeline per iteration */
@@ -106,8 +171,15 @@ int tg_graph_build(const struct tg_model *models, int nmodels, const struct tg_p
                    struct tg_graph *g) SP_MUST_CHECK;
 void tg_graph_free(struct tg_graph *g);
 
+/* The smallest per-device capacity that can run g: the largest working set (sum of
+ * the bytes of a task's distinct objects) over the tasks that run on a device.
+ * *task (may be NULL) receives that task's id, or -1 when no task runs on a device. */
+uint64_t tg_graph_min_capacity(const struct tg_graph *g, int *task);
+
 /* Checks acyclicity (deps point backwards in the order), write-before-read, one UPD
- * per pack after all its BWDs. Returns 0 or -EINVAL with the first violation. */
+ * per pack that depends (transitively) on every other task reading its W or
+ * writing its G (its BWDs, and those of a pack tied to it). Returns 0 or -EINVAL
+ * with the first violation. */
 int tg_graph_validate(const struct tg_graph *g) SP_MUST_CHECK;
 
 struct tg_swap {
@@ -115,10 +187,25 @@ struct tg_swap {
 	uint64_t peak_stash_objs; /* max stashed-activation objects live on one device */
 };
 
-/* Replays one steady-state iteration (the second of two) on each device with
- * `capacity` bytes. Belady eviction; clean copies are dropped unless
- * writeback_clean (per-GPU virtual memory). Returns 0, or -ENOMEM naming the task
- * whose working set exceeds the capacity. */
+/* Predicts the swap volume of one steady-state iteration (the middle one of three
+ * replays of the global order) with `capacity` bytes per device, by the rules the
+ * executor and the vmm follow (so measured volume can equal it):
+ *  - after a task, an object whose next use (cyclically, across iterations) does
+ *    not read it is dead: dropped from every place, nothing written back;
+ *  - inputs (X, Y) are new data each iteration: at its start they are valid on
+ *    the host only;
+ *  - a task acquires first the objects already on its device, then the others
+ *    (each in read-set then write-set order, each object once); a missing object
+ *    it reads comes by P2P from a device with a valid copy, else by H2D; one it
+ *    only writes moves nothing;
+ *  - room is made by Belady on that device (farthest next use there; ties: least
+ *    recently acquired there, then lower object index); an evicted copy is
+ *    written back (D2H) only if no other valid copy exists and its next use reads
+ *    it, or always with writeback_clean (per-GPU virtual memory: dp-swap);
+ *  - host tasks (UPD on the CPU) pull what they read to the host (D2H when the host
+ *    copy is stale) and drop the device copies of what they write;
+ *  - an ALLREDUCE adds its ring share 2(N-1)/N |G| to P2P.
+ * Returns 0, or -ENOMEM naming the task whose working set exceeds the capacity. */
 int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean,
                 struct tg_swap *out) SP_MUST_CHECK;
 

@@ -1,6 +1,12 @@
 /* tests/taskgraph/test_closed_forms.c — Harmony's weight swap-volume closed forms
  * come out of the simulator (tg_sim_swap), not from formulas: R identical layers,
- * each device holds one layer, m microbatches per GPU, N GPUs, weights only. */
+ * each device holds one layer, m microbatches per GPU, N GPUs, weights only.
+ * The simulator's executor rules (dead objects dropped, inputs reloaded, P2P first,
+ * LRU ties) leave these expressions unchanged. Weights are never dead: an UPD's W
+ * is next read by a FWD. Each W lives on one device, so it never comes by P2P. Every
+ * other object is 0 bytes here except the loss workspace, which is dropped after
+ * LOSS instead of being evicted at the next task. harmony-pp with group = m is a
+ * single pipeline unit. docs/taskgraph.md has the details. */
 #include <stdio.h>
 #include <string.h>
 

@@ -1,7 +1,8 @@
 /* tests/taskgraph/test_props.c — property test: random models and plans give valid
  * graphs for every schedule (acyclic order, written before read, one UPD per pack
- * after all its BWDs), including two models in one graph; the simulator runs on
- * them. Deterministic seed. */
+ * that depends on every user of its W and G), with ties of the last layer to an
+ * earlier one, including two models in one graph; the simulator runs on them.
+ * Deterministic seed. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -34,6 +35,11 @@ int main(void)
 				                            .work_bytes = rnd(30),
 				                            .fwd_flops_per_sample = 1 + rnd(9),
 				                            .bwd_flops_per_sample = 1 + rnd(19)};
+		if (nl >= 2 && rnd(2)) /* GPT-2 style: the last layer tied to an earlier one */
+			for (int k = 0; k < nmod; k++) {
+				L[k][nl - 1].tied = 1;
+				L[k][nl - 1].tied_layer = rnd(nl - 1);
+			}
 		struct tg_plan p = {.sched = rnd(TG_NSCHED),
 		                    .ndev = 1 + rnd(4),
 		                    .microbatch = 1 + rnd(3),
