@@ -30,7 +30,7 @@
 
 enum { T_WAIT = 0, T_ISSUED = 1, T_DONE = 2 };
 
-struct xq { /* one queue: a device or the CPU */
+struct xq {                   /* one queue: a device or the CPU */
 	int *list, len, pos;  /* constrained tasks in program order */
 	int *fl, flhead, fln; /* in flight, oldest first (ring of window entries) */
 };
@@ -40,13 +40,13 @@ struct xs {
 	struct rt_prog *p;
 	int iter, nq, cpu_q, window;
 	uint64_t base;
-	uint8_t *st, *pf;       /* per task: state; inputs prefetched */
-	int *cnt;               /* per object: references issued this iteration */
+	uint8_t *st, *pf; /* per task: state; inputs prefetched */
+	int *cnt;         /* per object: references issued this iteration */
 	struct xq q[DEV_MAX + 1];
 	int *ulist, ulen, upos; /* late-bound tasks in program order */
 	int ndone, err;
-	void **ptr;             /* scratch: pointers of one task */
-	int *coll_first;        /* per collective group: its member with the lowest index */
+	void **ptr;      /* scratch: pointers of one task */
+	int *coll_first; /* per collective group: its member with the lowest index */
 	int ncoll;
 };
 
@@ -128,8 +128,8 @@ static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter)
 		if (t->flags & RT_TASK_COLLECTIVE) {
 			int g = t->coll_group;
 			if (g < 0)
-				return sp_error(-EINVAL, "task %d (%s): collective group %d", i, t->name,
-				                g);
+				return sp_error(-EINVAL, "task %d (%s): collective group %d", i,
+				                t->name, g);
 			if (x->coll_first[g] < 0)
 				x->coll_first[g] = i;
 		}
@@ -311,9 +311,10 @@ static int enomem_message(struct xs *x, int t, int q, int rc)
 	                worst >= 0 ? x->p->task[worst].name : "?");
 }
 
-/* Acquires task t's objects on place; resident ones first. ptr[r] for ref r.
- * On failure releases what it got. */
-static int acquire_all(struct xs *x, int t, int q, void **ptr)
+/* Acquires task t's objects on place in the given order (ord[i] = ref index),
+ * skipping (pass 0) those not resident when resident_first. ptr[r] for ref r.
+ * On failure releases what it got and returns the vmm's error. */
+static int acquire_order(struct xs *x, int t, int q, void **ptr, const int *ord, int resident_first)
 {
 	struct rt_prog *p = x->p;
 	struct vmm *v = x->rt->vmm;
@@ -324,8 +325,9 @@ static int acquire_all(struct xs *x, int t, int q, void **ptr)
 	uint8_t got[tk->nref > 0 ? tk->nref : 1];
 	memset(got, 0, sizeof(got));
 	int rc = 0;
-	for (int pass = 0; pass < 2 && !rc; pass++)
-		for (int r = 0; r < tk->nref && !rc; r++) {
+	for (int pass = resident_first ? 0 : 1; pass < 2 && !rc; pass++)
+		for (int i = 0; i < tk->nref && !rc; i++) {
+			int r = ord[i];
 			const struct rt_obj *o = &p->obj[tk->ref[r].obj];
 			if (got[r])
 				continue;
@@ -346,11 +348,58 @@ static int acquire_all(struct xs *x, int t, int q, void **ptr)
 		}
 	if (rc == 0)
 		return 0;
-	int err = rc == -ENOMEM ? enomem_message(x, t, q, rc) : rc;
+	char msg[SP_ERROR_MSG_MAX];
+	snprintf(msg, sizeof(msg), "%s", sp_last_error());
 	for (int r = 0; r < tk->nref; r++)
 		if (got[r] == 1 && vmm_release(v, p->obj[tk->ref[r].obj].vid, place, NULL) < 0)
 			SP_WARN(RT, "release after a failed acquire: %s", sp_last_error());
-	return err;
+	return sp_error(rc, "%s", msg);
+}
+
+static const struct rt_prog *sort_prog;
+static const struct rt_task *sort_task;
+static int by_size_desc(const void *a, const void *b)
+{
+	uint64_t x = sort_prog->obj[sort_task->ref[*(const int *)a].obj].bytes;
+	uint64_t y = sort_prog->obj[sort_task->ref[*(const int *)b].obj].bytes;
+	return x < y ? 1 : x > y ? -1 : *(const int *)a - *(const int *)b;
+}
+
+/* Acquires task t's objects: those already resident first, so that bringing
+ * the others never evicts them. When that fails for room although the task
+ * fits the place (its pinned objects split the pool), the place is emptied
+ * of everything else and the objects are acquired largest first. */
+static int acquire_all(struct xs *x, int t, int q, void **ptr)
+{
+	struct rt_prog *p = x->p;
+	const struct rt_task *tk = &p->task[t];
+	int ord[tk->nref > 0 ? tk->nref : 1];
+	for (int i = 0; i < tk->nref; i++)
+		ord[i] = i;
+	int rc = acquire_order(x, t, q, ptr, ord, 1);
+	if (rc != -ENOMEM || q == x->cpu_q)
+		return rc == -ENOMEM ? enomem_message(x, t, q, rc) : rc;
+	struct vmm *v = x->rt->vmm;
+	int place = rt_place(queue_dev(x, q));
+	uint64_t need = 0, used, cap;
+	for (int r = 0; r < tk->nref; r++)
+		need += p->obj[tk->ref[r].obj].bytes;
+	if (vmm_place_usage(v, place, &used, &cap) < 0 || need > cap)
+		return enomem_message(x, t, q, rc);
+	SP_INFO(RT, "task %d (%s): device %d fragmented; emptying it", t, tk->name, place);
+	for (int o = 0; o < p->nobj; o++)
+		if (p->obj[o].vid && (vmm_obj_where(v, p->obj[o].vid) & (1u << place))) {
+			int e = vmm_evict(v, p->obj[o].vid, place);
+			if (e < 0 && e != -EBUSY)
+				return e;
+		}
+	if (vmm_sync(v) < 0)
+		SP_INFO(RT, "%s", sp_last_error());
+	sort_prog = p;
+	sort_task = tk;
+	qsort(ord, (size_t)tk->nref, sizeof(int), by_size_desc);
+	rc = acquire_order(x, t, q, ptr, ord, 0);
+	return rc == -ENOMEM ? enomem_message(x, t, q, rc) : rc;
 }
 
 static int release_all(struct xs *x, int t, int q, struct dev_event *done)

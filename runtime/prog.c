@@ -166,8 +166,9 @@ int rt_prog_prepare(struct rt_prog *p)
 	for (int i = 0; i < p->ntask; i++) {
 		const struct rt_task *t = &p->task[i];
 		if (t->dev != RT_HOST && (t->dev < 0 || t->dev >= DEV_MAX))
-			return sp_error(-EINVAL, "task %d (%s): device %d is not a device or RT_HOST",
-			                i, t->name, t->dev);
+			return sp_error(-EINVAL,
+			                "task %d (%s): device %d is not a device or RT_HOST", i,
+			                t->name, t->dev);
 		if (t->dev + 1 > maxdev)
 			maxdev = t->dev + 1;
 		if (!t->fn)
@@ -175,28 +176,30 @@ int rt_prog_prepare(struct rt_prog *p)
 		for (int r = 0; r < t->nref; r++) {
 			const struct rt_ref *f = &t->ref[r];
 			if (f->obj < 0 || f->obj >= p->nobj)
-				return sp_error(-EINVAL, "task %d (%s): object %d does not exist", i,
-				                t->name, f->obj);
+				return sp_error(-EINVAL, "task %d (%s): object %d does not exist",
+				                i, t->name, f->obj);
 			if (f->mode != VMM_READ && f->mode != VMM_WRITE && f->mode != VMM_OVERWRITE)
 				return sp_error(-EINVAL, "task %d (%s): access %d of object %s", i,
 				                t->name, (int)f->mode, p->obj[f->obj].name);
 			for (int q = 0; q < r; q++)
 				if (t->ref[q].obj == f->obj)
-					return sp_error(-EINVAL,
-					                "task %d (%s) lists object %s twice (give one "
-					                "access: WRITE reads and writes)",
-					                i, t->name, p->obj[f->obj].name);
+					return sp_error(
+					    -EINVAL,
+					    "task %d (%s) lists object %s twice (give one "
+					    "access: WRITE reads and writes)",
+					    i, t->name, p->obj[f->obj].name);
 		}
 		for (int d = 0; d < t->ndep; d++)
 			if (t->dep[d] < 0 || t->dep[d] >= i)
-				return sp_error(-EINVAL,
-				                "task %d (%s) depends on task %d: dependencies must "
-				                "be earlier tasks",
-				                i, t->name, t->dep[d]);
+				return sp_error(
+				    -EINVAL,
+				    "task %d (%s) depends on task %d: dependencies must "
+				    "be earlier tasks",
+				    i, t->name, t->dep[d]);
 		if ((t->flags & RT_TASK_COLLECTIVE) && (!t->constrained || t->dev == RT_HOST))
 			return sp_error(-EINVAL,
-			                "task %d (%s): a collective member runs on a fixed device", i,
-			                t->name);
+			                "task %d (%s): a collective member runs on a fixed device",
+			                i, t->name);
 	}
 	p->nplaces = maxdev + 1;
 	int n = p->ntask, np = p->nplaces;
@@ -294,8 +297,9 @@ int rt_prog_bind(struct rt_ctx *rt, struct rt_prog *p)
 	for (i = 0; i < p->ntask; i++) {
 		const struct rt_task *t = &p->task[i];
 		if (t->dev != RT_HOST && t->dev >= rt->ndev)
-			return sp_error(-EINVAL, "task %d (%s) is for device %d; the context has %d",
-			                i, t->name, t->dev, rt->ndev);
+			return sp_error(-EINVAL,
+			                "task %d (%s) is for device %d; the context has %d", i,
+			                t->name, t->dev, rt->ndev);
 	}
 	p->ev = calloc((size_t)p->ntask, sizeof(*p->ev));
 	p->ran_on = malloc((size_t)p->ntask * sizeof(int));

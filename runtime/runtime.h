@@ -56,11 +56,11 @@ struct rt_exec_config rt_exec_defaults(void);
 /* Per-run counters of the runtime's own (beside the vmm's). */
 struct rt_stats {
 	uint64_t tasks, iterations;
-	uint64_t late_bound;      /* unconstrained tasks that ran off their predicted device */
-	uint64_t collective_p2p;  /* bytes moved by all-reduce (not through the vmm) */
-	uint64_t loss_readback;   /* bytes of losses copied to the host */
-	uint64_t prefetches;      /* vmm_prefetch calls made ahead of tasks */
-	uint64_t discards;        /* dead objects discarded */
+	uint64_t late_bound;     /* unconstrained tasks that ran off their predicted device */
+	uint64_t collective_p2p; /* bytes moved by all-reduce (not through the vmm) */
+	uint64_t loss_readback;  /* bytes of losses copied to the host */
+	uint64_t prefetches;     /* vmm_prefetch calls made ahead of tasks */
+	uint64_t discards;       /* dead objects discarded */
 	uint64_t eager_writebacks;
 	double busy_s[DEV_MAX + 1]; /* per device (and the CPU): time its tasks ran */
 };
@@ -89,12 +89,12 @@ void rt_close(struct rt_ctx *rt);
 #define RT_HOST DEV_HOST /* a task's device: the CPU (its objects on the host) */
 
 struct rt_obj {
-	uint64_t bytes;     /* 0: a placeholder, no memory (its pointer is NULL) */
+	uint64_t bytes; /* 0: a placeholder, no memory (its pointer is NULL) */
 	enum vmm_kind kind;
 	char name[32];
-	uint64_t vid;       /* the vmm object, once created */
-	int input;          /* rewritten on the host before each iteration */
-	int keep;           /* read after the run (an output): never discarded */
+	uint64_t vid; /* the vmm object, once created */
+	int input;    /* rewritten on the host before each iteration */
+	int keep;     /* read after the run (an output): never discarded */
 };
 
 struct rt_ref {
@@ -130,13 +130,13 @@ struct rt_task {
 	int nref;
 	struct rt_ref *ref;
 	int ndep;
-	int *dep;        /* earlier tasks (indices in the program) */
+	int *dep; /* earlier tasks (indices in the program) */
 	rt_task_fn fn;
 	void *arg;
 	unsigned flags;
-	int coll_group;  /* RT_TASK_COLLECTIVE: the all-reduce this member belongs to */
-	double flops;    /* for reports */
-	int tg_task;     /* the taskgraph task it came from, or -1 */
+	int coll_group; /* RT_TASK_COLLECTIVE: the all-reduce this member belongs to */
+	double flops;   /* for reports */
+	int tg_task;    /* the taskgraph task it came from, or -1 */
 	char name[32];
 };
 
@@ -210,5 +210,206 @@ uint64_t rt_prog_min_budget(const struct rt_prog *p, int *task);
 int rt_allreduce_sum(struct rt_ctx *rt, int n, void *const *buf, struct dev_stream *const *s,
                      size_t count) SP_MUST_CHECK;
 void rt_collectives_close(struct rt_ctx *rt);
+
+/* ---- models of layers (model.c, gpt.c) ------------------------------------------------
+ * A model is a sequence of layers. Each layer declares its sizes and launches
+ * its kernels through ops on the stream it is given. The last layer computes
+ * the loss: its output is loss_floats fp32 losses per sample, and its backward
+ * starts from dloss (the objective's gradient per loss value) instead of dout.
+ * A layer may read an earlier layer's parameters (tied: GPT-2's head reads
+ * the embedding's wte); it accumulates that gradient into its own grads after
+ * its param_bytes (grad_bytes - param_bytes of them), which the update adds to
+ * the tied layer's first gradients before updating it, so the accumulation
+ * order never depends on the schedule. */
+
+struct rt_optim {
+	float lr, beta1, beta2, eps, weight_decay;
+};
+
+struct rt_layer;
+
+/* What a layer op gets. Pointers are on the op's place (device or host). */
+struct rt_layer_call {
+	struct dev_stream *s;
+	const struct rt_layer *layer;
+	int B; /* samples in this call (the microbatch) */
+	void *params, *grads;
+	float *optim;
+	void *stash, *work;
+	const void *in;      /* forward/backward: the input (token ids for the first layer) */
+	void *out;           /* forward: the output (the last layer: its losses) */
+	const void *dout;    /* backward: the gradient of out (unused by the last layer) */
+	void *din;           /* backward: ADD the gradient of in here (NULL for the first layer) */
+	const void *targets; /* the last layer: the targets of the B samples */
+	const void *tied;    /* a tied layer: the tied layer's parameters */
+	void *tied_grad;     /* a tied layer: its own gradient area for them */
+	float dloss;         /* the last layer's backward: d objective / d loss value */
+	int step;            /* update: the step, from 1 */
+	const struct rt_optim *opt;
+};
+
+struct rt_layer_ops {
+	int (*forward)(const struct rt_layer_call *c);
+	int (*backward)(const struct rt_layer_call *c);
+	/* NULL: AdamW over params (fp32) with optim = m then v (2 * param_bytes) */
+	int (*update)(const struct rt_layer_call *c);
+	/* fills params (host memory, param_bytes) deterministically from seed */
+	int (*init)(const struct rt_layer *l, void *params, uint64_t seed);
+};
+
+struct rt_layer {
+	char name[32];
+	uint64_t param_bytes, grad_bytes, optim_bytes;
+	uint64_t stash_per_sample, out_per_sample, work_per_sample, work_bytes;
+	double fwd_flops_per_sample, bwd_flops_per_sample;
+	int tied, tied_layer;
+	const struct rt_layer_ops *ops;
+	void *arg; /* the layer's own: given back through c->layer->arg */
+	/* built-in GPT layers */
+	enum kn_layer_kind kind;
+	struct kn_model_config gpt;
+	int T;
+};
+
+struct rt_model;
+/* Fills a batch: n samples from sample0 of iteration iter; in and targets are
+ * host memory of n * in_per_sample / target_per_sample bytes. */
+typedef int (*rt_data_fn)(const struct rt_model *m, void *arg, int iter, int sample0, int n,
+                          void *in, void *targets);
+
+struct rt_model {
+	char name[32];
+	int nlayers;
+	struct rt_layer *layers;
+	int batch;                  /* samples per iteration */
+	uint64_t in_per_sample;     /* bytes */
+	uint64_t target_per_sample; /* bytes */
+	int loss_floats;            /* fp32 losses per sample (the last layer's output) */
+	struct rt_optim opt;
+	rt_data_fn data;
+	void *data_arg;
+	struct kn_model_config gpt; /* GPT models: the config (else zero) */
+	int T;
+};
+
+/* A GPT-2 model (embedding, L blocks, head tied to the embedding) of cfg at
+ * sequence length T, batch sequences per iteration, with synthetic data
+ * (rt_gpt_synthetic_data) unless data is set after. Frees with rt_model_free.
+ * Returns 0 or -EINVAL for a bad config. */
+int rt_model_gpt(const struct kn_model_config *cfg, int T, int batch,
+                 struct rt_model *out) SP_MUST_CHECK;
+void rt_model_free(struct rt_model *m);
+/* Deterministic learnable token streams: sample s of iteration it is an
+ * arithmetic progression mod V (step 1..3) from a start drawn from (it, s, and
+ * the uint64_t seed arg points to, if any); the targets are the next tokens. */
+int rt_gpt_synthetic_data(const struct rt_model *m, void *arg, int iter, int sample0, int n,
+                          void *in, void *targets);
+/* Before updating layer l: adds the tied gradients of every layer tied to it
+ * (their grads after param_bytes) to l's first gradients, in layer order, on
+ * stream s; grads[j] are the layers' gradient pointers on s's place. */
+int rt_layer_add_ties(struct dev_stream *s, const struct rt_model *m, int l,
+                      void *const *grads) SP_MUST_CHECK;
+/* Launches layer l's update (its op, or AdamW over its params). */
+int rt_layer_update(struct dev_stream *s, const struct rt_model *m, int l, void *params,
+                    void *grads, float *optim, int step) SP_MUST_CHECK;
+/* The taskgraph's view of a model's layers (per sample / constant bytes, FLOPs,
+ * ties). layers has m->nlayers entries; the model gets batch, input and target
+ * bytes. */
+void rt_model_tg(const struct rt_model *m, struct tg_layer *layers, struct tg_model *out);
+/* Initial parameters of layer l (host memory of param_bytes). */
+int rt_layer_init(const struct rt_model *m, int l, void *params, uint64_t seed) SP_MUST_CHECK;
+
+/* ---- a model under a plan (run.c) -----------------------------------------------------
+ * Turns a model and a plan into a task graph (taskgraph/) and that into a
+ * program whose tasks launch the layers' ops on the objects of their packs:
+ * W, G, O per pack (per replica in data-parallel modes), stash, boundary and
+ * input-gradient per microbatch, inputs and targets per microbatch, a work
+ * object per task. Gradients are zeroed by their first accumulation; the
+ * update of a layer tied to by others adds their tied gradients first. */
+struct rt_run_task; /* per task: what its callback needs */
+
+struct rt_run {
+	struct rt_ctx *rt;
+	const struct rt_model *m;
+	struct tg_plan plan;
+	struct tg_layer *tgl;
+	struct tg_model tgm;
+	struct tg_graph g;
+	const struct tg_model_objs *mo;
+	struct rt_prog prog;
+	struct rt_run_task *targ;
+	/* layout of each layer inside its pack's objects */
+	int *pack_of;                 /* [layer] */
+	uint64_t *poff, *goff, *ooff; /* [layer]: offset in W, G, O of its pack */
+	uint64_t *soff, *ioff;        /* [layer]: its stash, its interior output in S */
+	uint64_t *pp_off, *rc_off;    /* [pack]: ping-pong buffers, recompute area in work */
+	uint64_t pp_size;             /* one ping-pong buffer: the largest interior output */
+	float *losses;                /* host: nmb * mb * loss_floats (pinned) */
+	uint64_t seed;
+	int step, iter;
+	double last_loss;
+};
+
+/* Builds and binds the program of m under plan on rt, and writes the initial
+ * weights (rt_layer_init from seed; every replica the same) and zero
+ * optimizer state into the host pool. Returns 0, -EINVAL (a plan that does not
+ * fit the model: batch, packs, devices, group), -ENOMEM. */
+int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_plan *plan,
+                uint64_t seed, struct rt_run **out) SP_MUST_CHECK;
+/* One training step: inputs of this iteration, the program, the mean loss
+ * (NAN on the model backend). Returns 0 or the executor's error. */
+int rt_run_step(struct rt_run *r, double *loss) SP_MUST_CHECK;
+/* Copies layer l's parameters (replica 0) into host memory out (param_bytes). */
+int rt_run_read_params(struct rt_run *r, int l, void *out) SP_MUST_CHECK;
+void rt_run_close(struct rt_run *r);
+
+/* ---- plans (plan.c) --------------------------------------------------------------- */
+
+struct rt_plan_request {
+	const char *schedule; /* "auto" (NULL), or a tg_sched name */
+	int devices;          /* 0: all of the context (1 for a single-device schedule) */
+	int microbatch;       /* 0: the largest of 8, 4, 2, 1 that divides the batch */
+	int group;            /* 0: 1 (harmony modes: microbatches per group) */
+	int packs;            /* 0: greedy packing to half the budget (15% reserve) */
+	int upd_cpu, recompute;
+};
+
+/* The context's hardware for the planner: devices, the vmm budget per device,
+ * FLOP/s and bandwidths of device 0 and its links. */
+void rt_plan_hw(const struct rt_ctx *rt, int ndev, struct tg_hw *hw);
+/* Picks a plan for m on rt. "auto" ranks plans with the taskgraph's planner;
+ * a named schedule takes the request's numbers (or the defaults above).
+ * Returns 0, -EINVAL naming the bad choice (unknown schedule, a batch the
+ * microbatch and devices do not divide), -ENOMEM naming the layer that does
+ * not fit and the smallest budget that would. */
+int rt_plan_choose(const struct rt_ctx *rt, const struct rt_model *m,
+                   const struct rt_plan_request *req, struct tg_plan *out) SP_MUST_CHECK;
+int rt_sched_parse(const char *name, enum tg_sched *out) SP_MUST_CHECK;
+/* "harmony-dp, 4 packs, microbatch 2, group 4, 2 devices" */
+void rt_plan_describe(const struct tg_plan *p, char *buf, size_t n);
+
+/* ---- the reference loop (ref.c) ------------------------------------------------------
+ * The model trained with no vmm and no scheduler: every tensor in host memory,
+ * the same layer ops on a CPU stream, microbatch by microbatch in order within
+ * each of nrep replicas (replica r has samples [r*batch/nrep, (r+1)*batch/nrep)),
+ * gradients summed over replicas in rank order, tied gradients added to their
+ * layer's at the update. The order the executor keeps, so its losses and
+ * weights must be bit-identical to these. */
+struct rt_reference {
+	const struct rt_model *m;
+	int nrep, mb;
+	void **params; /* per layer */
+	float **optim;
+	void ***grads; /* [rep][layer] */
+	uint64_t seed;
+	int step;
+	struct dev_ctx *dev;
+	struct dev_stream *s;
+};
+int rt_reference_open(const struct rt_model *m, int nrep, int mb, uint64_t seed,
+                      struct rt_reference **out) SP_MUST_CHECK;
+/* One iteration; *loss gets the mean loss. */
+int rt_reference_step(struct rt_reference *r, int iter, double *loss) SP_MUST_CHECK;
+void rt_reference_close(struct rt_reference *r);
 
 #endif

@@ -307,20 +307,17 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	                  .work = -1};
 	int P = st->P;
 	s.flops = pack_flops(st->m, p, pk, 1) * p->microbatch * n;
-	/* a tie joins the tied pack's accumulation chain: reads and writes its G after
-	 * the chain's last task, or only writes it when first (the executor zeroes it) */
-	int tp = st->mo->tie_pack[pk], ti = rep * P + tp;
-	int acc = st->lastBacc[rep * P + pk] >= 0, tacc = tp >= 0 && st->lastBacc[ti] >= 0;
+	/* a tie reads the tied pack's weights; the tied gradient accumulates in this
+	 * pack's own G (after its layers' gradients): the tied pack's UPD adds it, so
+	 * the order of accumulation never depends on the schedule */
+	int tp = st->mo->tie_pack[pk];
+	int acc = st->lastBacc[rep * P + pk] >= 0;
 	s.r[s.nr++] = st->W[rep * P + pk];
 	if (tp >= 0)
-		s.r[s.nr++] = st->W[ti];
+		s.r[s.nr++] = st->W[rep * P + tp];
 	if (acc)
 		s.r[s.nr++] = st->G[rep * P + pk];
-	if (tacc)
-		s.r[s.nr++] = st->G[ti];
 	s.w[s.nw++] = st->G[rep * P + pk];
-	if (tp >= 0)
-		s.w[s.nw++] = st->G[ti];
 	for (int k = k0; k < k0 + n; k++) {
 		s.r[s.nr++] = st->S[k * P + pk];
 		s.r[s.nr++] = pk == P - 1 ? st->B[k * P + pk] : st->D[k * P + pk + 1];
@@ -334,8 +331,6 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	}
 	if (acc)
 		s.d[s.nd++] = st->lastBacc[rep * P + pk];
-	if (tacc)
-		s.d[s.nd++] = st->lastBacc[ti];
 	SP_CHECK(s.work = obj_new(b, TG_O_WORK, st->m->id, pack_work(st->m, p, pk, 1)));
 	s.w[s.nw++] = s.work;
 	int id = task_add(b, &s);
@@ -344,8 +339,6 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	for (int k = k0; k < k0 + n; k++)
 		st->lastB[k * P + pk] = id;
 	st->lastBacc[rep * P + pk] = id;
-	if (tp >= 0)
-		st->lastBacc[ti] = id;
 	return id;
 }
 
@@ -387,6 +380,15 @@ static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	s.w[s.nw++] = st->W[i];
 	s.w[s.nw++] = st->O[i];
 	s.d[s.nd++] = st->lastAR[i] >= 0 ? st->lastAR[i] : st->lastBacc[i];
+	/* the packs tied to this one hold its tied gradients: read after their
+	 * accumulation (and all-reduce) ends */
+	for (int q = 0; q < P; q++) {
+		int j = rep * P + q;
+		if (q == pk || st->mo->tie_pack[q] != pk)
+			continue;
+		s.r[s.nr++] = st->G[j];
+		s.d[s.nd++] = st->lastAR[j] >= 0 ? st->lastAR[j] : st->lastBacc[j];
+	}
 	/* every reader of W this iteration precedes it through the accumulation chain */
 	int id = task_add(b, &s);
 	if (id >= 0)

@@ -37,8 +37,10 @@ struct tg_layer {
 	double fwd_flops_per_sample, bwd_flops_per_sample;
 	/* Tied weights (GPT-2's LM head uses the token embedding): with tied = 1 the
 	 * layer also reads the parameters of layer tied_layer (< its own index) in
-	 * forward and backward and accumulates into that layer's gradient. A pack may
-	 * tie to at most one other pack; a tie inside a pack needs nothing extra. */
+	 * forward and backward. It accumulates their gradient in its own gradient
+	 * (grad_bytes counts it), never in the tied layer's: the tied layer's update
+	 * adds it, so the order of accumulation is the same under every schedule.
+	 * A pack may tie to at most one other pack. */
 	int tied;
 	int tied_layer;
 };
@@ -98,18 +100,18 @@ struct tg_plan {
  *   LOSS       reads  per k: B[k,P-1], Y[k]
  *              writes per k: B[k,P-1] (its gradient, in place), L[k]
  *   BWD        reads  W[r,pk]; W[r,tp]; G[r,pk] unless first to accumulate into it;
- *              G[r,tp] unless first to accumulate into it; then per k:
- *              S[k,pk], the output gradient (B[k,P-1] for the last pack, else
- *              D[k,pk+1]), in(k) (with or without recompute: every layer's
- *              backward needs its input), Y[k] (last pack only)
- *              writes G[r,pk]; G[r,tp]; then per k: D[k,pk] (not for pack 0); then
- *              its work object
- *              (a G's accumulation chain is every BWD of replica r that adds to it —
- *              its own pack's and those of the packs tied to it — in task-id order,
- *              each depending on the one before; the first only writes G: the
- *              executor zeroes it)
+ *              then per k: S[k,pk], the output gradient (B[k,P-1] for the last
+ *              pack, else D[k,pk+1]), in(k) (with or without recompute: every
+ *              layer's backward needs its input), Y[k] (last pack only)
+ *              writes G[r,pk]; then per k: D[k,pk] (not for pack 0); then its work
+ *              object
+ *              (a G's accumulation chain is every BWD of its pack and replica, in
+ *              task-id order, each depending on the one before; the first only
+ *              writes G: the executor zeroes it)
  *   ALLREDUCE  reads  G[r,pk]  writes G[r,pk]
- *   UPD        reads  W[r,pk], G[r,pk], O[r,pk]  writes W[r,pk], O[r,pk]
+ *   UPD        reads  W[r,pk], G[r,pk], O[r,pk], then G[r,q] of every pack q tied
+ *              to pk (their tied gradients, after q's chain and ALLREDUCE)
+ *              writes W[r,pk], O[r,pk]
  * read[0] is always the W (FWD, BWD, UPD) or G (ALLREDUCE) of the task's own pack. */
 struct tg_task {
 	int id, model, kind, pack, mb0, nmb;

@@ -48,14 +48,8 @@ static void expect(const struct tg_model_objs *mo, const struct tg_task *t, int 
 			r[(*nr)++] = mo->W[it];
 		if (!first[i])
 			r[(*nr)++] = mo->G[i];
-		if (tp >= 0 && !first[it])
-			r[(*nr)++] = mo->G[it];
-		w[(*nw)++] = mo->G[i];
-		if (tp >= 0)
-			w[(*nw)++] = mo->G[it];
+		w[(*nw)++] = mo->G[i]; /* the tied gradient is in its own G */
 		first[i] = 0;
-		if (tp >= 0)
-			first[it] = 0;
 		break;
 	case TG_ALLREDUCE:
 		r[(*nr)++] = mo->G[i];
@@ -65,6 +59,9 @@ static void expect(const struct tg_model_objs *mo, const struct tg_task *t, int 
 		r[(*nr)++] = mo->W[i];
 		r[(*nr)++] = mo->G[i];
 		r[(*nr)++] = mo->O[i];
+		for (int q = 0; q < P; q++) /* the packs tied to this one: their G */
+			if (q != pk && mo->tie_pack[q] == pk)
+				r[(*nr)++] = mo->G[t->rep * P + q];
 		w[(*nw)++] = mo->W[i];
 		w[(*nw)++] = mo->O[i];
 		break;

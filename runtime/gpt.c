@@ -1,0 +1,315 @@
+/* runtime/gpt.c — the built-in GPT-2 model: the kernels' embedding, blocks and
+ * head as runtime layers, GPT-2's initialization, and synthetic data.
+ *
+ * Sizes per sample come from kn_layer_describe at B = 1 (every activation
+ * size is linear in B, checked at B = 2). The head is tied to the embedding:
+ * it reads wte (the embedding's first V*C parameters) and accumulates dwte
+ * into its own gradients after its lnf ones, so grad_bytes = (2C + VC) floats.
+ * Initialization (llm.c, GPT-2): weights N(0, 0.02), the two residual
+ * projections of each block N(0, 0.02/sqrt(2L)), biases 0, layernorm weights
+ * 1; one counter-based stream per (seed, layer, tensor), so a layer's initial
+ * values do not depend on how the model is packed.
+ */
+#include "runtime/internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct kn_layer_mem mem_of(const struct rt_layer_call *c)
+{
+	return (struct kn_layer_mem){.params = c->params,
+	                             .grads = c->grads,
+	                             .optim = c->optim,
+	                             .stash = c->stash,
+	                             .work = c->work,
+	                             .tied = c->tied,
+	                             .tied_grad = c->tied_grad};
+}
+
+static int gpt_forward(const struct rt_layer_call *c)
+{
+	const struct rt_layer *l = c->layer;
+	struct kn_layer_mem m = mem_of(c);
+	struct kn_layer_io io = {.in = c->in, .out = c->out, .targets = c->targets};
+	return kn_layer_forward_launch(c->s, &l->gpt, l->kind, c->B, l->T, &m, &io);
+}
+
+static int gpt_backward(const struct rt_layer_call *c)
+{
+	const struct rt_layer *l = c->layer;
+	struct kn_layer_mem m = mem_of(c);
+	struct kn_layer_io io = {.in = c->in,
+	                         .dout = c->dout,
+	                         .din = c->din,
+	                         .targets = c->targets,
+	                         .dloss = c->dloss};
+	return kn_layer_backward_launch(c->s, &l->gpt, l->kind, c->B, l->T, &m, &io);
+}
+
+static int gpt_update(const struct rt_layer_call *c)
+{
+	const struct rt_layer *l = c->layer;
+	struct kn_layer_mem m = mem_of(c);
+	struct kn_adamw_hparams h = {.lr = c->opt->lr,
+	                             .beta1 = c->opt->beta1,
+	                             .beta2 = c->opt->beta2,
+	                             .eps = c->opt->eps,
+	                             .weight_decay = c->opt->weight_decay,
+	                             .t = c->step};
+	return kn_layer_update_launch(c->s, &l->gpt, l->kind, &m, &h);
+}
+
+/* splitmix64 over a counter: uniform 64-bit words for (key, i) */
+static uint64_t mix(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static double uniform(uint64_t key, uint64_t i)
+{
+	return ((double)(mix(key ^ mix(i)) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+/* n normal(0, std) floats (Box-Muller over pairs) from key. */
+static void fill_normal(float *x, size_t n, uint64_t key, double std)
+{
+	for (size_t i = 0; i < n; i += 2) {
+		double u1 = uniform(key, i), u2 = uniform(key, i + 1);
+		double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+		x[i] = (float)(std * r * cos(th));
+		if (i + 1 < n)
+			x[i + 1] = (float)(std * r * sin(th));
+	}
+}
+
+static void fill_const(float *x, size_t n, float v)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = v;
+}
+
+static int gpt_init(const struct rt_layer *l, void *params, uint64_t seed)
+{
+	const struct kn_model_config *g = &l->gpt;
+	size_t C = (size_t)g->C;
+	float *p = params;
+	uint64_t key = mix(seed ^ mix((uint64_t)(uintptr_t)l->arg)); /* arg: the layer index */
+	switch (l->kind) {
+	case KN_LAYER_EMBEDDING:
+		fill_normal(p, (size_t)g->V * C, key ^ 1, 0.02);
+		fill_normal(p + (size_t)g->V * C, (size_t)g->maxT * C, key ^ 2, 0.02);
+		return 0;
+	case KN_LAYER_HEAD:
+		fill_const(p, C, 1.0f);
+		fill_const(p + C, C, 0.0f);
+		return 0;
+	case KN_LAYER_BLOCK: {
+		size_t sz[KN_BLOCK_NPARAMS];
+		kn_block_param_sizes(g->C, sz);
+		double proj = 0.02 / sqrt(2.0 * g->L);
+		for (int i = 0; i < KN_BLOCK_NPARAMS; i++) {
+			if (i == 0 || i == 6)
+				fill_const(p, sz[i], 1.0f); /* ln1w, ln2w */
+			else if (i % 2 == 1)
+				fill_const(p, sz[i], 0.0f); /* biases */
+			else
+				fill_normal(p, sz[i], key ^ (uint64_t)(16 + i),
+				            i == 4 || i == 10 ? proj : 0.02);
+			p += sz[i];
+		}
+		return 0;
+	}
+	default: return sp_error(-EINVAL, "gpt: unknown layer kind %d", (int)l->kind);
+	}
+}
+
+static const struct rt_layer_ops gpt_ops = {
+    .forward = gpt_forward, .backward = gpt_backward, .update = gpt_update, .init = gpt_init};
+
+static int gpt_layer(const struct kn_model_config *cfg, int T, enum kn_layer_kind kind, int index,
+                     struct rt_layer *l)
+{
+	struct kn_layer_desc d1, d2;
+	SP_CHECK(kn_layer_describe(cfg, kind, 1, T, &d1));
+	SP_CHECK(kn_layer_describe(cfg, kind, 2, T, &d2));
+	if (d2.stash_bytes != 2 * d1.stash_bytes || d2.output_bytes != 2 * d1.output_bytes ||
+	    d2.work_bytes != 2 * d1.work_bytes)
+		return sp_error(-EINVAL, "gpt: layer %s sizes are not linear in the batch", d1.name);
+	memset(l, 0, sizeof(*l));
+	if (kind == KN_LAYER_BLOCK)
+		snprintf(l->name, sizeof(l->name), "block%d", index - 1);
+	else
+		snprintf(l->name, sizeof(l->name), "%s", d1.name);
+	l->param_bytes = d1.param_bytes;
+	l->grad_bytes = d1.grad_bytes;
+	l->optim_bytes = d1.optim_bytes;
+	l->stash_per_sample = d1.stash_bytes;
+	l->out_per_sample = d1.output_bytes;
+	l->work_per_sample = d1.work_bytes;
+	l->fwd_flops_per_sample = d1.fwd_flops;
+	l->bwd_flops_per_sample = d1.bwd_flops;
+	l->ops = &gpt_ops;
+	l->arg = (void *)(uintptr_t)index;
+	l->kind = kind;
+	l->gpt = *cfg;
+	l->T = T;
+	if (kind == KN_LAYER_HEAD) { /* tied to the embedding (layer 0): dwte here */
+		l->tied = 1;
+		l->tied_layer = 0;
+		l->grad_bytes += (uint64_t)cfg->V * cfg->C * kn_dtype_size(cfg->dtype);
+	}
+	return 0;
+}
+
+void rt_model_free(struct rt_model *m)
+{
+	if (!m)
+		return;
+	free(m->layers);
+	memset(m, 0, sizeof(*m));
+}
+
+int rt_model_gpt(const struct kn_model_config *cfg, int T, int batch, struct rt_model *out)
+{
+	SP_CHECK_ARG(cfg && out, "rt_model_gpt: NULL argument");
+	SP_CHECK(kn_model_config_check(cfg));
+	SP_CHECK_ARG(T >= 1 && T <= cfg->maxT, "gpt: sequence length %d is not in 1..%d (maxT)",
+	             T, cfg->maxT);
+	SP_CHECK_ARG(batch >= 1, "gpt: batch %d must be >= 1", batch);
+	SP_CHECK_ARG(cfg->dtype == KN_F32, "gpt: only fp32 is implemented");
+	struct rt_model m;
+	memset(&m, 0, sizeof(m));
+	m.nlayers = cfg->L + 2;
+	m.layers = calloc((size_t)m.nlayers, sizeof(*m.layers));
+	if (!m.layers)
+		return sp_error(-ENOMEM, "gpt: %d layers", m.nlayers);
+	int rc = gpt_layer(cfg, T, KN_LAYER_EMBEDDING, 0, &m.layers[0]);
+	for (int i = 1; rc == 0 && i <= cfg->L; i++)
+		rc = gpt_layer(cfg, T, KN_LAYER_BLOCK, i, &m.layers[i]);
+	if (rc == 0)
+		rc = gpt_layer(cfg, T, KN_LAYER_HEAD, cfg->L + 1, &m.layers[cfg->L + 1]);
+	if (rc < 0) {
+		free(m.layers);
+		return rc;
+	}
+	snprintf(m.name, sizeof(m.name), "gpt2 L%d C%d", cfg->L, cfg->C);
+	m.batch = batch;
+	m.in_per_sample = (uint64_t)T * sizeof(int);
+	m.target_per_sample = (uint64_t)T * sizeof(int);
+	m.loss_floats = T;
+	m.opt = (struct rt_optim){
+	    .lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f};
+	m.data = rt_gpt_synthetic_data;
+	m.gpt = *cfg;
+	m.T = T;
+	*out = m;
+	return 0;
+}
+
+int rt_gpt_synthetic_data(const struct rt_model *m, void *arg, int iter, int sample0, int n,
+                          void *in, void *targets)
+{
+	int V = m->gpt.V, T = m->T;
+	int *x = in, *y = targets;
+	uint64_t seed = arg ? *(const uint64_t *)arg : 0;
+	for (int s = 0; s < n; s++) {
+		uint64_t key = mix(mix(seed ^ (uint64_t)iter * 0x10001ull) ^ (uint64_t)(sample0 + s));
+		int start = (int)(mix(key) % (uint64_t)V);
+		int step = 1 + (int)(mix(key ^ 7) % 3ull); /* a few patterns to learn */
+		for (int t = 0; t <= T; t++) {
+			int tok = (int)((start + (int64_t)step * t) % V);
+			if (t < T)
+				x[s * T + t] = tok;
+			if (t > 0)
+				y[s * T + t - 1] = tok;
+		}
+	}
+	return 0;
+}
+
+void rt_model_tg(const struct rt_model *m, struct tg_layer *layers, struct tg_model *out)
+{
+	for (int i = 0; i < m->nlayers; i++) {
+		const struct rt_layer *l = &m->layers[i];
+		layers[i] = (struct tg_layer){.name = l->name,
+		                              .param_bytes = l->param_bytes,
+		                              .grad_bytes = l->grad_bytes,
+		                              .opt_bytes = l->optim_bytes,
+		                              .stash_bytes_per_sample = l->stash_per_sample,
+		                              .out_bytes_per_sample = l->out_per_sample,
+		                              .work_bytes = l->work_bytes,
+		                              .work_bytes_per_sample = l->work_per_sample,
+		                              .fwd_flops_per_sample = l->fwd_flops_per_sample,
+		                              .bwd_flops_per_sample = l->bwd_flops_per_sample,
+		                              .tied = l->tied,
+		                              .tied_layer = l->tied_layer};
+	}
+	*out = (struct tg_model){.id = 0,
+	                         .nlayers = m->nlayers,
+	                         .layers = layers,
+	                         .batch = m->batch,
+	                         .in_bytes_per_sample = m->in_per_sample,
+	                         .target_bytes_per_sample = m->target_per_sample,
+	                         .loss_bytes_per_sample = 0};
+}
+
+int rt_layer_add_ties(struct dev_stream *s, const struct rt_model *m, int l, void *const *grads)
+{
+	for (int j = 0; j < m->nlayers; j++) {
+		const struct rt_layer *t = &m->layers[j];
+		if (!t->tied || t->tied_layer != l)
+			continue;
+		struct kn_grad_accumulate_args a = {
+		    .dtype = KN_F32,
+		    .dst = grads[l],
+		    .src = (const char *)grads[j] + t->param_bytes,
+		    .N = (long)((t->grad_bytes - t->param_bytes) / sizeof(float))};
+		SP_CHECK(kn_grad_accumulate_launch(s, &a));
+	}
+	return 0;
+}
+
+int rt_layer_update(struct dev_stream *s, const struct rt_model *m, int l, void *params,
+                    void *grads, float *optim, int step)
+{
+	const struct rt_layer *ly = &m->layers[l];
+	struct rt_layer_call c = {.s = s,
+	                          .layer = ly,
+	                          .params = params,
+	                          .grads = grads,
+	                          .optim = optim,
+	                          .step = step,
+	                          .opt = &m->opt};
+	if (ly->ops && ly->ops->update)
+		return ly->ops->update(&c);
+	if (!ly->param_bytes)
+		return 0;
+	long n = (long)(ly->param_bytes / sizeof(float));
+	struct kn_adamw_args a = {.dtype = KN_F32,
+	                          .params = params,
+	                          .grads = grads,
+	                          .m = optim,
+	                          .v = optim + n,
+	                          .N = n,
+	                          .lr = m->opt.lr,
+	                          .beta1 = m->opt.beta1,
+	                          .beta2 = m->opt.beta2,
+	                          .eps = m->opt.eps,
+	                          .weight_decay = m->opt.weight_decay,
+	                          .t = step};
+	return kn_adamw_launch(s, &a);
+}
+
+int rt_layer_init(const struct rt_model *m, int l, void *params, uint64_t seed)
+{
+	SP_CHECK_ARG(m && params && l >= 0 && l < m->nlayers, "rt_layer_init: bad arguments");
+	const struct rt_layer *ly = &m->layers[l];
+	if (ly->ops && ly->ops->init)
+		return ly->ops->init(ly, params, seed);
+	memset(params, 0, ly->param_bytes);
+	return 0;
+}

@@ -1,0 +1,524 @@
+/* runtime/run.c — a model under a plan: task graph -> program -> steps.
+ *
+ * Objects map one to one (program object i = graph object i); tasks follow
+ * the graph's global order (program task n = g->order[n]). An object both
+ * read and written is acquired WRITE, one only written OVERWRITE. Callbacks
+ * find their objects by role through the graph's per-model tables and launch
+ * the layers' ops, microbatch by microbatch, layer by layer:
+ *   FWD   each layer's output goes to its slot in the stash (interior layers)
+ *         or to the pack's boundary (the last one)
+ *   BWD   layers in reverse; the input gradient of an interior layer goes to a
+ *         ping-pong buffer in the work object, the pack's to D[k,pk]; a
+ *         gradient's first accumulation zeroes it first
+ *   LOSS  copies the last layer's losses to a host buffer
+ *   UPD   adds the tied gradients of layers that use this pack's layers, then
+ *         each layer's update (on the device, or on the CPU stream)
+ *   ALLREDUCE  one collective per pack (the executor groups the members)
+ * Layout inside a pack: W, G, O are the layers' ranges back to back (a layer's
+ * optimizer state is its own optim_bytes); the stash of one microbatch holds,
+ * per layer, its stash then (interior layers) its output.
+ */
+#include "runtime/internal.h"
+
+#include "common/log.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct rt_run_task {
+	struct rt_run *run;
+	const struct tg_task *t;
+};
+
+static int pack_lo(const struct rt_run *r, int pk)
+{
+	return pk ? r->plan.pack_end[pk - 1] : 0;
+}
+
+static int pack_hi(const struct rt_run *r, int pk)
+{
+	return r->plan.pack_end[pk];
+}
+
+/* The pointer of graph object o among the task's refs (NULL: 0 bytes, or absent). */
+static void *ptr_of(const struct rt_launch *l, int o)
+{
+	const struct rt_task *t = l->task;
+	for (int i = 0; i < t->nref; i++)
+		if (t->ref[i].obj == o)
+			return l->ptr[i];
+	return NULL;
+}
+
+static int has_read(const struct tg_task *t, int o)
+{
+	for (int i = 0; i < t->nread; i++)
+		if (t->read[i] == o)
+			return 1;
+	return 0;
+}
+
+static int zero(struct dev_stream *s, void *p, uint64_t bytes)
+{
+	if (!p || !bytes)
+		return 0;
+	struct kn_grad_zero_args z = {.dtype = KN_F32, .x = p, .N = (long)(bytes / sizeof(float))};
+	if (bytes % sizeof(float))
+		return dev_memset_async(s, p, dev_stream_device(s), 0, bytes);
+	return kn_grad_zero_launch(s, &z);
+}
+
+/* The tied layer's parameters for layer l of pack pk. */
+static const void *tied_params(const struct rt_launch *L, const struct rt_run *r, int l, int rep)
+{
+	const struct rt_layer *ly = &r->m->layers[l];
+	if (!ly->tied)
+		return NULL;
+	int tl = ly->tied_layer, tp = r->pack_of[tl];
+	char *w = ptr_of(L, r->mo->W[rep * r->mo->P + tp]);
+	return w ? w + r->poff[tl] : NULL;
+}
+
+static int fwd_task(const struct rt_launch *L, void *arg)
+{
+	const struct rt_run_task *rt = arg;
+	struct rt_run *r = rt->run;
+	const struct tg_task *t = rt->t;
+	const struct tg_model_objs *mo = r->mo;
+	int P = mo->P, pk = t->pack, rep = t->rep, mb = r->plan.microbatch;
+	int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
+	char *W = ptr_of(L, mo->W[rep * P + pk]);
+	void *work = t->work >= 0 ? ptr_of(L, t->work) : NULL;
+	for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
+		const void *x = ptr_of(L, pk ? mo->B[k * P + pk - 1] : mo->X[k]);
+		char *S = ptr_of(L, mo->S[k * P + pk]);
+		void *out = ptr_of(L, mo->B[k * P + pk]);
+		const void *Y = pk == P - 1 ? ptr_of(L, mo->Y[k]) : NULL;
+		for (int l = lo; l < hi; l++) {
+			const struct rt_layer *ly = &r->m->layers[l];
+			struct rt_layer_call c = {.s = L->s,
+			                          .layer = ly,
+			                          .B = mb,
+			                          .params = W + r->poff[l],
+			                          .stash = S ? S + r->soff[l] : NULL,
+			                          .work = work,
+			                          .in = x,
+			                          .out = l == hi - 1 ? out : S + r->ioff[l],
+			                          .targets = Y,
+			                          .tied = tied_params(L, r, l, rep)};
+			SP_CHECK(ly->ops->forward(&c));
+			x = c.out;
+		}
+	}
+	return 0;
+}
+
+static int bwd_task(const struct rt_launch *L, void *arg)
+{
+	const struct rt_run_task *rt = arg;
+	struct rt_run *r = rt->run;
+	const struct tg_task *t = rt->t;
+	const struct tg_model_objs *mo = r->mo;
+	const struct rt_model *m = r->m;
+	int P = mo->P, pk = t->pack, rep = t->rep, mb = r->plan.microbatch;
+	int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
+	char *W = ptr_of(L, mo->W[rep * P + pk]);
+	int gobj = mo->G[rep * P + pk];
+	char *G = ptr_of(L, gobj);
+	char *work = t->work >= 0 ? ptr_of(L, t->work) : NULL;
+	if (!has_read(t, gobj)) { /* the first accumulation this iteration */
+		uint64_t gb = 0;
+		for (int l = lo; l < hi; l++)
+			gb += m->layers[l].grad_bytes;
+		SP_CHECK(zero(L->s, G, gb));
+	}
+	float dloss = 1.0f / ((float)m->batch * (float)m->loss_floats);
+	for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
+		char *S = ptr_of(L, mo->S[k * P + pk]);
+		const void *in = ptr_of(L, pk ? mo->B[k * P + pk - 1] : mo->X[k]);
+		const void *Y = pk == P - 1 ? ptr_of(L, mo->Y[k]) : NULL;
+		const void *dout = ptr_of(L, pk == P - 1 ? mo->B[k * P + pk] : mo->D[k * P + pk + 1]);
+		void *dpack = pk ? ptr_of(L, mo->D[k * P + pk]) : NULL;
+		if (dpack)
+			SP_CHECK(zero(L->s, dpack, m->layers[lo - 1].out_per_sample * (uint64_t)mb));
+		int pp = 0;
+		for (int l = hi - 1; l >= lo; l--) {
+			const struct rt_layer *ly = &m->layers[l];
+			void *din = dpack;
+			if (l > lo) { /* an interior input gradient: a ping-pong buffer */
+				din = work + r->pp_off[pk] + (uint64_t)pp * r->pp_size;
+				pp ^= 1;
+				SP_CHECK(zero(L->s, din, m->layers[l - 1].out_per_sample * (uint64_t)mb));
+			}
+			struct rt_layer_call c = {
+			    .s = L->s,
+			    .layer = ly,
+			    .B = mb,
+			    .params = W + r->poff[l],
+			    .grads = G + r->goff[l],
+			    .stash = S ? S + r->soff[l] : NULL,
+			    .work = work,
+			    .in = l == lo ? in : S + r->ioff[l - 1],
+			    .dout = dout,
+			    .din = din,
+			    .targets = Y,
+			    .tied = tied_params(L, r, l, rep),
+			    .tied_grad = ly->tied ? G + r->goff[l] + ly->param_bytes : NULL,
+			    .dloss = dloss};
+			SP_CHECK(ly->ops->backward(&c));
+			dout = din;
+		}
+	}
+	return 0;
+}
+
+static int loss_task(const struct rt_launch *L, void *arg)
+{
+	const struct rt_run_task *rt = arg;
+	struct rt_run *r = rt->run;
+	const struct tg_task *t = rt->t;
+	const struct tg_model_objs *mo = r->mo;
+	int P = mo->P, mb = r->plan.microbatch;
+	uint64_t bytes = (uint64_t)mb * (uint64_t)r->m->loss_floats * sizeof(float);
+	for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
+		const void *lo = ptr_of(L, mo->B[k * P + P - 1]);
+		float *dst = r->losses + (size_t)k * mb * r->m->loss_floats;
+		SP_CHECK(dev_memcpy_async(L->s, dst, DEV_HOST, lo, L->dev == RT_HOST ? DEV_HOST : L->dev,
+		                          bytes));
+		r->rt->st.loss_readback += bytes;
+	}
+	return 0;
+}
+
+static int upd_task(const struct rt_launch *L, void *arg)
+{
+	const struct rt_run_task *rt = arg;
+	struct rt_run *r = rt->run;
+	const struct tg_task *t = rt->t;
+	const struct tg_model_objs *mo = r->mo;
+	const struct rt_model *m = r->m;
+	int P = mo->P, pk = t->pack, rep = t->rep;
+	char *W = ptr_of(L, mo->W[rep * P + pk]), *G = ptr_of(L, mo->G[rep * P + pk]);
+	char *O = ptr_of(L, mo->O[rep * P + pk]);
+	void **grads = calloc((size_t)m->nlayers, sizeof(void *));
+	if (!grads)
+		return sp_error(-ENOMEM, "update: out of memory");
+	for (int l = 0; l < m->nlayers; l++) { /* this pack's, and those of packs tied to it */
+		char *g = ptr_of(L, mo->G[rep * P + r->pack_of[l]]);
+		grads[l] = g ? g + r->goff[l] : NULL;
+	}
+	int rc = 0;
+	for (int l = pack_lo(r, pk); l < pack_hi(r, pk) && !rc; l++) {
+		for (int j = 0; j < m->nlayers && !rc; j++)
+			if (m->layers[j].tied && m->layers[j].tied_layer == l && !grads[j])
+				rc = sp_error(-EINVAL,
+				              "update of %s: the gradient of %s (tied to it) is not "
+				              "among the task's objects",
+				              m->layers[l].name, m->layers[j].name);
+		if (!rc)
+			rc = rt_layer_add_ties(L->s, m, l, grads);
+		if (!rc)
+			rc = rt_layer_update(L->s, m, l, W + r->poff[l], G + r->goff[l],
+			                     (float *)(O + r->ooff[l]), r->step);
+	}
+	free(grads);
+	return rc;
+}
+
+static int allreduce_task(const struct rt_launch *L, void *arg)
+{
+	/* never called: the executor runs the group as one collective */
+	return sp_error(-EINVAL, "all-reduce member launched alone");
+}
+
+/* ---- building ------------------------------------------------------------------ */
+
+static enum vmm_kind vmm_kind_of(int k)
+{
+	switch (k) {
+	case TG_O_WEIGHT: return VMM_KIND_WEIGHT;
+	case TG_O_GRAD: return VMM_KIND_GRAD;
+	case TG_O_OPT: return VMM_KIND_OPTIM;
+	case TG_O_STASH: return VMM_KIND_STASH;
+	case TG_O_BOUNDARY: return VMM_KIND_INTERMEDIATE;
+	case TG_O_INPUT: return VMM_KIND_INPUT;
+	default: return VMM_KIND_WORKSPACE;
+	}
+}
+
+static int layouts(struct rt_run *r)
+{
+	const struct rt_model *m = r->m;
+	int P = r->plan.npacks, n = m->nlayers;
+	uint64_t mb = (uint64_t)r->plan.microbatch;
+	r->pack_of = calloc((size_t)n, sizeof(int));
+	r->poff = calloc((size_t)n + 1, sizeof(uint64_t));
+	r->goff = calloc((size_t)n + 1, sizeof(uint64_t));
+	r->ooff = calloc((size_t)n + 1, sizeof(uint64_t));
+	r->soff = calloc((size_t)n + 1, sizeof(uint64_t));
+	r->ioff = calloc((size_t)n + 1, sizeof(uint64_t));
+	r->pp_off = calloc((size_t)P, sizeof(uint64_t));
+	r->rc_off = calloc((size_t)P, sizeof(uint64_t));
+	if (!r->pack_of || !r->poff || !r->goff || !r->ooff || !r->soff || !r->ioff || !r->pp_off ||
+	    !r->rc_off)
+		return sp_error(-ENOMEM, "run: layouts of %d layers", n);
+	uint64_t maxint = 0;
+	for (int pk = 0; pk < P; pk++) {
+		uint64_t po = 0, go = 0, oo = 0, so = 0, maxw = 0;
+		int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
+		for (int l = lo; l < hi; l++) {
+			const struct rt_layer *ly = &m->layers[l];
+			r->pack_of[l] = pk;
+			r->poff[l] = po;
+			r->goff[l] = go;
+			r->ooff[l] = oo;
+			po += ly->param_bytes;
+			go += ly->grad_bytes;
+			oo += ly->optim_bytes;
+			r->soff[l] = so;
+			so += ly->stash_per_sample * mb;
+			if (l < hi - 1) {
+				r->ioff[l] = so;
+				so += ly->out_per_sample * mb;
+				if (ly->out_per_sample * mb > maxint)
+					maxint = ly->out_per_sample * mb;
+			}
+			uint64_t w = ly->work_bytes + ly->work_per_sample * mb;
+			if (w > maxw)
+				maxw = w;
+		}
+		r->pp_off[pk] = maxw;
+	}
+	r->pp_size = maxint;
+	return 0;
+}
+
+int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_plan *plan,
+                uint64_t seed, struct rt_run **out)
+{
+	SP_CHECK_ARG(rt && m && plan && out, "rt_run_open: NULL argument");
+	SP_CHECK_ARG(m->nlayers > 0 && m->layers && m->data && m->loss_floats > 0,
+	             "rt_run_open: model %s needs layers, a data callback and losses", m->name);
+	SP_CHECK_ARG(plan->ndev >= 1 && plan->ndev <= rt->ndev,
+	             "plan: %d devices, the context has %d", plan->ndev, rt->ndev);
+	SP_CHECK_ARG(!plan->recompute, "plan: recomputation is not supported by the executor yet");
+	int rc = 0;
+	struct rt_run *r = calloc(1, sizeof(*r));
+	if (!r)
+		return sp_error(-ENOMEM, "rt_run_open: out of memory");
+	r->rt = rt;
+	r->m = m;
+	r->plan = *plan;
+	r->seed = seed;
+	rt_prog_init(&r->prog);
+	r->tgl = calloc((size_t)m->nlayers, sizeof(*r->tgl));
+	if (!r->tgl) {
+		rc = sp_error(-ENOMEM, "rt_run_open: layers");
+		goto fail;
+	}
+	rt_model_tg(m, r->tgl, &r->tgm);
+	SP_CHECK_GOTO(tg_graph_build(&r->tgm, 1, &r->plan, &r->g), rc, fail);
+	r->mo = &r->g.mobj[0];
+	SP_CHECK_GOTO(layouts(r), rc, fail);
+	const struct tg_graph *g = &r->g;
+	for (int o = 0; o < g->nobj; o++) {
+		int id;
+		char name[32];
+		snprintf(name, sizeof(name), "%s%d", tg_okind_name(g->obj[o].kind), o);
+		SP_CHECK_GOTO(rt_prog_obj(&r->prog, g->obj[o].bytes, vmm_kind_of(g->obj[o].kind), name,
+		                          &id),
+		              rc, fail);
+		r->prog.obj[id].input = g->obj[o].kind == TG_O_INPUT;
+	}
+	int *pos = malloc((size_t)g->ntask * sizeof(int));
+	r->targ = calloc((size_t)g->ntask, sizeof(*r->targ));
+	struct rt_ref *refs = malloc((size_t)(g->nobj + 1) * sizeof(*refs));
+	int *deps = malloc((size_t)(g->ntask + 1) * sizeof(int));
+	if (!pos || !r->targ || !refs || !deps) {
+		free(pos);
+		free(refs);
+		free(deps);
+		rc = sp_error(-ENOMEM, "rt_run_open: %d tasks", g->ntask);
+		goto fail;
+	}
+	for (int n = 0; n < g->ntask; n++)
+		pos[g->order[n]] = n;
+	for (int n = 0; n < g->ntask && !rc; n++) {
+		const struct tg_task *t = &g->task[g->order[n]];
+		int nr = 0;
+		for (int i = 0; i < t->nread + t->nwrite; i++) {
+			int o = i < t->nread ? t->read[i] : t->write[i - t->nread];
+			int w = i >= t->nread, found = -1;
+			for (int j = 0; j < nr; j++)
+				if (refs[j].obj == o)
+					found = j;
+			if (found >= 0) {
+				if (w)
+					refs[found].mode = VMM_WRITE;
+				continue;
+			}
+			refs[nr++] = (struct rt_ref){o, w ? VMM_OVERWRITE : VMM_READ};
+		}
+		for (int d = 0; d < t->ndep; d++)
+			deps[d] = pos[t->dep[d]];
+		r->targ[n] = (struct rt_run_task){r, t};
+		struct rt_task tk = {.dev = t->dev < 0 ? RT_HOST : t->dev,
+		                     .constrained = t->constrained || t->dev < 0,
+		                     .arg = &r->targ[n],
+		                     .flops = t->flops,
+		                     .tg_task = t->id};
+		static const char *const kn[] = {"fwd", "bwd", "upd", "allreduce", "loss"};
+		snprintf(tk.name, sizeof(tk.name), "%s p%d mb%d+%d r%d", kn[t->kind], t->pack, t->mb0,
+		         t->nmb, t->rep);
+		switch (t->kind) {
+		case TG_FWD: tk.fn = fwd_task; break;
+		case TG_BWD: tk.fn = bwd_task; break;
+		case TG_LOSS: tk.fn = loss_task; break;
+		case TG_UPD:
+			tk.fn = upd_task;
+			tk.flags = RT_TASK_UPDATE;
+			break;
+		default:
+			tk.fn = allreduce_task;
+			tk.flags = RT_TASK_COLLECTIVE;
+			tk.coll_group = t->pack;
+			tk.constrained = 1;
+			break;
+		}
+		int id;
+		rc = rt_prog_task(&r->prog, &tk, refs, nr, deps, t->ndep, &id);
+	}
+	free(pos);
+	free(refs);
+	free(deps);
+	if (rc < 0)
+		goto fail;
+	SP_CHECK_GOTO(rt_prog_prepare(&r->prog), rc, fail);
+	SP_CHECK_GOTO(rt_prog_bind(rt, &r->prog), rc, fail);
+	uint64_t lbytes = (uint64_t)r->mo->nmb * plan->microbatch * m->loss_floats * sizeof(float);
+	SP_CHECK_GOTO(dev_host_alloc(rt->dev, lbytes, (void **)&r->losses), rc, fail);
+	/* initial state in the host pool: weights from the seed, optimizer state 0 */
+	for (int i = 0; i < r->mo->nrep * r->mo->P && !rc; i++) {
+		int pk = i % r->mo->P;
+		for (int which = 0; which < 2 && !rc; which++) {
+			const struct rt_obj *o = &r->prog.obj[which ? r->mo->O[i] : r->mo->W[i]];
+			if (!o->vid)
+				continue;
+			void *p;
+			struct dev_event *ready;
+			SP_CHECK_GOTO(vmm_acquire(rt->vmm, o->vid, VMM_HOST, VMM_OVERWRITE, &p, &ready),
+			              rc, fail);
+			if (rt->data) {
+				if (which)
+					memset(p, 0, o->bytes);
+				for (int l = pack_lo(r, pk); !which && l < pack_hi(r, pk) && !rc; l++)
+					rc = rt_layer_init(m, l, (char *)p + r->poff[l], seed);
+			}
+			int e = vmm_release(rt->vmm, o->vid, VMM_HOST, NULL);
+			if (!rc)
+				rc = e;
+		}
+	}
+	if (rc < 0)
+		goto fail;
+	*out = r;
+	return 0;
+fail:
+	rt_run_close(r);
+	return rc;
+}
+
+void rt_run_close(struct rt_run *r)
+{
+	if (!r)
+		return;
+	if (r->losses && dev_host_free(r->rt->dev, r->losses) < 0)
+		SP_WARN(RT, "%s", sp_last_error());
+	rt_prog_unbind(r->rt, &r->prog);
+	rt_prog_free(&r->prog);
+	tg_graph_free(&r->g);
+	free(r->tgl);
+	free(r->targ);
+	free(r->pack_of);
+	free(r->poff);
+	free(r->goff);
+	free(r->ooff);
+	free(r->soff);
+	free(r->ioff);
+	free(r->pp_off);
+	free(r->rc_off);
+	free(r);
+}
+
+/* This iteration's inputs and targets, written into the host pool. */
+static int write_inputs(struct rt_run *r)
+{
+	const struct tg_model_objs *mo = r->mo;
+	struct vmm *v = r->rt->vmm;
+	int mb = r->plan.microbatch;
+	for (int k = 0; k < mo->nmb; k++) {
+		uint64_t xv = r->prog.obj[mo->X[k]].vid, yv = r->prog.obj[mo->Y[k]].vid;
+		void *x = NULL, *y = NULL;
+		struct dev_event *ready;
+		int rc = 0;
+		if (xv)
+			SP_CHECK(vmm_acquire(v, xv, VMM_HOST, VMM_OVERWRITE, &x, &ready));
+		if (yv && (rc = vmm_acquire(v, yv, VMM_HOST, VMM_OVERWRITE, &y, &ready)) < 0) {
+			if (xv && vmm_release(v, xv, VMM_HOST, NULL) < 0) {
+			}
+			return rc;
+		}
+		if (r->rt->data && x && y)
+			rc = r->m->data(r->m, r->m->data_arg, r->iter, k * mb, mb, x, y);
+		if (xv) {
+			int e = vmm_release(v, xv, VMM_HOST, NULL);
+			if (!rc)
+				rc = e;
+		}
+		if (yv) {
+			int e = vmm_release(v, yv, VMM_HOST, NULL);
+			if (!rc)
+				rc = e;
+		}
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+int rt_run_step(struct rt_run *r, double *loss)
+{
+	SP_CHECK_ARG(r, "rt_run_step: NULL run");
+	SP_CHECK(write_inputs(r));
+	r->step++;
+	int rc = rt_exec_run(r->rt, &r->prog, r->iter);
+	if (rc < 0) {
+		r->step--;
+		return rc;
+	}
+	r->iter++;
+	double sum = 0;
+	size_t n = (size_t)r->mo->nmb * r->plan.microbatch * r->m->loss_floats;
+	if (r->rt->data)
+		for (size_t i = 0; i < n; i++)
+			sum += r->losses[i];
+	r->last_loss = r->rt->data ? sum / ((double)r->m->batch * r->m->loss_floats) : NAN;
+	if (loss)
+		*loss = r->last_loss;
+	return 0;
+}
+
+int rt_run_read_params(struct rt_run *r, int l, void *out)
+{
+	SP_CHECK_ARG(r && out && l >= 0 && l < r->m->nlayers, "rt_run_read_params: bad arguments");
+	SP_CHECK_ARG(r->rt->data, "rt_run_read_params: the model backend holds no data");
+	const struct rt_obj *o = &r->prog.obj[r->mo->W[r->pack_of[l]]];
+	if (!r->m->layers[l].param_bytes)
+		return 0;
+	void *p;
+	struct dev_event *ready;
+	SP_CHECK(vmm_acquire(r->rt->vmm, o->vid, VMM_HOST, VMM_READ, &p, &ready));
+	memcpy(out, (char *)p + r->poff[l], r->m->layers[l].param_bytes);
+	return vmm_release(r->rt->vmm, o->vid, VMM_HOST, NULL);
+}
