@@ -203,8 +203,7 @@ SPILL_API int spill_graph_obj(struct spill_graph *g, size_t bytes, enum spill_ki
 	SP_CHECK_ARG(g && id, "spill_graph_obj: NULL argument");
 	SP_CHECK_ARG(!g->bound, "spill_graph_obj: the graph has run; create a new one");
 	SP_CHECK_ARG(bytes > 0, "spill_graph_obj: object '%s' has zero bytes", name ? name : "?");
-	SP_CHECK_ARG((unsigned)kind <= SPILL_KIND_WORKSPACE, "spill_graph_obj: kind %d",
-	             (int)kind);
+	SP_CHECK_ARG((unsigned)kind <= SPILL_KIND_WORKSPACE, "spill_graph_obj: kind %d", (int)kind);
 	SP_CHECK_ARG(!(flags & ~(SPILL_OBJ_OUTPUT | SPILL_OBJ_INPUT)), "spill_graph_obj: flags %#x",
 	             flags);
 	SP_CHECK(rt_prog_obj(&g->prog, bytes, (enum vmm_kind)kind, name, id));
@@ -229,7 +228,8 @@ SPILL_API int spill_graph_task(struct spill_graph *g, const struct spill_task_de
 	             d->name ? d->name : "?", d->device, n - 1);
 	for (int i = 0; i < d->nrefs; i++)
 		SP_CHECK_ARG(d->refs[i].obj >= 0 && d->refs[i].obj < g->prog.nobj &&
-		                 d->refs[i].access >= SPILL_READ && d->refs[i].access <= SPILL_OVERWRITE,
+		                 d->refs[i].access >= SPILL_READ &&
+		                 d->refs[i].access <= SPILL_OVERWRITE,
 		             "spill_graph_task '%s': ref %d (object %d, access %d)",
 		             d->name ? d->name : "?", i, d->refs[i].obj, (int)d->refs[i].access);
 	if (g->ndesc == g->capdesc) {
@@ -251,8 +251,8 @@ SPILL_API int spill_graph_task(struct spill_graph *g, const struct spill_task_de
 		refs[i] = (struct rt_ref){d->refs[i].obj, (enum vmm_access)d->refs[i].access};
 	*ga = (struct gtask){g, g->ndesc};
 	struct rt_task t = {.dev = d->device == SPILL_CPU ? RT_HOST
-	                           : d->device < 0       ? 0
-	                                                 : d->device,
+	                           : d->device < 0        ? 0
+	                                                  : d->device,
 	                    .constrained = d->device != SPILL_ANY_DEVICE,
 	                    .fn = graph_trampoline,
 	                    .arg = ga,
@@ -283,8 +283,9 @@ static int graph_bind(struct spill_graph *g)
 static int graph_copy(struct spill_graph *g, int obj, void *buf, size_t bytes, int to_obj)
 {
 	SP_CHECK_ARG(g && buf && obj >= 0 && obj < g->prog.nobj, "spill_graph: bad object %d", obj);
-	SP_CHECK_ARG(bytes <= g->prog.obj[obj].bytes, "spill_graph: %zu bytes into object %s of %llu",
-	             bytes, g->prog.obj[obj].name, (unsigned long long)g->prog.obj[obj].bytes);
+	SP_CHECK_ARG(bytes <= g->prog.obj[obj].bytes,
+	             "spill_graph: %zu bytes into object %s of %llu", bytes, g->prog.obj[obj].name,
+	             (unsigned long long)g->prog.obj[obj].bytes);
 	SP_CHECK(graph_bind(g));
 	struct rt_ctx *rt = g->ctx->rt;
 	SP_CHECK_ARG(rt->data, "spill_graph: the model backend holds no data");
@@ -293,7 +294,10 @@ static int graph_copy(struct spill_graph *g, int obj, void *buf, size_t bytes, i
 	uint64_t vid = g->prog.obj[obj].vid;
 	int full = bytes == g->prog.obj[obj].bytes;
 	SP_CHECK(vmm_acquire(rt->vmm, vid, VMM_HOST,
-	                     !to_obj ? VMM_READ : full ? VMM_OVERWRITE : VMM_WRITE, &p, &ready));
+	                     !to_obj ? VMM_READ
+	                     : full  ? VMM_OVERWRITE
+	                             : VMM_WRITE,
+	                     &p, &ready));
 	if (to_obj)
 		memcpy(p, buf, bytes);
 	else
@@ -585,7 +589,8 @@ SPILL_API int spill_stats(struct spill_ctx *ctx, struct spill_stats *out)
 			s.bytes[SPILL_LINK_D2H][k] += vmm_link_bytes(rt->vmm, d, VMM_HOST, k);
 			for (int e = 0; e < rt->ndev; e++)
 				if (e != d)
-					s.bytes[SPILL_LINK_P2P][k] += vmm_link_bytes(rt->vmm, d, e, k);
+					s.bytes[SPILL_LINK_P2P][k] +=
+					    vmm_link_bytes(rt->vmm, d, e, k);
 		}
 	for (int k = 0; k < VMM_KINDS; k++) {
 		s.bytes[SPILL_LINK_H2DISK][k] = vmm_link_bytes(rt->vmm, VMM_HOST, VMM_DISK, k);

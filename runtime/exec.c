@@ -44,6 +44,8 @@ struct xs {
 	int *cnt;         /* per object: references issued this iteration */
 	struct xq q[DEV_MAX + 1];
 	int *ulist, ulen, upos; /* late-bound tasks in program order */
+	int next;               /* ordered mode: the first task not issued */
+	int *pd, npd, cappd;    /* discards waiting for a transfer to land: (task, ref) */
 	int ndone, err;
 	void **ptr;      /* scratch: pointers of one task */
 	int *coll_first; /* per collective group: its member with the lowest index */
@@ -86,6 +88,7 @@ static void xs_free(struct xs *x)
 	free(x->ulist);
 	free(x->ptr);
 	free(x->coll_first);
+	free(x->pd);
 }
 
 static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter)
@@ -133,7 +136,7 @@ static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter)
 			if (x->coll_first[g] < 0)
 				x->coll_first[g] = i;
 		}
-		if (!t->constrained && late && t->dev != RT_HOST) {
+		if (!t->constrained && late && t->dev != RT_HOST && !rt->cfg.exec.ordered) {
 			x->ulist[x->ulen++] = i;
 		} else {
 			struct xq *q = &x->q[task_queue(x, t->dev)];
@@ -168,7 +171,8 @@ static int set_initial_hints(struct xs *x)
 			int place = s == p->nplaces - 1 ? VMM_HOST : s;
 			if (place != VMM_HOST && place >= x->rt->ndev)
 				continue;
-			SP_CHECK(vmm_hint_at(v, p->obj[o].vid, place, abs_pos(x, fu[1 + s])));
+			uint64_t h = fu[1 + s] < 0 ? VMM_HINT_NEVER : abs_pos(x, fu[1 + s]);
+			SP_CHECK(vmm_hint_at(v, p->obj[o].vid, place, h));
 		}
 	}
 	return 0;
@@ -190,8 +194,9 @@ static int set_hints(struct xs *x, int t, int q)
 			uint64_t np = p->next_place[t][r];
 			/* the table is per predicted place; a late-bound task ran elsewhere */
 			if (queue_dev(x, q) == tk->dev || q == task_queue(x, tk->dev))
-				SP_CHECK(vmm_hint_at(v, vid, rt_place(queue_dev(x, q)),
-				                     np == VMM_NO_HINT ? np : x->base + np));
+				SP_CHECK(
+				    vmm_hint_at(v, vid, rt_place(queue_dev(x, q)),
+				                np == VMM_NO_HINT ? VMM_HINT_NEVER : x->base + np));
 		}
 	}
 	return 0;
@@ -219,8 +224,9 @@ static int ref_dead(const struct xs *x, int t, int r)
 }
 
 /* Right after a task's release: discard what it read last, in stream order
- * (the space is reused after its done event). A copy still arriving waits
- * for the task's completion. */
+ * (the space is reused after its done event). A copy still arriving is
+ * retried once its transfer lands (retry_discards), at the latest when the
+ * task completes. */
 static void discard_after_issue(struct xs *x, int t)
 {
 	struct rt_prog *p = x->p;
@@ -230,11 +236,45 @@ static void discard_after_issue(struct xs *x, int t)
 			continue;
 		const struct rt_obj *o = &p->obj[tk->ref[r].obj];
 		int rc = vmm_discard_if_idle(x->rt->vmm, o->vid);
-		if (rc == 0)
+		if (rc == 0) {
 			x->rt->st.discards++;
-		else if (rc != -EAGAIN)
+		} else if (rc == -EAGAIN) {
+			if (x->npd == x->cappd) {
+				int nc = x->cappd ? 2 * x->cappd : 64;
+				int *np = realloc(x->pd, (size_t)nc * 2 * sizeof(int));
+				if (!np)
+					continue; /* done at completion instead */
+				x->pd = np;
+				x->cappd = nc;
+			}
+			x->pd[2 * x->npd] = t;
+			x->pd[2 * x->npd + 1] = r;
+			x->npd++;
+		} else {
 			SP_INFO(RT, "discard %s: %s", o->name, sp_last_error());
+		}
 	}
+}
+
+static void retry_discards(struct xs *x)
+{
+	int k = 0;
+	for (int i = 0; i < x->npd; i++) {
+		int t = x->pd[2 * i], r = x->pd[2 * i + 1], keep = 0;
+		const struct rt_obj *o = &x->p->obj[x->p->task[t].ref[r].obj];
+		if (x->st[t] != T_DONE && ref_dead(x, t, r) && vmm_obj_where(x->rt->vmm, o->vid)) {
+			int rc = vmm_discard_if_idle(x->rt->vmm, o->vid);
+			if (rc == 0)
+				x->rt->st.discards++;
+			keep = rc == -EAGAIN;
+		}
+		if (keep) {
+			x->pd[2 * k] = t;
+			x->pd[2 * k + 1] = r;
+			k++;
+		}
+	}
+	x->npd = k;
 }
 
 static void complete(struct xs *x, int t)
@@ -556,6 +596,29 @@ static int pick(struct xs *x, int q, int *members, int *nmembers)
 {
 	struct xq *qq = &x->q[q];
 	*nmembers = 0;
+	if (x->rt->cfg.exec.ordered) {
+		while (x->next < x->p->ntask && x->st[x->next] != T_WAIT)
+			x->next++;
+		if (x->next == x->p->ntask)
+			return -1;
+		/* the first task not issued; an all-reduce whose members are not all at
+		 * the heads of their queues yet is passed over, not waited for */
+		for (int t = x->next; t < x->p->ntask; t++) {
+			if (x->st[t] != T_WAIT)
+				continue;
+			const struct rt_task *tk = &x->p->task[t];
+			if (tk->flags & RT_TASK_COLLECTIVE) {
+				if (collective_ready(x, t, members, nmembers))
+					return t; /* all members at once, whichever queue asks */
+				*nmembers = 0;
+				continue;
+			}
+			if (task_queue(x, tk->dev) != q || !deps_issued(x, t))
+				return -1;
+			return t;
+		}
+		return -1;
+	}
 	while (qq->pos < qq->len && x->st[qq->list[qq->pos]] != T_WAIT)
 		qq->pos++;
 	if (qq->pos < qq->len) {
@@ -696,6 +759,12 @@ int rt_exec_run(struct rt_ctx *rt, struct rt_prog *p, int iter)
 					break;
 				int e = nm ? issue_collective(&x, members, nm) : issue(&x, t, q);
 				progress = 1;
+				/* the check mode: each task's transfers land before the next
+				 * task's decisions, as in the simulator's replay */
+				if (e == 0 && rt->cfg.exec.ordered) {
+					e = vmm_sync(rt->vmm);
+					retry_discards(&x);
+				}
 				if (e < 0) {
 					x.err = e;
 					break;
@@ -707,6 +776,8 @@ int rt_exec_run(struct rt_ctx *rt, struct rt_prog *p, int iter)
 		prefetch(&x);
 		if (vmm_progress(rt->vmm) < 0)
 			SP_INFO(RT, "%s", sp_last_error());
+		if (x.npd)
+			retry_discards(&x);
 		if (!progress) {
 			int e = wait_first(&x);
 			if (e < 0) {

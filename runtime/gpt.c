@@ -39,11 +39,8 @@ static int gpt_backward(const struct rt_layer_call *c)
 {
 	const struct rt_layer *l = c->layer;
 	struct kn_layer_mem m = mem_of(c);
-	struct kn_layer_io io = {.in = c->in,
-	                         .dout = c->dout,
-	                         .din = c->din,
-	                         .targets = c->targets,
-	                         .dloss = c->dloss};
+	struct kn_layer_io io = {
+	    .in = c->in, .dout = c->dout, .din = c->din, .targets = c->targets, .dloss = c->dloss};
 	return kn_layer_backward_launch(c->s, &l->gpt, l->kind, c->B, l->T, &m, &io);
 }
 
@@ -138,7 +135,8 @@ static int gpt_layer(const struct kn_model_config *cfg, int T, enum kn_layer_kin
 	SP_CHECK(kn_layer_describe(cfg, kind, 2, T, &d2));
 	if (d2.stash_bytes != 2 * d1.stash_bytes || d2.output_bytes != 2 * d1.output_bytes ||
 	    d2.work_bytes != 2 * d1.work_bytes)
-		return sp_error(-EINVAL, "gpt: layer %s sizes are not linear in the batch", d1.name);
+		return sp_error(-EINVAL, "gpt: layer %s sizes are not linear in the batch",
+		                d1.name);
 	memset(l, 0, sizeof(*l));
 	if (kind == KN_LAYER_BLOCK)
 		snprintf(l->name, sizeof(l->name), "block%d", index - 1);
@@ -177,8 +175,8 @@ int rt_model_gpt(const struct kn_model_config *cfg, int T, int batch, struct rt_
 {
 	SP_CHECK_ARG(cfg && out, "rt_model_gpt: NULL argument");
 	SP_CHECK(kn_model_config_check(cfg));
-	SP_CHECK_ARG(T >= 1 && T <= cfg->maxT, "gpt: sequence length %d is not in 1..%d (maxT)",
-	             T, cfg->maxT);
+	SP_CHECK_ARG(T >= 1 && T <= cfg->maxT, "gpt: sequence length %d is not in 1..%d (maxT)", T,
+	             cfg->maxT);
 	SP_CHECK_ARG(batch >= 1, "gpt: batch %d must be >= 1", batch);
 	SP_CHECK_ARG(cfg->dtype == KN_F32, "gpt: only fp32 is implemented");
 	struct rt_model m;
@@ -217,7 +215,8 @@ int rt_gpt_synthetic_data(const struct rt_model *m, void *arg, int iter, int sam
 	int *x = in, *y = targets;
 	uint64_t seed = arg ? *(const uint64_t *)arg : 0;
 	for (int s = 0; s < n; s++) {
-		uint64_t key = mix(mix(seed ^ (uint64_t)iter * 0x10001ull) ^ (uint64_t)(sample0 + s));
+		uint64_t key =
+		    mix(mix(seed ^ (uint64_t)iter * 0x10001ull) ^ (uint64_t)(sample0 + s));
 		int start = (int)(mix(key) % (uint64_t)V);
 		int step = 1 + (int)(mix(key ^ 7) % 3ull); /* a few patterns to learn */
 		for (int t = 0; t <= T; t++) {

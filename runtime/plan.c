@@ -42,8 +42,8 @@ void rt_plan_hw(const struct rt_ctx *rt, int ndev, struct tg_hw *hw)
 
 void rt_plan_describe(const struct tg_plan *p, char *buf, size_t n)
 {
-	int k = snprintf(buf, n, "%s, %d pack%s, microbatch %d", tg_sched_name(p->sched),
-	                 p->npacks, p->npacks == 1 ? "" : "s", p->microbatch);
+	int k = snprintf(buf, n, "%s, %d pack%s, microbatch %d", tg_sched_name(p->sched), p->npacks,
+	                 p->npacks == 1 ? "" : "s", p->microbatch);
 	if (k < (int)n && (p->sched == TG_HARMONY_DP || p->sched == TG_HARMONY_PP))
 		k += snprintf(buf + k, n - (size_t)k, ", group %d", p->group);
 	if (k < (int)n)
@@ -84,9 +84,9 @@ int rt_plan_choose(const struct rt_ctx *rt, const struct rt_model *m,
 			if (m->batch % (mb * per) == 0)
 				p.microbatch = mb;
 	if (!p.microbatch || m->batch % (p.microbatch * per)) {
-		rc = sp_error(-EINVAL,
-		              "plan: batch %d is not a multiple of microbatch %d%s (%d device%s)",
-		              m->batch, p.microbatch, dp ? " x devices" : "", per, per > 1 ? "s" : "");
+		rc = sp_error(
+		    -EINVAL, "plan: batch %d is not a multiple of microbatch %d%s (%d device%s)",
+		    m->batch, p.microbatch, dp ? " x devices" : "", per, per > 1 ? "s" : "");
 		goto out;
 	}
 	p.group = req->group ? req->group : 1;

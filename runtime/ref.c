@@ -40,7 +40,8 @@ void rt_reference_close(struct rt_reference *r)
 	free(r);
 }
 
-int rt_reference_open(const struct rt_model *m, int nrep, int mb, uint64_t seed, struct rt_reference **out)
+int rt_reference_open(const struct rt_model *m, int nrep, int mb, uint64_t seed,
+                      struct rt_reference **out)
 {
 	SP_CHECK_ARG(m && out && nrep >= 1 && mb >= 1, "rt_reference_open: bad arguments");
 	SP_CHECK_ARG(m->batch % (nrep * mb) == 0,
@@ -105,7 +106,8 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 		if (w > maxwork)
 			maxwork = w;
 	}
-	void **stash = calloc((size_t)L, sizeof(void *)), **outp = calloc((size_t)L, sizeof(void *));
+	void **stash = calloc((size_t)L, sizeof(void *)),
+	     **outp = calloc((size_t)L, sizeof(void *));
 	void *in = xcalloc(m->in_per_sample * (uint64_t)mb);
 	void *tg = xcalloc(m->target_per_sample * (uint64_t)mb);
 	void *work = xcalloc(maxwork), *d0 = xcalloc(maxout), *d1 = xcalloc(maxout);
@@ -133,17 +135,18 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 			const void *x = in;
 			for (int l = 0; l < L; l++) {
 				const struct rt_layer *ly = &m->layers[l];
-				struct rt_layer_call c = {.s = r->s,
-				                          .layer = ly,
-				                          .B = mb,
-				                          .params = r->params[l],
-				                          .grads = r->grads[k][l],
-				                          .stash = stash[l],
-				                          .work = work,
-				                          .in = x,
-				                          .out = outp[l],
-				                          .targets = tg,
-				                          .tied = ly->tied ? r->params[ly->tied_layer] : NULL};
+				struct rt_layer_call c = {
+				    .s = r->s,
+				    .layer = ly,
+				    .B = mb,
+				    .params = r->params[l],
+				    .grads = r->grads[k][l],
+				    .stash = stash[l],
+				    .work = work,
+				    .in = x,
+				    .out = outp[l],
+				    .targets = tg,
+				    .tied = ly->tied ? r->params[ly->tied_layer] : NULL};
 				SP_CHECK_GOTO(ly->ops->forward(&c), rc, out);
 				x = outp[l];
 			}
@@ -153,7 +156,8 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 				void *din = NULL;
 				if (l > 0) {
 					din = dout == d0 ? d1 : d0;
-					memset(din, 0, m->layers[l - 1].out_per_sample * (uint64_t)mb);
+					memset(din, 0,
+					       m->layers[l - 1].out_per_sample * (uint64_t)mb);
 				}
 				struct rt_layer_call c = {
 				    .s = r->s,
@@ -168,7 +172,8 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 				    .din = din,
 				    .targets = tg,
 				    .tied = ly->tied ? r->params[ly->tied_layer] : NULL,
-				    .tied_grad = ly->tied ? (char *)r->grads[k][l] + ly->param_bytes : NULL,
+				    .tied_grad =
+				        ly->tied ? (char *)r->grads[k][l] + ly->param_bytes : NULL,
 				    .dloss = dloss};
 				SP_CHECK_GOTO(ly->ops->backward(&c), rc, out);
 				SP_CHECK_GOTO(dev_stream_sync(r->s), rc, out);
@@ -192,9 +197,9 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 	r->step++;
 	for (int l = 0; l < L; l++) {
 		SP_CHECK_GOTO(rt_layer_add_ties(r->s, m, l, r->grads[0]), rc, out);
-		SP_CHECK_GOTO(rt_layer_update(r->s, m, l, r->params[l], r->grads[0][l], r->optim[l],
-		                              r->step),
-		              rc, out);
+		SP_CHECK_GOTO(
+		    rt_layer_update(r->s, m, l, r->params[l], r->grads[0][l], r->optim[l], r->step),
+		    rc, out);
 	}
 	SP_CHECK_GOTO(dev_stream_sync(r->s), rc, out);
 	*loss = sum / ((double)m->batch * m->loss_floats);

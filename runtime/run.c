@@ -138,10 +138,12 @@ static int bwd_task(const struct rt_launch *L, void *arg)
 		char *S = ptr_of(L, mo->S[k * P + pk]);
 		const void *in = ptr_of(L, pk ? mo->B[k * P + pk - 1] : mo->X[k]);
 		const void *Y = pk == P - 1 ? ptr_of(L, mo->Y[k]) : NULL;
-		const void *dout = ptr_of(L, pk == P - 1 ? mo->B[k * P + pk] : mo->D[k * P + pk + 1]);
+		const void *dout =
+		    ptr_of(L, pk == P - 1 ? mo->B[k * P + pk] : mo->D[k * P + pk + 1]);
 		void *dpack = pk ? ptr_of(L, mo->D[k * P + pk]) : NULL;
 		if (dpack)
-			SP_CHECK(zero(L->s, dpack, m->layers[lo - 1].out_per_sample * (uint64_t)mb));
+			SP_CHECK(
+			    zero(L->s, dpack, m->layers[lo - 1].out_per_sample * (uint64_t)mb));
 		int pp = 0;
 		for (int l = hi - 1; l >= lo; l--) {
 			const struct rt_layer *ly = &m->layers[l];
@@ -149,7 +151,8 @@ static int bwd_task(const struct rt_launch *L, void *arg)
 			if (l > lo) { /* an interior input gradient: a ping-pong buffer */
 				din = work + r->pp_off[pk] + (uint64_t)pp * r->pp_size;
 				pp ^= 1;
-				SP_CHECK(zero(L->s, din, m->layers[l - 1].out_per_sample * (uint64_t)mb));
+				SP_CHECK(zero(L->s, din,
+				              m->layers[l - 1].out_per_sample * (uint64_t)mb));
 			}
 			struct rt_layer_call c = {
 			    .s = L->s,
@@ -184,8 +187,8 @@ static int loss_task(const struct rt_launch *L, void *arg)
 	for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
 		const void *lo = ptr_of(L, mo->B[k * P + P - 1]);
 		float *dst = r->losses + (size_t)k * mb * r->m->loss_floats;
-		SP_CHECK(dev_memcpy_async(L->s, dst, DEV_HOST, lo, L->dev == RT_HOST ? DEV_HOST : L->dev,
-		                          bytes));
+		SP_CHECK(dev_memcpy_async(L->s, dst, DEV_HOST, lo,
+		                          L->dev == RT_HOST ? DEV_HOST : L->dev, bytes));
 		r->rt->st.loss_readback += bytes;
 	}
 	return 0;
@@ -212,10 +215,11 @@ static int upd_task(const struct rt_launch *L, void *arg)
 	for (int l = pack_lo(r, pk); l < pack_hi(r, pk) && !rc; l++) {
 		for (int j = 0; j < m->nlayers && !rc; j++)
 			if (m->layers[j].tied && m->layers[j].tied_layer == l && !grads[j])
-				rc = sp_error(-EINVAL,
-				              "update of %s: the gradient of %s (tied to it) is not "
-				              "among the task's objects",
-				              m->layers[l].name, m->layers[j].name);
+				rc =
+				    sp_error(-EINVAL,
+				             "update of %s: the gradient of %s (tied to it) is not "
+				             "among the task's objects",
+				             m->layers[l].name, m->layers[j].name);
 		if (!rc)
 			rc = rt_layer_add_ties(L->s, m, l, grads);
 		if (!rc)
@@ -326,9 +330,9 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 		int id;
 		char name[32];
 		snprintf(name, sizeof(name), "%s%d", tg_okind_name(g->obj[o].kind), o);
-		SP_CHECK_GOTO(rt_prog_obj(&r->prog, g->obj[o].bytes, vmm_kind_of(g->obj[o].kind), name,
-		                          &id),
-		              rc, fail);
+		SP_CHECK_GOTO(
+		    rt_prog_obj(&r->prog, g->obj[o].bytes, vmm_kind_of(g->obj[o].kind), name, &id),
+		    rc, fail);
 		r->prog.obj[id].input = g->obj[o].kind == TG_O_INPUT;
 	}
 	int *pos = malloc((size_t)g->ntask * sizeof(int));
@@ -369,8 +373,8 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 		                     .flops = t->flops,
 		                     .tg_task = t->id};
 		static const char *const kn[] = {"fwd", "bwd", "upd", "allreduce", "loss"};
-		snprintf(tk.name, sizeof(tk.name), "%s p%d mb%d+%d r%d", kn[t->kind], t->pack, t->mb0,
-		         t->nmb, t->rep);
+		snprintf(tk.name, sizeof(tk.name), "%s p%d mb%d+%d r%d", kn[t->kind], t->pack,
+		         t->mb0, t->nmb, t->rep);
 		switch (t->kind) {
 		case TG_FWD: tk.fn = fwd_task; break;
 		case TG_BWD: tk.fn = bwd_task; break;
@@ -407,12 +411,14 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 				continue;
 			void *p;
 			struct dev_event *ready;
-			SP_CHECK_GOTO(vmm_acquire(rt->vmm, o->vid, VMM_HOST, VMM_OVERWRITE, &p, &ready),
-			              rc, fail);
+			SP_CHECK_GOTO(
+			    vmm_acquire(rt->vmm, o->vid, VMM_HOST, VMM_OVERWRITE, &p, &ready), rc,
+			    fail);
 			if (rt->data) {
 				if (which)
 					memset(p, 0, o->bytes);
-				for (int l = pack_lo(r, pk); !which && l < pack_hi(r, pk) && !rc; l++)
+				for (int l = pack_lo(r, pk); !which && l < pack_hi(r, pk) && !rc;
+				     l++)
 					rc = rt_layer_init(m, l, (char *)p + r->poff[l], seed);
 			}
 			int e = vmm_release(rt->vmm, o->vid, VMM_HOST, NULL);

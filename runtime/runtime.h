@@ -38,6 +38,10 @@ struct rt_exec_config {
 	int discard;         /* 1: dead contents are discarded, never written back */
 	int hints;           /* 1: Belady next-use hints from the order (0: LRU) */
 	int place_hints;     /* 1: hints per device (next use on that device) */
+	int ordered;         /* 1: issue strictly in program order, each task's
+	                        transfers landed before the next task's acquires: every
+	                        vmm decision as the taskgraph's simulator replays it,
+	                        to check measured volume against predicted (slower) */
 };
 
 struct rt_config {

@@ -110,6 +110,9 @@ int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean
 	 * device and whether the next use anywhere reads it */
 	int *rdn = malloc(((size_t)3 * nl + 1) * sizeof(int));
 	unsigned char *rgr = malloc((size_t)3 * nl + 1);
+	/* per reference: the next use anywhere is in a later iteration */
+	unsigned char *rwr = malloc((size_t)3 * nl + 1);
+	int *gpos = malloc(((size_t)no + 1) * sizeof(int));
 	s.res = calloc(dn + 1, 1);
 	s.host = calloc((size_t)no + 1, 1);
 	s.gread = calloc((size_t)no + 1, 1);
@@ -117,8 +120,8 @@ int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean
 	s.stamp = calloc(dn + 1, sizeof(uint64_t));
 	s.used = calloc((size_t)nd + 1, sizeof(uint64_t));
 	unsigned char *pin = calloc((size_t)no + 1, 1);
-	if (!toff || !tobj || !trd || !rdn || !rgr || !s.res || !s.host || !s.gread || !s.dnext ||
-	    !s.stamp || !s.used || !pin) {
+	if (!toff || !tobj || !trd || !rdn || !rgr || !rwr || !gpos || !s.res || !s.host ||
+	    !s.gread || !s.dnext || !s.stamp || !s.used || !pin) {
 		rc = sp_error(-ENOMEM, "taskgraph: simulation state for %d objects x %d devices",
 		              no, nd);
 		goto out;
@@ -142,6 +145,8 @@ int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean
 	/* next uses, scanning a fourth copy first so that they wrap around (cyclic) */
 	for (size_t i = 0; i < dn; i++)
 		s.dnext[i] = NEVER;
+	for (int o = 0; o < no; o++)
+		gpos[o] = NEVER;
 	for (int n = 4 * nt - 1; n >= 0; n--) {
 		const struct tg_task *t = &g->task[g->order[n % nt]];
 		int a = toff[t->id], z = toff[t->id + 1], r0 = (n / nt) * nl + a;
@@ -149,10 +154,12 @@ int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean
 			int o = tobj[j];
 			if (n < 3 * nt) {
 				rgr[r0 + j - a] = s.gread[o];
+				rwr[r0 + j - a] = gpos[o] / nt != n / nt;
 				rdn[r0 + j - a] =
 				    t->dev >= 0 ? s.dnext[(size_t)t->dev * no + o] : NEVER;
 			}
 			s.gread[o] = trd[j];
+			gpos[o] = n;
 			if (t->dev >= 0)
 				s.dnext[(size_t)t->dev * no + o] = n;
 		}
@@ -253,10 +260,11 @@ int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean
 				sw.bytes[TG_L_P2P][TG_O_GRAD] +=
 				    2 * g->obj[t->read[0]].bytes * (uint64_t)(nd - 1) / nd;
 		}
-		for (int j = a; j < z; j++) { /* dead: next use overwrites it, or none */
+		for (int j = a; j < z; j++) { /* dead: next use overwrites it, or none; an
+			                               * input after its last use this iteration */
 			int o = tobj[j];
 			s.gread[o] = rgr[r0 + j - a];
-			if (!s.gread[o]) {
+			if (!s.gread[o] || (g->obj[o].kind == TG_O_INPUT && rwr[r0 + j - a])) {
 				for (int e = 0; e < nd; e++)
 					drop(&s, e, o);
 				s.host[o] = 0;
@@ -272,6 +280,8 @@ out:
 	free(trd);
 	free(rdn);
 	free(rgr);
+	free(rwr);
+	free(gpos);
 	free(s.res);
 	free(s.host);
 	free(s.gread);

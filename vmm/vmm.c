@@ -695,7 +695,7 @@ int vmm_discard(struct vmm *v, uint64_t id)
 
 int vmm_discard_if_idle(struct vmm *v, uint64_t id)
 {
-	uint32_t idx;
+	uint32_t idx = 0;
 	SP_CHECK_ARG(v, "vmm_discard_if_idle: NULL vmm");
 	pthread_mutex_lock(&v->lock);
 	struct vmm_obj *o = lookup(v, id, &idx);
@@ -888,7 +888,7 @@ out:
 
 uint32_t vmm_obj_where(struct vmm *v, uint64_t id)
 {
-	uint32_t idx, mask = 0;
+	uint32_t idx = 0, mask = 0;
 	if (!v)
 		return 0;
 	pthread_mutex_lock(&v->lock);

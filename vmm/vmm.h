@@ -59,9 +59,10 @@ enum vmm_policy { VMM_POLICY_AUTO, VMM_POLICY_BELADY, VMM_POLICY_LRU };
 enum vmm_access { VMM_READ = 1, VMM_WRITE = 2, VMM_OVERWRITE = 3 };
 
 /* Places: a device index 0..n-1, VMM_HOST (pinned host pool), VMM_DISK. */
-#define VMM_HOST    DEV_HOST
-#define VMM_DISK    DEV_DISK
-#define VMM_NO_HINT UINT64_MAX /* next use unknown (or never) */
+#define VMM_HOST       DEV_HOST
+#define VMM_DISK       DEV_DISK
+#define VMM_NO_HINT    UINT64_MAX       /* next use unknown (or never) */
+#define VMM_HINT_NEVER (UINT64_MAX - 1) /* vmm_hint_at: not used on this place again */
 
 /* Object flags. */
 #define VMM_OBJ_STABLE 1u /* device address never changes (bound to a reserved range) */
@@ -163,8 +164,8 @@ int vmm_prefetch(struct vmm *v, uint64_t obj, int place) SP_MUST_CHECK;
 int vmm_hint(struct vmm *v, uint64_t obj, uint64_t next_use) SP_MUST_CHECK;
 /* The same for obj's copy on one place (a device or VMM_HOST): an object used
  * by several devices has a next use on each; Belady on a place ranks by this
- * hint when set (VMM_NO_HINT: the object's, from vmm_hint). -EINVAL for a bad
- * id or place. */
+ * hint when set (VMM_NO_HINT: the object's, from vmm_hint; VMM_HINT_NEVER: no
+ * further use there, the farthest). -EINVAL for a bad id or place. */
 int vmm_hint_at(struct vmm *v, uint64_t obj, int place, uint64_t next_use) SP_MUST_CHECK;
 /* Evicts obj's copy from place (a device, or VMM_HOST to push it to disk): a
  * clean copy is dropped, a dirty one written down first (asynchronously).

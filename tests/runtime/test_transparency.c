@@ -75,7 +75,8 @@ static int run(const struct rt_model *m, const struct tg_plan *plan, uint64_t bu
 			break;
 		CHECK_MSG(rc == 0, "%s", sp_last_error());
 		CHECK_MSG(loss == ref->loss[s],
-		          "%s on %d device(s), budget %" PRIu64 ": step %d loss %.9g, reference %.9g",
+		          "%s on %d device(s), budget %" PRIu64
+		          ": step %d loss %.9g, reference %.9g",
 		          tg_sched_name(plan->sched), plan->ndev, budget, s, loss, ref->loss[s]);
 	}
 	if (rc == -ENOMEM) {
@@ -91,7 +92,8 @@ static int run(const struct rt_model *m, const struct tg_plan *plan, uint64_t bu
 			CHECK_OK(rt_run_read_params(run, l, w));
 			CHECK_MSG(!memcmp(w, ref->params[l], n),
 			          "%s on %d device(s), budget %" PRIu64 ": layer %s differs",
-			          tg_sched_name(plan->sched), plan->ndev, budget, m->layers[l].name);
+			          tg_sched_name(plan->sched), plan->ndev, budget,
+			          m->layers[l].name);
 			free(w);
 		}
 		struct vmm_stats st;
@@ -124,15 +126,18 @@ int main(int argc, char **argv)
 			if (quick && nd == 2)
 				continue;
 			int dp = s == TG_DP_SWAP || s == TG_HARMONY_DP;
-			struct tg_plan p = {.sched = s, .ndev = nd, .npacks = m.nlayers, .microbatch = 1};
+			struct tg_plan p = {
+			    .sched = s, .ndev = nd, .npacks = m.nlayers, .microbatch = 1};
 			for (int i = 0; i < m.nlayers; i++)
 				p.pack_end[i] = i + 1;
 			int mper = BATCH / (dp ? nd : 1);
-			p.group = (s == TG_HARMONY_DP || s == TG_HARMONY_PP) ? (mper >= 2 ? 2 : 1) : 1;
+			p.group =
+			    (s == TG_HARMONY_DP || s == TG_HARMONY_PP) ? (mper >= 2 ? 2 : 1) : 1;
 			struct ref_result ref;
 			reference(&m, dp ? nd : 1, p.microbatch, &ref);
 			printf("%s, %d device(s), group %d: reference losses %.6f %.6f %.6f\n",
-			       tg_sched_name(s), nd, p.group, ref.loss[0], ref.loss[1], ref.loss[2]);
+			       tg_sched_name(s), nd, p.group, ref.loss[0], ref.loss[1],
+			       ref.loss[2]);
 			/* the graph's largest working set, rounded up by the vmm's alignment */
 			struct tg_layer tl[16];
 			struct tg_model tm;
@@ -156,9 +161,11 @@ int main(int argc, char **argv)
 				b = b * 3 / 4;
 			}
 			CHECK_MSG(last_ok && last_ok <= ws * 2,
-			          "%s: nothing between the working set %" PRIu64 " and twice it ran",
+			          "%s: nothing between the working set %" PRIu64
+			          " and twice it ran",
 			          tg_sched_name(s), ws);
-			CHECK_MSG(ev_min > 0, "%s on %d devices: no evictions at the smallest budget",
+			CHECK_MSG(ev_min > 0,
+			          "%s on %d devices: no evictions at the smallest budget",
 			          tg_sched_name(s), nd);
 			for (int l = 0; l < m.nlayers; l++)
 				free(ref.params[l]);

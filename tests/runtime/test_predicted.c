@@ -1,0 +1,195 @@
+/* tests/runtime/test_predicted.c — DESIGN §9.3: the swap volume the executor
+ * moves through the vmm equals the taskgraph's prediction (tg_sim_swap) for
+ * the same plan and capacity.
+ *
+ * Model backend (gtx1080ti-x4, virtual time, deterministic). A synthetic model
+ * whose objects all have one size U (parameters, gradients, optimizer state,
+ * stash, boundary, input, target: U each; no workspace), so the vmm's pools
+ * never fragment and the comparison is exact. Every schedule on 1, 2 and 4
+ * devices at budgets that force evictions; the executor issues in program
+ * order (the simulator's replay), without prefetch or eager write-back; the
+ * second of three iterations is compared, bytes per link (H2D, D2H, P2P) and
+ * object kind, all-reduce traffic included. Then the same with prefetch on:
+ * both figures are printed (docs/runtime.md explains the difference). */
+#include "runtime/runtime.h"
+#include "tests/test.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#define U   (2u << 20)
+#define NL  6
+#define MB  1
+
+static int kfwd(const struct rt_layer_call *c)
+{
+	static const struct dev_kernel k = {"synthetic", NULL, NULL};
+	return dev_launch(c->s, &k, NULL, 0, (struct dev_cost){1e9 * c->B, 3.0 * U});
+}
+
+static int kupd(const struct rt_layer_call *c)
+{
+	static const struct dev_kernel k = {"synthetic update", NULL, NULL};
+	return dev_launch(c->s, &k, NULL, 0, (struct dev_cost){1e7, 4.0 * U});
+}
+
+static const struct rt_layer_ops ops = {.forward = kfwd, .backward = kfwd, .update = kupd};
+
+static int no_data(const struct rt_model *m, void *arg, int iter, int s0, int n, void *in, void *y)
+{
+	return 0;
+}
+
+static void model(struct rt_model *m, struct rt_layer *L)
+{
+	memset(m, 0, sizeof(*m));
+	for (int i = 0; i < NL; i++)
+		L[i] = (struct rt_layer){.param_bytes = U,
+		                         .grad_bytes = U,
+		                         .optim_bytes = U,
+		                         .stash_per_sample = U / MB,
+		                         .out_per_sample = U / MB,
+		                         .fwd_flops_per_sample = 1e9,
+		                         .bwd_flops_per_sample = 2e9,
+		                         .ops = &ops};
+	snprintf(m->name, sizeof(m->name), "uniform");
+	m->nlayers = NL;
+	m->layers = L;
+	m->in_per_sample = U / MB;
+	m->target_per_sample = U / MB;
+	m->loss_floats = U / MB / 4;
+	m->data = no_data;
+}
+
+static struct rt_ctx *open_model(int ndev, uint64_t budget, int prefetch)
+{
+	struct sp_params sp;
+	sp_params_defaults(&sp);
+	struct rt_config c;
+	CHECK_OK(rt_config_from_params(&sp, &c));
+	c.dev.backend = DEV_BACKEND_MODEL;
+	c.dev.ndevices = ndev;
+	c.dev.profile = "gtx1080ti-x4";
+	c.vmm.device_mem = budget;
+	c.vmm.host_mem = 4ull << 30;
+	c.vmm.align = U;
+	c.exec.ordered = !prefetch;
+	c.exec.lookahead = prefetch ? 3 : 0;
+	c.exec.eager_writeback = prefetch;
+	c.exec.late_binding = 0;
+	c.exec.window = 1 + prefetch;
+	struct rt_ctx *rt;
+	CHECK_OK(rt_open(&c, &rt));
+	return rt;
+}
+
+struct vol {
+	uint64_t b[TG_NLINK][TG_NOKIND];
+};
+
+static void measured(struct rt_ctx *rt, struct vol *v)
+{
+	memset(v, 0, sizeof(*v));
+	for (int k = 0; k < TG_NOKIND; k++)
+		for (int s = 0; s < rt->ndev; s++) {
+			v->b[TG_L_H2D][k] += vmm_link_bytes(rt->vmm, VMM_HOST, s, k);
+			v->b[TG_L_D2H][k] += vmm_link_bytes(rt->vmm, s, VMM_HOST, k);
+			for (int d = 0; d < rt->ndev; d++)
+				if (d != s)
+					v->b[TG_L_P2P][k] += vmm_link_bytes(rt->vmm, s, d, k);
+		}
+	v->b[TG_L_P2P][TG_O_GRAD] += rt->st.collective_p2p;
+}
+
+static const char *link_name[] = {"H2D", "D2H", "P2P"};
+
+/* Returns the bytes moved in the 2nd iteration; prints the table against sw. */
+static uint64_t one(int sched, int ndev, uint64_t budget, int prefetch, const struct tg_swap *sw,
+                    int exact)
+{
+	struct rt_layer L[NL];
+	struct rt_model m;
+	model(&m, L);
+	int dp = sched == TG_DP_SWAP || sched == TG_HARMONY_DP;
+	m.batch = 4 * MB * (dp ? ndev : 1);
+	struct tg_plan p = {.sched = sched,
+	                    .ndev = ndev,
+	                    .npacks = NL,
+	                    .microbatch = MB,
+	                    .group = sched >= TG_HARMONY_DP ? 2 : 1};
+	for (int i = 0; i < NL; i++)
+		p.pack_end[i] = i + 1;
+	struct rt_ctx *rt = open_model(ndev, budget, prefetch);
+	struct rt_run *run;
+	CHECK_OK(rt_run_open(rt, &m, &p, 1, &run));
+	struct vol a, b;
+	CHECK_OK(rt_run_step(run, NULL));
+	measured(rt, &a);
+	CHECK_OK(rt_run_step(run, NULL));
+	measured(rt, &b);
+	CHECK_OK(rt_run_step(run, NULL));
+	uint64_t total = 0;
+	int ok = 1;
+	for (int l = 0; l < TG_NLINK; l++)
+		for (int k = 0; k < TG_NOKIND; k++) {
+			uint64_t got = b.b[l][k] - a.b[l][k], want = sw->bytes[l][k];
+			total += got;
+			if (got != want) {
+				ok = 0;
+				printf("    %s %s: measured %" PRIu64 " MiB, predicted %" PRIu64 " MiB\n",
+				       link_name[l], tg_okind_name(k), got >> 20, want >> 20);
+			}
+		}
+	uint64_t pred = 0;
+	for (int l = 0; l < TG_NLINK; l++)
+		for (int k = 0; k < TG_NOKIND; k++)
+			pred += sw->bytes[l][k];
+	printf("  %-10s %d dev, budget %3" PRIu64 " U, prefetch %s: measured %5" PRIu64
+	       " MiB, predicted %5" PRIu64 " MiB%s\n",
+	       tg_sched_name(sched), ndev, budget / U, prefetch ? "on " : "off", total >> 20,
+	       pred >> 20, ok ? " (equal)" : "");
+	if (exact)
+		CHECK_MSG(ok, "%s on %d devices: measured != predicted", tg_sched_name(sched), ndev);
+	rt_run_close(run);
+	rt_close(rt);
+	return total;
+}
+
+int main(void)
+{
+	static const int devs[] = {1, 2, 4};
+	int compared = 0;
+	for (int s = 0; s < TG_NSCHED; s++)
+		for (int di = 0; di < 3; di++) {
+			int nd = devs[di];
+			struct rt_layer L[NL];
+			struct rt_model m;
+			model(&m, L);
+			int dp = s == TG_DP_SWAP || s == TG_HARMONY_DP;
+			m.batch = 4 * MB * (dp ? nd : 1);
+			struct tg_layer tl[NL];
+			struct tg_model tm;
+			rt_model_tg(&m, tl, &tm);
+			struct tg_plan p = {.sched = s,
+			                    .ndev = nd,
+			                    .npacks = NL,
+			                    .microbatch = MB,
+			                    .group = s >= TG_HARMONY_DP ? 2 : 1};
+			for (int i = 0; i < NL; i++)
+				p.pack_end[i] = i + 1;
+			struct tg_graph g;
+			CHECK_OK(tg_graph_build(&tm, 1, &p, &g));
+			uint64_t ws = tg_graph_min_capacity(&g, NULL);
+			for (uint64_t budget = ws + U; budget <= ws + 4 * U; budget += 3 * U) {
+				struct tg_swap sw;
+				CHECK_OK(tg_sim_swap(&g, budget, 0, &sw));
+				uint64_t got = one(s, nd, budget, 0, &sw, 1);
+				CHECK(got > 0);
+				one(s, nd, budget, 1, &sw, 0);
+				compared++;
+			}
+			tg_graph_free(&g);
+		}
+	printf("%d plans: measured = predicted with prefetch off\n", compared);
+	TEST_PASS();
+}
