@@ -74,6 +74,17 @@ int sp_parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
+uint64_t sp_size_class(uint64_t bytes, int bits, uint64_t min)
+{
+	if (bits <= 0 || bytes <= min || bytes < 2)
+		return bytes;
+	int b = 63 - __builtin_clzll(bytes);
+	if (b <= bits)
+		return bytes;
+	uint64_t step = 1ull << (b - bits);
+	return (bytes + step - 1) / step * step;
+}
+
 char *sp_format_size(uint64_t bytes, char *buf, size_t len)
 {
 	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};

@@ -58,6 +58,14 @@ int sp_params_set(struct sp_params *p, const char *name, const char *value) SP_M
  * 1024; "KB", "KiB" and a plain "B" are accepted too). Returns 0 or -EINVAL. */
 int sp_parse_size(const char *s, uint64_t *out) SP_MUST_CHECK;
 
+/* bytes rounded up to a size class: 2^bits steps per power of two (bits 2:
+ * ..., 1024, 1280, 1536, 1792, 2048, 2560, ...; at most 25% more), above
+ * min (smaller sizes and bits 0 are returned as they are). The vmm's device
+ * pools allocate in these classes so that the holes a program leaves are
+ * reused by objects of its few sizes; the taskgraph's simulator counts the
+ * same footprint. */
+uint64_t sp_size_class(uint64_t bytes, int bits, uint64_t min);
+
 /* Formats bytes as "1.50 GiB" into buf (at least 16 bytes). Returns buf. */
 char *sp_format_size(uint64_t bytes, char *buf, size_t len);
 

@@ -31,6 +31,7 @@ int vmm_config_from_params(const struct sp_params *p, struct vmm_config *cfg)
 	c.max_objects = (unsigned)p->vmm_max_objects;
 	c.trace_cap = (unsigned)p->vmm_trace;
 	c.align = 256;
+	c.size_class_bits = 2;
 	c.stats_at_close = p->stats;
 	c.host_waits = !p->vmm_ordered_reuse;
 	c.trace_file = p->vmm_trace_file;

@@ -38,6 +38,9 @@ void vmm_pool_fini(struct vmm_pool *p);
 /* Allocates bytes (rounded to align) for owner; returns 0 and the block id, or
  * -ENOMEM (no message: callers say which object and place). */
 int vmm_pool_alloc(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int32_t *blk) SP_MUST_CHECK;
+/* The same from the high end of the holes when high (best fit either way). */
+int vmm_pool_alloc_end(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int high,
+                       int32_t *blk) SP_MUST_CHECK;
 void vmm_pool_free(struct vmm_pool *p, int32_t blk);
 uint64_t vmm_pool_round(const struct vmm_pool *p, uint64_t bytes);
 uint64_t vmm_pool_largest_free(const struct vmm_pool *p);

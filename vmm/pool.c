@@ -4,7 +4,10 @@
  * never touches the memory, so it works for the model backend's opaque
  * pointers). Blocks tile [0, size) in address order as a doubly linked list of
  * nodes from an arena sized at init (no allocation after init); adjacent free
- * blocks are always coalesced. First fit. Fragmentation is handled by the
+ * blocks are always coalesced. Best fit, from either end: long-lived objects
+ * (weights, gradients, optimizer state) fill the pool from the top and
+ * activations from the bottom, so a step's short-lived holes do not split the
+ * long-lived ones. Fragmentation left over is handled by the
  * caller through vmm_pool_window(): the cheapest window of free and evictable
  * blocks large enough for a request.
  */
@@ -60,37 +63,61 @@ uint64_t vmm_pool_round(const struct vmm_pool *p, uint64_t bytes)
 	return (bytes + p->align - 1) & ~(p->align - 1);
 }
 
-int vmm_pool_alloc(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int32_t *blk)
+int vmm_pool_alloc_end(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int high, int32_t *blk)
 {
 	uint64_t need = vmm_pool_round(p, bytes ? bytes : 1);
 	if (need > p->size - p->used)
 		return -ENOMEM;
+	/* best fit: the smallest hole that holds it, so that the holes a program's
+	 * few object sizes leave are reused by the same sizes instead of being cut
+	 * up (first fit fragmented a training step's pool into holes nothing fit);
+	 * ties go to the low end, or the high end for `high` allocations */
+	int32_t best = -1;
 	for (int32_t b = p->head; b >= 0; b = p->blocks[b].next) {
-		struct vmm_pool_block *B = &p->blocks[b];
+		const struct vmm_pool_block *B = &p->blocks[b];
 		if (B->owner != VMM_POOL_FREE || B->size < need)
 			continue;
-		if (B->size > need) { /* split: the tail stays free */
-			int32_t n = node_get(p);
-			if (n < 0)
-				return -ENOMEM;
-			B = &p->blocks[b];
-			struct vmm_pool_block *N = &p->blocks[n];
+		if (best < 0 || B->size < p->blocks[best].size ||
+		    (high && B->size == p->blocks[best].size))
+			best = b;
+	}
+	if (best < 0)
+		return -ENOMEM;
+	int32_t b = best;
+	struct vmm_pool_block *B = &p->blocks[b];
+	if (B->size > need) { /* split: the rest stays free, below a high one */
+		int32_t n = node_get(p);
+		if (n < 0)
+			return -ENOMEM;
+		B = &p->blocks[b];
+		struct vmm_pool_block *N = &p->blocks[n];
+		N->owner = VMM_POOL_FREE;
+		N->prev = b;
+		N->next = B->next;
+		if (B->next >= 0)
+			p->blocks[B->next].prev = n;
+		B->next = n;
+		if (high) { /* b keeps the free head, n takes the tail */
+			N->off = B->off + B->size - need;
+			N->size = need;
+			B->size -= need;
+			b = n;
+			B = N;
+		} else {
 			N->off = B->off + need;
 			N->size = B->size - need;
-			N->owner = VMM_POOL_FREE;
-			N->prev = b;
-			N->next = B->next;
-			if (B->next >= 0)
-				p->blocks[B->next].prev = n;
-			B->next = n;
 			B->size = need;
 		}
-		B->owner = owner;
-		p->used += need;
-		*blk = b;
-		return 0;
 	}
-	return -ENOMEM;
+	B->owner = owner;
+	p->used += need;
+	*blk = b;
+	return 0;
+}
+
+int vmm_pool_alloc(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int32_t *blk)
+{
+	return vmm_pool_alloc_end(p, bytes, owner, 0, blk);
 }
 
 /* Merges block b with its next neighbour (both free). */

@@ -259,8 +259,10 @@ static int try_alloc(struct vmm *v, uint32_t idx, int p)
 		struct vmm_pool *pool = &v->pl[p].pool;
 		if (!pool->size)
 			return -ENOMEM;
-		rc = vmm_pool_alloc(pool, p == P_HOST(v) ? o->bytes : o->dev_bytes, idx + 1,
-		                    &c->blk);
+		int high = o->kind == VMM_KIND_WEIGHT || o->kind == VMM_KIND_GRAD ||
+		           o->kind == VMM_KIND_OPTIM;
+		rc = vmm_pool_alloc_end(pool, p == P_HOST(v) ? o->bytes : o->dev_bytes, idx + 1,
+		                        high, &c->blk);
 		if (rc < 0)
 			return rc;
 		c->ptr = (char *)v->pl[p].base + pool->blocks[c->blk].off;

@@ -304,6 +304,8 @@ int vmm_obj_create(struct vmm *v, const struct vmm_obj_desc *desc, uint64_t *out
 		}
 	} else {
 		dev_bytes = (desc->bytes + v->cfg.align - 1) & ~(uint64_t)(v->cfg.align - 1);
+		dev_bytes = sp_size_class(dev_bytes, v->cfg.size_class_bits, 64 * v->cfg.align);
+		dev_bytes = (dev_bytes + v->cfg.align - 1) & ~(uint64_t)(v->cfg.align - 1);
 	}
 	void *va = NULL;
 	if (stable)

@@ -93,6 +93,9 @@ struct vmm_config {
 	                           must outlive the vmm; %p = the pid) */
 	int host_waits;         /* 1: the host waits for freed device space's last reader
 	                         (no stream-ordered reuse; a baseline) */
+	int size_class_bits;    /* device pools allocate sp_size_class(bytes, bits, 64 x
+	                           align) (0 = exact): fewer distinct sizes, holes that
+	                           fit (default 2 from the params: at most 25% more) */
 	int writeback_clean;    /* 1: evicting a clean device copy writes it back all the
 	                           same, as per-GPU virtual memory does (the dp-swap
 	                           baseline Harmony measured against) */

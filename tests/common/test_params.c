@@ -30,6 +30,17 @@ int main(void)
 	uint64_t v;
 
 	/* sizes */
+	CHECK(sp_size_class(1000, 2, 0) == 1024);
+	CHECK(sp_size_class(1025, 2, 0) == 1280);
+	CHECK(sp_size_class(1280, 2, 0) == 1280);
+	CHECK(sp_size_class(1281, 2, 0) == 1536);
+	CHECK(sp_size_class(1281, 0, 0) == 1281);
+	CHECK(sp_size_class(1281, 2, 4096) == 1281);
+	for (uint64_t b = 1; b < 1u << 20; b = b * 3 / 2 + 7) {
+		uint64_t c = sp_size_class(b, 2, 0);
+		CHECK(c >= b && c <= b + b / 4);
+		CHECK(sp_size_class(c, 2, 0) == c);
+	}
 	CHECK(sp_parse_size("0", &v) == 0 && v == 0);
 	CHECK(sp_parse_size("4096", &v) == 0 && v == 4096);
 	CHECK(sp_parse_size("64K", &v) == 0 && v == 64 << 10);

@@ -1,5 +1,6 @@
-/* tests/vmm/test_pool.c — the range allocator: first fit, coalescing, no
- * overlap under random alloc/free, and the fragmentation window (the cheapest
+/* tests/vmm/test_pool.c — the range allocator: best fit from either end,
+ * coalescing, no overlap under random alloc/free (each allocation checked to
+ * take the smallest hole that holds it), and the fragmentation window (the cheapest
  * run of free and evictable blocks that opens a hole large enough). */
 #include "tests/test.h"
 #include "vmm/internal.h"
@@ -74,6 +75,32 @@ int main(void)
 	CHECK(vmm_pool_largest_free(&p) == 3072);
 	vmm_pool_fini(&p);
 
+	/* best fit: holes of 2K, 1K and 3K; a 1K request takes the 1K hole, not the
+	 * first; a high one takes the top of its hole */
+	CHECK_OK(vmm_pool_init(&p, 8192, 256, 64));
+	int32_t x[6];
+	for (int i = 0; i < 4; i++)
+		CHECK_OK(vmm_pool_alloc(&p,
+		                        i == 0   ? 2048
+		                        : i == 2 ? 1024
+		                                 : 512,
+		                        (uint32_t)i + 1, &x[i]));
+	/* [0:2K a][2K:2.5K b][2.5K:3.5K c][3.5K:4K d][4K:8K free] */
+	vmm_pool_free(&p, x[0]);
+	vmm_pool_free(&p, x[2]);
+	CHECK_OK(vmm_pool_alloc(&p, 1000, 7, &x[4]));
+	CHECK_MSG(p.blocks[x[4]].off == 2560, "1K went to %llu, not the 1K hole",
+	          (unsigned long long)p.blocks[x[4]].off);
+	CHECK_OK(vmm_pool_alloc_end(&p, 1024, 8, 1, &x[5]));
+	CHECK_MSG(p.blocks[x[5]].off == 1024, "high 1K went to %llu, not the top of the 2K hole",
+	          (unsigned long long)p.blocks[x[5]].off);
+	check_tiling(&p);
+	int32_t top;
+	CHECK_OK(vmm_pool_alloc_end(&p, 4096, 9, 1, &top)); /* exactly the 4K hole */
+	CHECK(p.blocks[top].off == 4096);
+	check_tiling(&p);
+	vmm_pool_fini(&p);
+
 	/* random alloc/free against a shadow map */
 	CHECK_OK(vmm_pool_init(&p, 1 << 20, 256, 1024));
 	int32_t blk[300];
@@ -89,8 +116,22 @@ int main(void)
 			blk[i] = -1;
 		} else {
 			uint64_t want = 1 + (seed >> 40) % 16384;
-			int rc = vmm_pool_alloc(&p, want, (uint32_t)i + 1, &blk[i]);
+			int high = (int)((seed >> 20) & 1);
+			uint64_t need = vmm_pool_round(&p, want), fit = UINT64_MAX;
+			for (int32_t h = p.head; h >= 0; h = p.blocks[h].next)
+				if (p.blocks[h].owner == VMM_POOL_FREE &&
+				    p.blocks[h].size >= need && p.blocks[h].size < fit)
+					fit = p.blocks[h].size;
+			int rc = vmm_pool_alloc_end(&p, want, (uint32_t)i + 1, high, &blk[i]);
 			if (rc == 0) {
+				/* the block came from a hole of the best-fit size: its free
+				 * neighbour on the split side plus itself */
+				int32_t nb = high ? p.blocks[blk[i]].prev : p.blocks[blk[i]].next;
+				uint64_t hole = need;
+				if (nb >= 0 && p.blocks[nb].owner == VMM_POOL_FREE)
+					hole += p.blocks[nb].size;
+				CHECK_MSG(hole == fit, "took a %llu hole, best fit was %llu",
+				          (unsigned long long)hole, (unsigned long long)fit);
 				sz[i] = p.blocks[blk[i]].size;
 				CHECK(sz[i] == vmm_pool_round(&p, want));
 				CHECK(p.blocks[blk[i]].off % 256 == 0);
