@@ -241,10 +241,14 @@ int dev_open(const struct dev_config *cfg, struct dev_ctx **out)
 	ctx->kind = cfg->backend;
 	ctx->ops = ops;
 	ctx->cfg = *cfg;
-	ctx->cfg.profile = NULL; /* the caller's string need not outlive open */
+	ctx->cfg.profile = NULL; /* the caller's strings need not outlive open */
+	ctx->cfg.profile_text = NULL;
 	pthread_mutex_init(&ctx->lock, NULL);
-	int rc = dev_profile_load(
-	    cfg->profile && *cfg->profile ? cfg->profile : DEV_DEFAULT_PROFILE, &ctx->prof);
+	int rc = cfg->profile_text
+	             ? dev_profile_parse(cfg->profile_text, "(text)", &ctx->prof)
+	             : dev_profile_load(cfg->profile && *cfg->profile ? cfg->profile
+	                                                              : DEV_DEFAULT_PROFILE,
+	                                &ctx->prof);
 	if (rc == 0)
 		rc = ops->open(ctx, cfg);
 	if (rc < 0) {
@@ -370,6 +374,39 @@ double dev_link_bw(const struct dev_ctx *ctx, int src, int dst)
 		return pr->d2h_bw;
 	if (src >= 0 && dst >= 0)
 		return src == dst ? ctx->info[src].mem_bw / 2 : ctx->p2p[src][dst] ? pr->p2p_bw : 0;
+	return 0;
+}
+
+int dev_profile_text(const struct dev_ctx *ctx, char *buf, size_t n)
+{
+	SP_CHECK_ARG(ctx && buf, "dev_profile_text: NULL argument");
+	const struct dev_profile *p = &ctx->prof;
+	double top = 0;
+	for (int d = 0; d < ctx->ndev; d++)
+		if (ctx->info[d].flops > top)
+			top = ctx->info[d].flops;
+	double bw = 0;
+	for (int d = 0; d < ctx->ndev; d++)
+		if (ctx->info[d].flops == top)
+			bw = ctx->info[d].mem_bw;
+	int k = snprintf(buf, n,
+	                 "name = %s\ndevice = %s\ndevices = %d\nmemory = %llu\n"
+	                 "flops = %.17g FLOP/s\nmem_bw = %.17g B/s\nh2d = %.17g B/s\n"
+	                 "d2h = %.17g B/s\nhost_link = %.17g B/s\np2p = %.17g B/s\n"
+	                 "disk = %.17g B/s\nlaunch_latency = %.17g s\ncpu_flops = %.17g FLOP/s\n"
+	                 "cpu_mem_bw = %.17g B/s\nspeed = ",
+	                 p->name[0] ? p->name : "measured", ctx->info[0].name, ctx->ndev,
+	                 (unsigned long long)ctx->info[0].capacity, top, bw,
+	                 dev_link_bw(ctx, DEV_HOST, 0), dev_link_bw(ctx, 0, DEV_HOST),
+	                 dev_host_link_bw(ctx), p->p2p_bw, p->disk_bw, p->launch_lat, p->cpu_flops,
+	                 p->cpu_mem_bw);
+	for (int d = 0; d < ctx->ndev && k >= 0 && (size_t)k < n; d++)
+		k += snprintf(buf + k, n - (size_t)k, "%s%.17g", d ? ", " : "",
+		              top > 0 ? ctx->info[d].flops / top : 1.0);
+	if (k >= 0 && (size_t)k < n)
+		k += snprintf(buf + k, n - (size_t)k, "\n");
+	if (k < 0 || (size_t)k >= n)
+		return sp_error(-ENOSPC, "dev_profile_text: %zu bytes are too few", n);
 	return 0;
 }
 

@@ -44,11 +44,13 @@ struct dev_phys; /* a physical chunk of device memory */
 
 struct dev_config {
 	enum dev_backend_kind backend;
-	int ndevices;        /* 0 = backend default */
-	uint64_t device_mem; /* 0 = backend default */
-	const char *profile; /* profile name or file; NULL or "" = DEV_DEFAULT_PROFILE */
-	int link_throttle;   /* host: throttle copies to the profile's bandwidths */
-	int threads;         /* host: CPU threads for kernels, 0 = cores */
+	int ndevices;             /* 0 = backend default */
+	uint64_t device_mem;      /* 0 = backend default */
+	const char *profile;      /* profile name or file; NULL or "" = DEV_DEFAULT_PROFILE */
+	const char *profile_text; /* profile text itself (dev_profile_text's), instead of
+	                             profile: the planner's model of a context */
+	int link_throttle;        /* host: throttle copies to the profile's bandwidths */
+	int threads;              /* host: CPU threads for kernels, 0 = cores */
 };
 
 /* Fills *cfg from the parameter table. backend "" picks cuda when a CUDA device
@@ -83,6 +85,12 @@ int dev_info(const struct dev_ctx *ctx, int dev, struct dev_info *out) SP_MUST_C
  * Host links of all GPUs share one host bandwidth (dev_host_link_bw). 0 if no
  * such link (e.g. no p2p between two devices: copies then go through the host). */
 double dev_link_bw(const struct dev_ctx *ctx, int src, int dst);
+/* The open context as profile text (device count, capacity, FLOP/s and memory
+ * bandwidth as dev_info reports them, per-device speeds, links as measured or
+ * profiled, launch latency and CPU): what a model-backend context opened with
+ * dev_config.profile_text simulates. Returns 0, or -ENOSPC when n is too small
+ * (2 KiB is enough). */
+int dev_profile_text(const struct dev_ctx *ctx, char *buf, size_t n) SP_MUST_CHECK;
 double dev_host_link_bw(const struct dev_ctx *ctx); /* shared by all GPUs, per direction */
 int dev_p2p_possible(const struct dev_ctx *ctx, int a, int b);
 

@@ -6,7 +6,8 @@
  * has no chunk mapped is PROT_NONE, so touching non-resident memory faults at
  * once, as a GPU's MMU would. Each stream is a worker thread running its ops in
  * order: copies are memcpy (optionally throttled to the profile's link
- * bandwidths), kernels call the CPU function. Each record of an event makes a
+ * bandwidths), kernels call the CPU function (on a device the profile makes
+ * slower, key speed, the stream then sleeps until 1/speed of the time passed). Each record of an event makes a
  * capture (a reference-counted completion flag) that the record op completes;
  * the event points at its latest capture, and a stream wait holds the capture
  * current at the time of the call, so re-recording the event never releases a
@@ -442,7 +443,16 @@ static void run_op(struct host_stream *st, struct host_op *op)
 		break;
 	}
 	case OP_MEMSET: memset(op->u.mem.dst, op->u.mem.value, op->u.mem.bytes); break;
-	case OP_KERNEL: op->u.kern.cpu(op->u.kern.args); break;
+	case OP_KERNEL: {
+		/* a device slower than the profile's (key speed) takes 1/speed as
+		 * long: the kernel runs, then the stream sleeps the difference */
+		double speed = st->s->dev >= 0 ? ctx->info[st->s->dev].speed : 1;
+		double t0 = speed < 1 && speed > 0 ? sp_now_s() : 0;
+		op->u.kern.cpu(op->u.kern.args);
+		if (t0 > 0)
+			sleep_until(t0 + (sp_now_s() - t0) / speed);
+		break;
+	}
 	case OP_CALLBACK: op->u.cb.fn(op->u.cb.arg); break;
 	case OP_RECORD: cap_complete(h, op->u.cap); break;
 	case OP_WAIT: cap_wait_put(h, op->u.cap); break;

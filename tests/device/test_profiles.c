@@ -58,5 +58,36 @@ int main(void)
 	CHECK(dev_profile_load("no-such", &p) == -EINVAL);
 	CHECK(strstr(sp_last_error(), "gtx1080ti-x4"));
 	CHECK(dev_profile_load("/nonexistent/x.prof", &p) == -ENOENT);
+
+	/* dev_profile_text: a model context opened from an open context's text sees
+	 * the same devices and links (the planner simulates a context this way) */
+	for (int b = 0; b < 2; b++) {
+		struct dev_config c = {.backend = b ? DEV_BACKEND_HOST : DEV_BACKEND_MODEL,
+		                       .profile = "gtx1080ti-x4-mixed",
+		                       .ndevices = b ? 2 : 0,
+		                       .device_mem = b ? 64ull << 20 : 0};
+		struct dev_ctx *a, *m;
+		CHECK_OK(dev_open(&c, &a));
+		char text[2048];
+		CHECK(dev_profile_text(a, text, 16) == -ENOSPC);
+		CHECK_OK(dev_profile_text(a, text, sizeof(text)));
+		struct dev_config mc = {.backend = DEV_BACKEND_MODEL, .profile_text = text};
+		CHECK_MSG(dev_open(&mc, &m) == 0, "%s\n%s", sp_last_error(), text);
+		CHECK(dev_count(m) == dev_count(a));
+		for (int d = 0; d < dev_count(a); d++) {
+			struct dev_info x, y;
+			CHECK_OK(dev_info(a, d, &x));
+			CHECK_OK(dev_info(m, d, &y));
+			CHECK_MSG(x.capacity == y.capacity && x.flops == y.flops &&
+			              x.mem_bw == y.mem_bw && strcmp(x.name, y.name) == 0,
+			          "device %d: %s", d, text);
+			for (int e = -2; e < dev_count(a); e++)
+				CHECK(dev_link_bw(a, d, e) == dev_link_bw(m, d, e) &&
+				      dev_link_bw(a, e, d) == dev_link_bw(m, e, d));
+		}
+		CHECK(dev_host_link_bw(a) == dev_host_link_bw(m));
+		dev_close(m);
+		dev_close(a);
+	}
 	TEST_PASS();
 }
