@@ -315,6 +315,7 @@ static int evictable(struct vmm *v, const struct vmm_obj *o, int p, int stable_s
 struct window_arg {
 	struct vmm *v;
 	int p;
+	uint64_t now; /* the nearest next use of an evictable copy here */
 };
 static double window_cost(void *arg, uint32_t owner)
 {
@@ -324,7 +325,26 @@ static double window_cost(void *arg, uint32_t owner)
 		return -1;
 	/* a dirty copy costs a write-down on top of the later reload */
 	double c = (double)o->dev_bytes;
-	return vmm_obj_nvalid(w->v, o) >= 2 ? c : 2 * c;
+	if (vmm_obj_nvalid(w->v, o) < 2)
+		c *= 2;
+	/* ... and the reload weighs more the sooner it comes (Belady over
+	 * windows: bytes cost by window alone evicted the next task's weights) */
+	uint64_t nu = vmm_copy_next_use(o, w->p);
+	if (nu >= VMM_HINT_NEVER)
+		return c * 1e-6;
+	return c / (double)(1 + (nu > w->now ? nu - w->now : 0));
+}
+
+static uint64_t nearest_use(struct vmm *v, int p)
+{
+	uint64_t now = VMM_NO_HINT;
+	for (int32_t i = v->pl[p].rhead; i >= 0; i = vmm_obj_at(v, (uint32_t)i)->c[p].rnext) {
+		struct vmm_obj *o = vmm_obj_at(v, (uint32_t)i);
+		uint64_t nu = vmm_copy_next_use(o, p);
+		if (nu < now && evictable(v, o, p, 0))
+			now = nu;
+	}
+	return now;
 }
 
 static int pick_victim(struct vmm *v, int p, int stable_side)
@@ -688,7 +708,7 @@ int vmm_swap_make_space(struct vmm *v, uint32_t idx, int p)
 			    vmm_pool_round(pool, p == P_HOST(v) ? o->bytes : o->dev_bytes);
 			if (pool->size - pool->used >= need) {
 				/* enough bytes, no hole: evict the cheapest window */
-				struct window_arg wa = {v, p};
+				struct window_arg wa = {v, p, nearest_use(v, p)};
 				int n = vmm_pool_window(pool, need, window_cost, &wa, v->owners,
 				                        (int)v->cfg.max_objects);
 				/* one at a time: evicting may search the host pool with
