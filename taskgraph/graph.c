@@ -194,8 +194,10 @@ static uint64_t pack_work(const struct tg_model *m, const struct tg_plan *p, int
 	}
 	if (bwd) {
 		w += 2 * dmax * mb; /* 0 for a one-layer pack */
-		if (p->recompute)
-			w += pack_stash(m, p, pk) * mb;
+		if (p->recompute)   /* the stash again, and the last layer's output */
+			w += (pack_stash(m, p, pk) + m->layers[hi - 1].out_bytes_per_sample) * mb;
+	} else if (p->recompute) { /* the forward's stash, not kept */
+		w += pack_stash(m, p, pk) * mb;
 	}
 	return w;
 }
@@ -374,6 +376,8 @@ static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	                  .work = -1};
 	int P = st->P, i = rep * P + pk;
 	s.flops = 0;
+	for (int l = pk ? p->pack_end[pk - 1] : 0; l < p->pack_end[pk]; l++)
+		s.flops += st->m->layers[l].upd_flops;
 	s.r[s.nr++] = st->W[i];
 	s.r[s.nr++] = st->G[i];
 	s.r[s.nr++] = st->O[i];
@@ -706,7 +710,8 @@ static int order_build(struct bld *b)
 			goto out;
 		}
 		struct tg_task *t = &g->task[b->seq[bq][pos[bq]++]];
-		double dur = (t->kind == TG_FWD || t->kind == TG_BWD) ? t->flops : 0;
+		double dur =
+		    (t->kind == TG_FWD || t->kind == TG_BWD || t->kind == TG_UPD) ? t->flops : 0;
 		end[t->id] = bst + dur;
 		clk[bq] = end[t->id];
 		busy[bq] += dur;

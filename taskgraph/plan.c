@@ -135,16 +135,52 @@ out:
 	return rc;
 }
 
-int tg_plan_auto(const struct tg_model *m, const struct tg_hw *hw, struct tg_plan *best,
-                 struct tg_time *best_time)
+/* Keeps the best `max` plans in out[] (sorted by predicted time), at most
+ * per_sched of each schedule. */
+static void keep(struct tg_plan *out, struct tg_time *times, int max, int per_sched, int *n,
+                 const struct tg_plan *p, const struct tg_time *t)
 {
-	SP_CHECK_ARG(m && hw && best && best_time, "taskgraph: null argument to tg_plan_auto");
+	int same = 0, worst_same = -1;
+	for (int i = 0; i < *n; i++)
+		if (out[i].sched == p->sched) {
+			same++;
+			worst_same = i;
+		}
+	if (same >= per_sched) { /* replace this schedule's worst if better */
+		if (t->iter_s >= times[worst_same].iter_s)
+			return;
+		for (int i = worst_same; i + 1 < *n; i++) {
+			out[i] = out[i + 1];
+			times[i] = times[i + 1];
+		}
+		(*n)--;
+	}
+	int at = *n;
+	while (at > 0 && times[at - 1].iter_s > t->iter_s)
+		at--;
+	if (at >= max)
+		return;
+	int last = *n < max ? *n : max - 1;
+	for (int i = last; i > at; i--) {
+		out[i] = out[i - 1];
+		times[i] = times[i - 1];
+	}
+	out[at] = *p;
+	times[at] = *t;
+	if (*n < max)
+		(*n)++;
+}
+
+int tg_plan_candidates(const struct tg_model *m, const struct tg_hw *hw, int max, int per_sched,
+                       struct tg_plan *out, struct tg_time *times, int *n)
+{
+	SP_CHECK_ARG(m && hw && out && times && n && max >= 1 && per_sched >= 1,
+	             "taskgraph: bad arguments to tg_plan_candidates");
 	SP_CHECK_ARG(hw->ndev > 0, "taskgraph: devices = %d, need at least 1", hw->ndev);
 	SP_CHECK_ARG(m->nlayers > 0, "taskgraph: model %d has zero layers", m->id);
 	static const int mbs[] = {1, 2, 4, 8};
 	static const int scheds[] = {TG_DP_SWAP, TG_GPIPE, TG_1F1B, TG_HARMONY_DP, TG_HARMONY_PP};
-	int found = 0, rc = 0;
-	double bt = DBL_MAX;
+	*n = 0;
 	for (size_t a = 0; a < SP_ARRAY_SIZE(mbs); a++)
 		for (int reserve = 0; reserve < 2; reserve++) {
 			struct tg_plan base = {.ndev = hw->ndev};
@@ -152,35 +188,46 @@ int tg_plan_auto(const struct tg_model *m, const struct tg_hw *hw, struct tg_pla
 			                   &base) != 0)
 				continue;
 			for (size_t s = 0; s < SP_ARRAY_SIZE(scheds); s++)
-				for (int grp = 1; grp <= 64; grp *= 4)
-					for (int cpu = 0; cpu < 2; cpu++) {
+				for (int grp = 1; grp <= 64; grp *= 2)
+					for (int v = 0; v < 4; v++) {
+						int harmony = scheds[s] == TG_HARMONY_DP ||
+						              scheds[s] == TG_HARMONY_PP;
+						if (grp > 1 && !harmony)
+							continue; /* the group only matters there */
 						struct tg_plan p = base;
 						p.sched = scheds[s];
 						p.group = grp;
-						p.upd_cpu = cpu;
+						p.upd_cpu = v & 1;
+						p.recompute = v >> 1;
 						struct tg_graph g;
 						if (tg_graph_build(m, 1, &p, &g) != 0)
 							continue;
+						g.size_class_bits = hw->size_class_bits;
+						g.size_class_min = hw->size_class_min;
 						struct tg_swap sw;
 						struct tg_time t;
+						/* spill's executor: dead contents discarded,
+						 * clean copies dropped, whatever the schedule */
 						int ok =
-						    tg_sim_swap(&g, hw->capacity,
-						                p.sched == TG_DP_SWAP, &sw) == 0 &&
+						    tg_sim_swap(&g, hw->capacity, 0, &sw) == 0 &&
 						    tg_time_predict(&g, &p, hw, &sw, &t) == 0;
 						tg_graph_free(&g);
-						if (ok && t.iter_s < bt) {
-							bt = t.iter_s;
-							*best = p;
-							*best_time = t;
-							found = 1;
-						}
+						if (ok)
+							keep(out, times, max, per_sched, n, &p, &t);
 					}
 		}
-	if (!found)
-		rc = sp_error(-ENOMEM,
-		              "taskgraph: no plan fits %d devices of %llu bytes for model %d",
-		              hw->ndev, (unsigned long long)hw->capacity, m->id);
-	else
-		sp_error_clear();
-	return rc;
+	if (!*n)
+		return sp_error(-ENOMEM,
+		                "taskgraph: no plan fits %d devices of %llu bytes for model %d",
+		                hw->ndev, (unsigned long long)hw->capacity, m->id);
+	sp_error_clear();
+	return 0;
+}
+
+int tg_plan_auto(const struct tg_model *m, const struct tg_hw *hw, struct tg_plan *best,
+                 struct tg_time *best_time)
+{
+	SP_CHECK_ARG(m && hw && best && best_time, "taskgraph: null argument to tg_plan_auto");
+	int n;
+	return tg_plan_candidates(m, hw, 1, 1, best, best_time, &n);
 }

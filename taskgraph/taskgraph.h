@@ -23,10 +23,12 @@
  *            all but the pack's last layer: the inputs its later layers' backward
  *            needs); 0 bytes with recompute
  *   work of a layer = work_bytes + work_bytes_per_sample * mb
- *   FWD work = max over the pack's layers of the layer work
+ *   FWD work = max over the pack's layers of the layer work (+ with recompute the
+ *            stash above as if recompute were off: scratch, not kept)
  *   BWD work = FWD work + (2 layers or more ? 2 * mb * max of out_bytes_per_sample
  *            over all but the last layer : 0) (ping-pong input-gradient buffers)
- *            + (recompute ? the stash above as if recompute were off : 0) */
+ *            + (recompute ? the stash above as if recompute were off, and the
+ *            last layer's output: mb * out_bytes_per_sample, for the re-run : 0) */
 struct tg_layer {
 	const char *name;
 	uint64_t param_bytes, grad_bytes, opt_bytes;
@@ -35,6 +37,7 @@ struct tg_layer {
 	uint64_t work_bytes;             /* constant workspace while running */
 	uint64_t work_bytes_per_sample;  /* workspace that grows with the microbatch */
 	double fwd_flops_per_sample, bwd_flops_per_sample;
+	double upd_flops; /* the update's cost in FLOP-equivalents (0: free) */
 	/* Tied weights (GPT-2's LM head uses the token embedding): with tied = 1 the
 	 * layer also reads the parameters of layer tied_layer (< its own index) in
 	 * forward and backward. It accumulates their gradient in its own gradient
@@ -60,6 +63,8 @@ struct tg_hw {
 	int ndev;
 	uint64_t capacity; /* per device */
 	double flops, mem_bw, h2d_bw, d2h_bw, host_link_bw, p2p_bw, disk_bw;
+	int size_class_bits; /* the vmm's pool size classes (sp_size_class), for the planner */
+	uint64_t size_class_min;
 };
 
 enum tg_sched { TG_DP_SWAP, TG_GPIPE, TG_1F1B, TG_HARMONY_DP, TG_HARMONY_PP, TG_NSCHED };
@@ -160,7 +165,12 @@ struct tg_graph {
 	int *order; /* global order: task ids, topological */
 	double makespan_units, busy_units; /* list schedule with F=fwd flops, B=bwd flops */
 	double bubble;                     /* idle fraction over busy on the busiest device */
-	int peak_stash;                    /* max live stashed microbatches on one device */
+	/* tg_sim_swap: a device copy occupies sp_size_class(bytes, size_class_bits,
+	 * size_class_min), as the vmm's pools allocate (0: its bytes); set by the
+	 * caller */
+	int size_class_bits;
+	uint64_t size_class_min;
+	int peak_stash; /* max live stashed microbatches on one device */
 };
 
 const char *tg_sched_name(enum tg_sched s);
@@ -227,9 +237,15 @@ int tg_pack_greedy(const struct tg_model *m, int microbatch, uint64_t capacity, 
 int tg_pack_dp(const struct tg_model *m, int microbatch, uint64_t capacity, int npacks,
                struct tg_plan *plan) SP_MUST_CHECK;
 
-/* Planner: searches packing × microbatch × group × schedule × update placement,
- * returns the fastest predicted plan that fits. */
+/* Planner: searches packing × microbatch × group × schedule × update placement ×
+ * recomputation (the executor's rules: dead contents discarded, clean copies
+ * dropped), returns the fastest predicted plan that fits. */
 int tg_plan_auto(const struct tg_model *m, const struct tg_hw *hw, struct tg_plan *best,
                  struct tg_time *best_time) SP_MUST_CHECK;
+/* The same search, keeping the `max` fastest predicted plans (at most per_sched
+ * of one schedule) in out/times, fastest first; *n gets how many. For callers
+ * that rank the finalists by simulation (the runtime's "auto"). */
+int tg_plan_candidates(const struct tg_model *m, const struct tg_hw *hw, int max, int per_sched,
+                       struct tg_plan *out, struct tg_time *times, int *n) SP_MUST_CHECK;
 
 #endif
