@@ -12,14 +12,14 @@
 
 #define BENCH_MAX_REPS 64
 
-static int bench_cmp_double(const void *a, const void *b)
+static inline int bench_cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 	return (x > y) - (x < y);
 }
 
 /* Median of n values (mean of the middle two if n is even); at most 64 used. */
-static double bench_median(const double *v, int n)
+static inline double bench_median(const double *v, int n)
 {
 	double t[BENCH_MAX_REPS];
 	if (n > BENCH_MAX_REPS)
@@ -32,7 +32,7 @@ static double bench_median(const double *v, int n)
 }
 
 /* Writes `  "machine": {...},` (host, kernel, CPU model, cores, memory). */
-static void bench_machine_json(FILE *f)
+static inline void bench_machine_json(FILE *f)
 {
 	struct utsname u;
 	uname(&u);

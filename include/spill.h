@@ -77,7 +77,8 @@ SPILL_API int spill_stream_device(struct spill_stream *s);
 
 /* ---- level 1: raw task graphs ------------------------------------------------------ */
 
-enum spill_kind { /* what an object holds; swap volume is accounted per kind */
+/* What an object holds; swap volume is accounted per kind. */
+enum spill_kind {
 	SPILL_KIND_WEIGHT,
 	SPILL_KIND_GRAD,
 	SPILL_KIND_OPTIM,
@@ -171,10 +172,10 @@ typedef int (*spill_layer_fn)(const struct spill_layer_call *c);
 
 struct spill_layer_desc {
 	const char *name;
-	size_t param_bytes;      /* fp32 parameters */
-	size_t optim_bytes;      /* 0: AdamW's m and v (2 x param_bytes) */
-	size_t stash_per_sample; /* kept from forward to backward */
-	size_t out_per_sample;   /* the output (the last layer: loss_floats fp32) */
+	size_t param_bytes;                 /* fp32 parameters */
+	size_t optim_bytes;                 /* 0: AdamW's m and v (2 x param_bytes) */
+	size_t stash_per_sample;            /* kept from forward to backward */
+	size_t out_per_sample;              /* the output (the last layer: loss_floats fp32) */
 	size_t work_per_sample, work_bytes; /* scratch during one call */
 	double fwd_flops_per_sample, bwd_flops_per_sample;
 	spill_layer_fn forward, backward;
@@ -204,7 +205,7 @@ struct spill_model_desc {
 struct spill_gpt_config {
 	int layers, heads, channels, vocab, seq, max_seq; /* max_seq 0: seq */
 	int batch;                                        /* sequences per step */
-	spill_data_fn data; /* NULL: synthetic learnable sequences */
+	spill_data_fn data;                               /* NULL: synthetic learnable sequences */
 	void *data_arg;
 	float lr;
 	uint64_t seed;
@@ -239,8 +240,14 @@ SPILL_API void spill_model_destroy(struct spill_model *m);
 
 /* ---- accounting ------------------------------------------------------------------- */
 
-enum spill_link { SPILL_LINK_H2D, SPILL_LINK_D2H, SPILL_LINK_P2P, SPILL_LINK_H2DISK,
-	          SPILL_LINK_DISK2H, SPILL_LINKS };
+enum spill_link {
+	SPILL_LINK_H2D,
+	SPILL_LINK_D2H,
+	SPILL_LINK_P2P,
+	SPILL_LINK_H2DISK,
+	SPILL_LINK_DISK2H,
+	SPILL_LINKS
+};
 
 struct spill_stats {
 	uint64_t bytes[SPILL_LINKS][7]; /* per link and spill_kind */

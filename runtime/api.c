@@ -398,9 +398,11 @@ static int user_init(const struct rt_layer *l, void *params, uint64_t seed)
 	return d->init(params, l->param_bytes, seed, d->arg);
 }
 
-static const struct rt_layer_ops user_ops = {user_forward, user_backward, NULL, user_init};
-static const struct rt_layer_ops user_ops_upd = {user_forward, user_backward, user_update,
-                                                 user_init};
+/* the caller's kernels: not run on the model backend's twin (simulates 0) */
+static const struct rt_layer_ops user_ops = {
+    .forward = user_forward, .backward = user_backward, .init = user_init};
+static const struct rt_layer_ops user_ops_upd = {
+    .forward = user_forward, .backward = user_backward, .update = user_update, .init = user_init};
 
 static int user_data(const struct rt_model *m, void *arg, int iter, int s0, int n, void *in,
                      void *tg)

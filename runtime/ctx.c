@@ -15,7 +15,7 @@ struct rt_exec_config rt_exec_defaults(void)
 	return (struct rt_exec_config){.lookahead = 3,
 	                               .window = 2,
 	                               .late_binding = 1,
-	                               .eager_writeback = 1,
+	                               .eager_writeback = 0,
 	                               .discard = 1,
 	                               .hints = 1,
 	                               .place_hints = 1};
@@ -38,6 +38,9 @@ int rt_config_from_params(const struct sp_params *p, struct rt_config *cfg)
 	c.exec.late_binding = p->late_binding;
 	c.exec.eager_writeback = p->eager_writeback;
 	c.threads = (int)p->threads;
+	if (p->plan_trials < 0 || p->plan_trials > 64)
+		return sp_error(-EINVAL, "SPILL_PLAN_TRIALS: %ld is not in 0..64", p->plan_trials);
+	c.plan_trials = (int)p->plan_trials;
 	*cfg = c;
 	return 0;
 }
@@ -46,9 +49,12 @@ void rt_close(struct rt_ctx *rt)
 {
 	if (!rt)
 		return;
-	for (int d = 0; d < rt->ndev; d++)
+	for (int d = 0; d < rt->ndev; d++) {
 		if (rt->compute[d] && dev_stream_destroy(rt->compute[d]) < 0)
 			SP_WARN(RT, "close: %s", sp_last_error());
+		if (rt->comm[d] && dev_stream_destroy(rt->comm[d]) < 0)
+			SP_WARN(RT, "close: %s", sp_last_error());
+	}
 	if (rt->cpu && dev_stream_destroy(rt->cpu) < 0)
 		SP_WARN(RT, "close: %s", sp_last_error());
 	rt_collectives_close(rt);
@@ -73,8 +79,10 @@ int rt_open(const struct rt_config *cfg, struct rt_ctx **out)
 	SP_CHECK_GOTO(vmm_open(rt->dev, &cfg->vmm, &rt->vmm), rc, fail);
 	rt->ndev = cfg->vmm.ndevices ? cfg->vmm.ndevices : dev_count(rt->dev);
 	rt->data = dev_backend(rt->dev) != DEV_BACKEND_MODEL;
-	for (int d = 0; d < rt->ndev; d++)
+	for (int d = 0; d < rt->ndev; d++) {
 		SP_CHECK_GOTO(dev_stream_create(rt->dev, d, &rt->compute[d]), rc, fail);
+		SP_CHECK_GOTO(dev_stream_create(rt->dev, d, &rt->comm[d]), rc, fail);
+	}
 	SP_CHECK_GOTO(dev_stream_create(rt->dev, DEV_HOST, &rt->cpu), rc, fail);
 	SP_INFO(RT, "runtime: backend %s, %d device(s), %d CPU kernel thread(s)",
 	        dev_backend_name(dev_backend(rt->dev)), rt->ndev, kn_cpu_threads());

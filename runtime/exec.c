@@ -41,9 +41,13 @@ struct xs {
 	int iter, nq, cpu_q, window;
 	uint64_t base;
 	uint8_t *st, *pf; /* per task: state; inputs prefetched */
-	int *cnt;         /* per object: references issued this iteration */
+	uint8_t *comm;    /* per task: ran on its device's collective stream */
+	int *cnt;         /* per rank key (rt_rank_key): references issued this iteration */
+	uint8_t *written; /* per object: written this iteration (accumulating replicas) */
 	struct xq q[DEV_MAX + 1];
 	int *ulist, ulen, upos; /* late-bound tasks in program order */
+	uint8_t *start;         /* per task: a late-bound chain start (no chain input) */
+	int backlog[DEV_MAX];   /* per device: chain starts predicted there, not issued */
 	int next;               /* ordered mode: the first task not issued */
 	int *pd, npd, cappd;    /* discards waiting for a transfer to land: (task, ref) */
 	int ndone, err;
@@ -76,6 +80,13 @@ int rt_exec_task_device(const struct rt_prog *p, int task)
 
 /* ---- setup ---------------------------------------------------------------------- */
 
+/* The refs as the program built them (bind_refs rebinds them per iteration). */
+static void restore_refs(struct rt_prog *p)
+{
+	if (p->ref_orig && p->nrefpool)
+		memcpy(p->refpool, p->ref_orig, p->nrefpool * sizeof(*p->refpool));
+}
+
 static void xs_free(struct xs *x)
 {
 	for (int q = 0; q < x->nq; q++) {
@@ -84,11 +95,30 @@ static void xs_free(struct xs *x)
 	}
 	free(x->st);
 	free(x->pf);
+	free(x->comm);
 	free(x->cnt);
+	free(x->written);
+	restore_refs(x->p);
 	free(x->ulist);
+	free(x->start);
 	free(x->ptr);
 	free(x->coll_first);
 	free(x->pd);
+}
+
+/* A task that begins a chain: it reads no stashed or boundary contents of an
+ * earlier task (chain_home below finds where those are at run time). */
+static int chain_start(const struct rt_prog *p, int t)
+{
+	const struct rt_task *tk = &p->task[t];
+	for (int r = 0; r < tk->nref; r++) {
+		const struct rt_obj *o = &p->obj[tk->ref[r].obj];
+		if (tk->ref[r].mode == VMM_OVERWRITE || o->input)
+			continue;
+		if (o->kind == VMM_KIND_STASH || o->kind == VMM_KIND_INTERMEDIATE)
+			return 0;
+	}
+	return 1;
 }
 
 static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter)
@@ -104,7 +134,10 @@ static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter)
 	int n = p->ntask, maxref = 1, maxcoll = -1;
 	x->st = calloc((size_t)n, 1);
 	x->pf = calloc((size_t)n, 1);
-	x->cnt = calloc((size_t)p->nobj + 1, sizeof(int));
+	x->comm = calloc((size_t)n, 1);
+	x->cnt = calloc((size_t)(p->nobj + p->nrset) + 1, sizeof(int));
+	x->written = calloc((size_t)p->nobj + 1, 1);
+	restore_refs(p);
 	x->ulist = malloc((size_t)n * sizeof(int));
 	for (int i = 0; i < n; i++) {
 		if (p->task[i].nref > maxref)
@@ -115,7 +148,9 @@ static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter)
 	x->ptr = malloc((size_t)maxref * sizeof(void *) * (size_t)(rt->ndev + 1));
 	x->ncoll = maxcoll + 1;
 	x->coll_first = malloc((size_t)(x->ncoll + 1) * sizeof(int));
-	if (!x->st || !x->pf || !x->cnt || !x->ulist || !x->ptr || !x->coll_first)
+	x->start = calloc((size_t)n, 1);
+	if (!x->st || !x->pf || !x->comm || !x->cnt || !x->ulist || !x->ptr || !x->coll_first ||
+	    !x->start || !x->written)
 		return sp_error(-ENOMEM, "executor: state for %d tasks", n);
 	for (int g = 0; g < x->ncoll; g++)
 		x->coll_first[g] = -1;
@@ -138,6 +173,10 @@ static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter)
 		}
 		if (!t->constrained && late && t->dev != RT_HOST && !rt->cfg.exec.ordered) {
 			x->ulist[x->ulen++] = i;
+			if (chain_start(p, i)) {
+				x->start[i] = 1;
+				x->backlog[t->dev]++;
+			}
 		} else {
 			struct xq *q = &x->q[task_queue(x, t->dev)];
 			q->list[q->len++] = i;
@@ -220,7 +259,7 @@ static int ref_dead(const struct xs *x, int t, int r)
 		return 0;
 	if (!wraps && x->st[nx] != T_WAIT)
 		return 0;
-	return x->cnt[tk->ref[r].obj] >= (int)p->ref_rank[t][r];
+	return x->cnt[rt_rank_key(p, tk->ref[r].obj)] >= (int)p->ref_rank[t][r];
 }
 
 /* Right after a task's release: discard what it read last, in stream order
@@ -277,6 +316,17 @@ static void retry_discards(struct xs *x)
 	x->npd = k;
 }
 
+/* An updated object is written back early only if it has been evicted before
+ * (it came to a device again, or went down): where everything fits, the copy
+ * stays resident and writing it back would be pure traffic. */
+static int was_evicted(struct vmm *v, uint64_t vid)
+{
+	struct vmm_obj_info in;
+	if (vmm_obj_info(v, vid, &in) < 0)
+		return 0;
+	return in.moves[VMM_XFER_D2H] > 0 || in.moves[VMM_XFER_H2D] > 1;
+}
+
 static void complete(struct xs *x, int t)
 {
 	struct rt_prog *p = x->p;
@@ -297,7 +347,7 @@ static void complete(struct xs *x, int t)
 					x->rt->st.discards++;
 			}
 		} else if ((tk->flags & RT_TASK_UPDATE) && x->rt->cfg.exec.eager_writeback &&
-		           tk->ref[r].mode != VMM_READ) {
+		           tk->ref[r].mode != VMM_READ && was_evicted(v, o->vid)) {
 			int rc = vmm_writeback(v, o->vid, 0);
 			if (rc < 0)
 				SP_INFO(RT, "write-back %s: %s", o->name, sp_last_error());
@@ -318,14 +368,16 @@ static int deps_issued(const struct xs *x, int t)
 	return 1;
 }
 
-static int wait_deps(struct xs *x, int t, int q)
+/* Makes stream s (queue q's compute stream, or its collective stream when
+ * comm) wait for t's dependencies not complete and not earlier on s itself. */
+static int wait_deps(struct xs *x, int t, int q, int comm)
 {
 	const struct rt_task *tk = &x->p->task[t];
-	struct dev_stream *s = queue_stream(x, q);
+	struct dev_stream *s = comm ? x->rt->comm[q] : queue_stream(x, q);
 	for (int d = 0; d < tk->ndep; d++) {
 		int dt = tk->dep[d];
-		if (x->st[dt] == T_DONE || x->p->ran_on[dt] == q)
-			continue; /* complete, or earlier on this very stream */
+		if (x->st[dt] == T_DONE || (x->p->ran_on[dt] == q && x->comm[dt] == comm))
+			continue;
 		SP_CHECK(dev_stream_wait_event(s, x->p->ev[dt]));
 	}
 	return 0;
@@ -354,14 +406,14 @@ static int enomem_message(struct xs *x, int t, int q, int rc)
 /* Acquires task t's objects on place in the given order (ord[i] = ref index),
  * skipping (pass 0) those not resident when resident_first. ptr[r] for ref r.
  * On failure releases what it got and returns the vmm's error. */
-static int acquire_order(struct xs *x, int t, int q, void **ptr, const int *ord, int resident_first)
+static int acquire_order(struct xs *x, int t, int q, void **ptr, const int *ord, int resident_first,
+                         struct dev_stream *s)
 {
 	struct rt_prog *p = x->p;
 	struct vmm *v = x->rt->vmm;
 	const struct rt_task *tk = &p->task[t];
 	int place = rt_place(queue_dev(x, q));
 	uint32_t bit = place == VMM_HOST ? VMM_INFO_HOST : 1u << place;
-	struct dev_stream *s = queue_stream(x, q);
 	uint8_t got[tk->nref > 0 ? tk->nref : 1];
 	memset(got, 0, sizeof(got));
 	int rc = 0;
@@ -409,14 +461,14 @@ static int by_size_desc(const void *a, const void *b)
  * the others never evicts them. When that fails for room although the task
  * fits the place (its pinned objects split the pool), the place is emptied
  * of everything else and the objects are acquired largest first. */
-static int acquire_all(struct xs *x, int t, int q, void **ptr)
+static int acquire_all_on(struct xs *x, int t, int q, void **ptr, struct dev_stream *s)
 {
 	struct rt_prog *p = x->p;
 	const struct rt_task *tk = &p->task[t];
 	int ord[tk->nref > 0 ? tk->nref : 1];
 	for (int i = 0; i < tk->nref; i++)
 		ord[i] = i;
-	int rc = acquire_order(x, t, q, ptr, ord, 1);
+	int rc = acquire_order(x, t, q, ptr, ord, 1, s);
 	if (rc != -ENOMEM || q == x->cpu_q)
 		return rc == -ENOMEM ? enomem_message(x, t, q, rc) : rc;
 	struct vmm *v = x->rt->vmm;
@@ -438,8 +490,13 @@ static int acquire_all(struct xs *x, int t, int q, void **ptr)
 	sort_prog = p;
 	sort_task = tk;
 	qsort(ord, (size_t)tk->nref, sizeof(int), by_size_desc);
-	rc = acquire_order(x, t, q, ptr, ord, 0);
+	rc = acquire_order(x, t, q, ptr, ord, 0, s);
 	return rc == -ENOMEM ? enomem_message(x, t, q, rc) : rc;
+}
+
+static int acquire_all(struct xs *x, int t, int q, void **ptr)
+{
+	return acquire_all_on(x, t, q, ptr, queue_stream(x, q));
 }
 
 static int release_all(struct xs *x, int t, int q, struct dev_event *done)
@@ -461,17 +518,40 @@ static void push_inflight(struct xs *x, int q, int t)
 	struct xq *qq = &x->q[q];
 	const struct rt_task *tk = &x->p->task[t];
 	for (int r = 0; r < tk->nref; r++)
-		x->cnt[tk->ref[r].obj]++;
+		x->cnt[rt_rank_key(x->p, tk->ref[r].obj)]++;
 	qq->fl[(qq->flhead + qq->fln) % x->window] = t;
 	qq->fln++;
+}
+
+/* Binds task t's references to queue q: a replica of another device becomes
+ * q's (a late-bound task), and an accumulating replica is overwritten by the
+ * iteration's first writer, added to by the later ones. */
+static void bind_refs(struct xs *x, int t, int q)
+{
+	struct rt_prog *p = x->p;
+	struct rt_task *tk = &p->task[t];
+	int dev = queue_dev(x, q);
+	for (int r = 0; r < tk->nref; r++) {
+		struct rt_ref *f = &tk->ref[r];
+		const struct rt_obj *o = &p->obj[f->obj];
+		if (o->rset < 0)
+			continue;
+		if (dev >= 0 && dev != tk->dev && p->rset[o->rset * DEV_MAX + dev] >= 0)
+			f->obj = p->rset[o->rset * DEV_MAX + dev];
+		if (p->obj[f->obj].accum && f->mode != VMM_READ) {
+			f->mode = x->written[f->obj] ? VMM_WRITE : VMM_OVERWRITE;
+			x->written[f->obj] = 1;
+		}
+	}
 }
 
 static int issue(struct xs *x, int t, int q)
 {
 	struct rt_prog *p = x->p;
+	bind_refs(x, t, q);
 	const struct rt_task *tk = &p->task[t];
 	struct dev_stream *s = queue_stream(x, q);
-	SP_CHECK(wait_deps(x, t, q));
+	SP_CHECK(wait_deps(x, t, q, 0));
 	SP_CHECK(acquire_all(x, t, q, x->ptr));
 	struct rt_launch l = {.rt = x->rt,
 	                      .s = s,
@@ -492,6 +572,8 @@ static int issue(struct xs *x, int t, int q)
 	if (rc == 0)
 		rc = rc2 < 0 ? rc2 : rc3;
 	x->st[t] = T_ISSUED;
+	if (x->start[t])
+		x->backlog[tk->dev]--;
 	p->ran_on[t] = q;
 	push_inflight(x, q, t);
 	x->rt->st.tasks++;
@@ -543,10 +625,24 @@ static int issue_collective(struct xs *x, const int *members, int n)
 			                "collective task %d (%s): one buffer, written, on device "
 			                "%d of 0..%d (its rank)",
 			                t, tk->name, k, n - 1);
-		SP_CHECK_GOTO(wait_deps(x, t, q), rc, fail);
-		SP_CHECK_GOTO(acquire_all(x, t, q, &x->ptr[k]), rc, fail);
+		/* on the device's collective stream: the ring's traffic overlaps the
+		 * next tasks' compute; what needs the sum waits for the done event */
+		ss[k] = x->rt->comm[q];
+		x->comm[t] = 1;
+		/* an accumulating replica nobody wrote this iteration (every
+		 * microbatch of this device ran elsewhere) adds zeros */
+		int unwritten = p->obj[tk->ref[0].obj].accum && !x->written[tk->ref[0].obj];
+		bind_refs(x, t, q);
+		SP_CHECK_GOTO(wait_deps(x, t, q, 1), rc, fail);
+		SP_CHECK_GOTO(acquire_all_on(x, t, q, &x->ptr[k], ss[k]), rc, fail);
 		buf[k] = x->ptr[k];
-		ss[k] = queue_stream(x, q);
+		if (unwritten && buf[k]) {
+			rc = dev_memset_async(ss[k], buf[k], q, 0, p->obj[tk->ref[0].obj].bytes);
+			if (rc < 0) {
+				k++; /* acquired: released below */
+				goto fail;
+			}
+		}
 		count = (size_t)(p->obj[tk->ref[0].obj].bytes / sizeof(float));
 	}
 	if (buf[0]) /* zero-byte gradients: nothing to reduce */
@@ -591,6 +687,15 @@ static int chain_home(struct xs *x, int t)
 	return -1;
 }
 
+/* The constrained head of a queue can be issued now (an all-reduce: with all
+ * its members, returned in members). */
+static int head_ready(struct xs *x, int t, int *members, int *nmembers)
+{
+	if (x->p->task[t].flags & RT_TASK_COLLECTIVE)
+		return collective_ready(x, t, members, nmembers);
+	return deps_issued(x, t);
+}
+
 /* The next task device q should issue, or -1. */
 static int pick(struct xs *x, int q, int *members, int *nmembers)
 {
@@ -621,34 +726,39 @@ static int pick(struct xs *x, int q, int *members, int *nmembers)
 	}
 	while (qq->pos < qq->len && x->st[qq->list[qq->pos]] != T_WAIT)
 		qq->pos++;
-	if (qq->pos < qq->len) {
-		int t = qq->list[qq->pos];
-		if (x->p->task[t].flags & RT_TASK_COLLECTIVE) {
-			if (collective_ready(x, t, members, nmembers))
-				return t;
-		} else if (deps_issued(x, t)) {
-			return t;
-		}
-	}
+	int head = qq->pos < qq->len ? qq->list[qq->pos] : -1;
 	if (q == x->cpu_q || !x->ulen)
-		return -1;
+		return head >= 0 && head_ready(x, head, members, nmembers) ? head : -1;
 	while (x->upos < x->ulen && x->st[x->ulist[x->upos]] != T_WAIT)
 		x->upos++;
+	/* this device's own late-bound work: the first not issued whose chain
+	 * lives here (or, a chain start, was predicted here). The device keeps
+	 * program order between it and its constrained head, as the hints and the
+	 * prediction assume: running ahead past a head that waits (an all-reduce,
+	 * an update) brought up to twice the predicted swap volume. */
 	int steal = -1, scanned = 0;
 	for (int i = x->upos; i < x->ulen && scanned < 256; i++) {
 		int t = x->ulist[i];
 		if (x->st[t] != T_WAIT)
 			continue;
 		scanned++;
-		if (!deps_issued(x, t))
-			continue;
 		int home = chain_home(x, t);
-		if (home == q || (home < 0 && x->p->task[t].dev == q))
-			return t; /* its own work first */
-		int pred = home >= 0 ? home : x->p->task[t].dev;
-		if (steal < 0 && home < 0 && x->q[pred].fln >= x->window)
-			steal = t; /* a chain start whose device is busy */
+		if (home == q || (home < 0 && x->p->task[t].dev == q)) {
+			if (head >= 0 && head < t)
+				break;
+			return deps_issued(x, t) ? t : -1;
+		}
+		/* a chain start whose device is busy and has more of them left than
+		 * this one by two or more: stealing then shortens the iteration;
+		 * between devices that keep pace it would only move gradients */
+		int pred = x->p->task[t].dev;
+		if (steal < 0 && home < 0 && deps_issued(x, t) && x->q[pred].fln >= x->window &&
+		    x->backlog[pred] >= x->backlog[q] + 2)
+			steal = t;
 	}
+	if (head >= 0 && head_ready(x, head, members, nmembers))
+		return head;
+	*nmembers = 0;
 	return steal;
 }
 
@@ -718,7 +828,8 @@ static void prefetch(struct xs *x)
 				if (!o->vid || tk->ref[r].mode == VMM_OVERWRITE)
 					continue;
 				/* what an earlier task still has to write is not there yet */
-				if (x->cnt[tk->ref[r].obj] < (int)p->ref_rank[t][r] - 1) {
+				if (x->cnt[rt_rank_key(p, tk->ref[r].obj)] <
+				    (int)p->ref_rank[t][r] - 1) {
 					x->pf[t] = 0; /* again once it is */
 					continue;
 				}

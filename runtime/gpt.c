@@ -124,8 +124,11 @@ static int gpt_init(const struct rt_layer *l, void *params, uint64_t seed)
 	}
 }
 
-static const struct rt_layer_ops gpt_ops = {
-    .forward = gpt_forward, .backward = gpt_backward, .update = gpt_update, .init = gpt_init};
+static const struct rt_layer_ops gpt_ops = {.forward = gpt_forward,
+                                            .backward = gpt_backward,
+                                            .update = gpt_update,
+                                            .init = gpt_init,
+                                            .simulates = 1};
 
 static int gpt_layer(const struct kn_model_config *cfg, int T, enum kn_layer_kind kind, int index,
                      struct rt_layer *l)
@@ -254,6 +257,67 @@ void rt_model_tg(const struct rt_model *m, struct tg_layer *layers, struct tg_mo
 	                         .in_bytes_per_sample = m->in_per_sample,
 	                         .target_bytes_per_sample = m->target_per_sample,
 	                         .loss_bytes_per_sample = 0};
+}
+
+void rt_model_tg_timed(const struct rt_model *m, double flops, struct tg_layer *layers,
+                       struct tg_model *out)
+{
+	rt_model_tg(m, layers, out);
+	for (int i = 0; i < m->nlayers; i++) {
+		const struct rt_layer *l = &m->layers[i];
+		if (l->fwd_s_per_sample > 0)
+			layers[i].fwd_flops_per_sample = l->fwd_s_per_sample * flops;
+		if (l->bwd_s_per_sample > 0)
+			layers[i].bwd_flops_per_sample = l->bwd_s_per_sample * flops;
+		if (l->upd_s > 0)
+			layers[i].upd_flops = l->upd_s * flops;
+	}
+}
+
+int rt_model_profile(struct rt_ctx *rt, struct rt_model *m, int mb)
+{
+	SP_CHECK_ARG(rt && m && mb >= 1, "rt_model_profile: bad arguments");
+	if (dev_backend(rt->dev) != DEV_BACKEND_MODEL)
+		return sp_error(-ENOTSUP, "rt_model_profile: pilot runs use the model backend");
+	struct dev_stream *s = rt->compute[0];
+	/* no data on the model backend: any non-NULL address will do */
+	static char dummy[64];
+	void *p = dummy;
+	for (int i = 0; i < m->nlayers; i++) {
+		struct rt_layer *l = &m->layers[i];
+		struct rt_layer_call c = {.s = s,
+		                          .layer = l,
+		                          .B = mb,
+		                          .params = p,
+		                          .grads = p,
+		                          .optim = (float *)p,
+		                          .stash = p,
+		                          .work = p,
+		                          .in = p,
+		                          .out = p,
+		                          .dout = p,
+		                          .din = i ? p : NULL,
+		                          .targets = p,
+		                          .tied = l->tied ? p : NULL,
+		                          .tied_grad = l->tied ? p : NULL,
+		                          .dloss = 1,
+		                          .step = 1,
+		                          .opt = &m->opt};
+		double t0 = dev_now(rt->dev);
+		SP_CHECK(l->ops->forward(&c));
+		SP_CHECK(dev_stream_sync(s));
+		double t1 = dev_now(rt->dev);
+		SP_CHECK(l->ops->backward(&c));
+		SP_CHECK(dev_stream_sync(s));
+		double t2 = dev_now(rt->dev);
+		SP_CHECK(rt_layer_update(s, m, i, p, p, (float *)p, 1));
+		SP_CHECK(dev_stream_sync(s));
+		double t3 = dev_now(rt->dev);
+		l->fwd_s_per_sample = (t1 - t0) / mb;
+		l->bwd_s_per_sample = (t2 - t1) / mb;
+		l->upd_s = t3 - t2;
+	}
+	return 0;
 }
 
 int rt_layer_add_ties(struct dev_stream *s, const struct rt_model *m, int l, void *const *grads)

@@ -1,8 +1,13 @@
 /* runtime/plan.c — choosing a plan for a model on a context: the planner's
- * "auto" over the context's hardware, or a named schedule with the request's
+ * "auto" over the context's hardware (its finalists run in the executor on a
+ * model-backend copy of the context), or a named schedule with the request's
  * (or default) packs, microbatch and group. */
 #include "runtime/internal.h"
 
+#include "common/log.h"
+
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -38,6 +43,8 @@ void rt_plan_hw(const struct rt_ctx *rt, int ndev, struct tg_hw *hw)
 	hw->host_link_bw = dev_host_link_bw(rt->dev);
 	hw->p2p_bw = ndev > 1 ? dev_link_bw(rt->dev, 0, 1) : 0;
 	hw->disk_bw = dev_link_bw(rt->dev, DEV_DISK, DEV_HOST);
+	hw->size_class_bits = rt->cfg.vmm.size_class_bits;
+	hw->size_class_min = 64 * (rt->cfg.vmm.align ? rt->cfg.vmm.align : 256);
 }
 
 void rt_plan_describe(const struct tg_plan *p, char *buf, size_t n)
@@ -47,12 +54,133 @@ void rt_plan_describe(const struct tg_plan *p, char *buf, size_t n)
 	if (k < (int)n && (p->sched == TG_HARMONY_DP || p->sched == TG_HARMONY_PP))
 		k += snprintf(buf + k, n - (size_t)k, ", group %d", p->group);
 	if (k < (int)n)
-		k += snprintf(buf + k, n - (size_t)k, ", %d device%s%s", p->ndev,
-		              p->ndev == 1 ? "" : "s", p->upd_cpu ? ", update on the CPU" : "");
+		k += snprintf(buf + k, n - (size_t)k, ", %d device%s%s%s", p->ndev,
+		              p->ndev == 1 ? "" : "s", p->recompute ? ", recompute" : "",
+		              p->upd_cpu ? ", update on the CPU" : "");
 }
 
-int rt_plan_choose(const struct rt_ctx *rt, const struct rt_model *m,
-                   const struct rt_plan_request *req, struct tg_plan *out)
+static int simulates(const struct rt_model *m)
+{
+	for (int i = 0; i < m->nlayers; i++)
+		if (!m->layers[i].ops || !m->layers[i].ops->simulates)
+			return 0;
+	return 1;
+}
+
+/* A model-backend context that simulates rt's first ndev devices: the same
+ * profile figures (measured ones on cuda), vmm budgets and executor settings,
+ * no trace or stats. */
+static int open_twin(const struct rt_ctx *rt, int ndev, struct rt_ctx **out)
+{
+	char text[2048];
+	SP_CHECK(dev_profile_text(rt->dev, text, sizeof(text)));
+	struct rt_config c = rt->cfg;
+	struct tg_hw hw;
+	rt_plan_hw(rt, ndev, &hw);
+	struct dev_info in;
+	SP_CHECK(dev_info(rt->dev, 0, &in));
+	memset(&c.dev, 0, sizeof(c.dev));
+	c.dev.backend = DEV_BACKEND_MODEL;
+	c.dev.profile_text = text;
+	c.dev.ndevices = ndev;
+	c.dev.device_mem = in.capacity;
+	c.vmm.ndevices = ndev;
+	c.vmm.device_mem = hw.capacity;
+	c.vmm.trace_cap = 0;
+	c.vmm.trace_file = NULL;
+	c.vmm.stats_at_close = 0;
+	if (c.vmm.use_disk) { /* the disk tier holds no bytes here: a host as large */
+		c.vmm.use_disk = 0;
+		c.vmm.host_mem = 4ull << 40;
+	}
+	c.threads = 0;
+	return rt_open(&c, out);
+}
+
+/* One plan's steady-state iteration on a fresh twin: the second of two. */
+static int simulate(const struct rt_ctx *rt, const struct rt_model *m, const struct tg_plan *p,
+                    double *iter_s)
+{
+	struct rt_ctx *tw = NULL;
+	struct rt_run *run = NULL;
+	int rc = open_twin(rt, p->ndev, &tw);
+	if (rc == 0)
+		rc = rt_run_open(tw, m, p, 1, &run);
+	if (rc == 0)
+		rc = rt_run_step(run, NULL);
+	double t0 = rc == 0 ? dev_now(tw->dev) : 0;
+	if (rc == 0)
+		rc = rt_run_step(run, NULL);
+	if (rc == 0)
+		*iter_s = dev_now(tw->dev) - t0;
+	rt_run_close(run);
+	rt_close(tw);
+	return rc;
+}
+
+/* auto: the analytic search's finalists, ranked by simulation when the layers
+ * simulate (the prediction misses prefetch, the executor's binding and
+ * fragmentation; DESIGN §6). */
+static int choose_auto(const struct rt_ctx *rt, struct rt_model *m, const struct tg_hw *hw,
+                       struct tg_plan *out)
+{
+	int trials = simulates(m) ? rt->cfg.plan_trials : 0;
+	if (trials > 0) { /* layer times from a pilot run on the twin */
+		struct rt_ctx *tw;
+		SP_CHECK(open_twin(rt, hw->ndev, &tw));
+		int rc = rt_model_profile(tw, m, 1);
+		rt_close(tw);
+		SP_CHECK(rc);
+	}
+	struct tg_layer *tl = calloc((size_t)m->nlayers, sizeof(*tl));
+	int max = trials > 1 ? trials : 1;
+	struct tg_plan *cand = calloc((size_t)max, sizeof(*cand));
+	struct tg_time *times = calloc((size_t)max, sizeof(*times));
+	int rc = 0, n = 0;
+	if (!tl || !cand || !times) {
+		rc = sp_error(-ENOMEM, "plan: out of memory");
+		goto out;
+	}
+	struct tg_model tm;
+	rt_model_tg_timed(m, hw->flops, tl, &tm);
+	/* at most half the finalists of one schedule, so that the simulation
+	 * also sees the runner-up schedules the prediction may misjudge */
+	SP_CHECK_GOTO(
+	    tg_plan_candidates(&tm, hw, max, max > 1 ? (max + 1) / 2 : 1, cand, times, &n), rc,
+	    out);
+	int best = 0;
+	double best_s = INFINITY;
+	for (int i = 0; trials > 0 && i < n; i++) {
+		char desc[160];
+		rt_plan_describe(&cand[i], desc, sizeof(desc));
+		double s = INFINITY;
+		if (simulate(rt, m, &cand[i], &s) < 0) {
+			SP_INFO(RT, "auto: %s does not run: %s", desc, sp_last_error());
+			continue;
+		}
+		SP_INFO(RT, "auto: %s: predicted %.4f s, simulated %.4f s", desc, times[i].iter_s,
+		        s);
+		if (s < best_s) {
+			best_s = s;
+			best = i;
+		}
+	}
+	if (trials > 0 && isinf(best_s)) {
+		rc = sp_error(-ENOMEM, "plan: none of auto's %d best plans runs on %d devices", n,
+		              hw->ndev);
+		goto out;
+	}
+	sp_error_clear();
+	*out = cand[best];
+out:
+	free(tl);
+	free(cand);
+	free(times);
+	return rc;
+}
+
+int rt_plan_choose(const struct rt_ctx *rt, struct rt_model *m, const struct rt_plan_request *req,
+                   struct tg_plan *out)
 {
 	SP_CHECK_ARG(rt && m && req && out, "rt_plan_choose: NULL argument");
 	int ndev = req->devices ? req->devices : rt->ndev;
@@ -62,17 +190,14 @@ int rt_plan_choose(const struct rt_ctx *rt, const struct rt_model *m,
 	if (!tl)
 		return sp_error(-ENOMEM, "plan: out of memory");
 	struct tg_model tm;
-	rt_model_tg(m, tl, &tm);
 	struct tg_hw hw;
 	rt_plan_hw(rt, ndev, &hw);
+	rt_model_tg_timed(m, hw.flops, tl, &tm); /* measured times, where known */
 	int rc = 0;
 	const char *name = req->schedule ? req->schedule : "auto";
 	struct tg_plan p = {.ndev = ndev};
 	if (strcasecmp(name, "auto") == 0) {
-		struct tg_time t;
-		rc = tg_plan_auto(&tm, &hw, &p, &t);
-		if (rc == 0)
-			p.recompute = 0; /* the executor does not recompute yet */
+		rc = choose_auto(rt, m, &hw, &p);
 		goto out;
 	}
 	SP_CHECK_GOTO(rt_sched_parse(name, &p.sched), rc, out);

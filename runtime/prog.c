@@ -54,6 +54,8 @@ void rt_prog_free(struct rt_prog *p)
 	free(p->ran_on);
 	free(p->refpool);
 	free(p->deppool);
+	free(p->rset);
+	free(p->ref_orig);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -74,6 +76,7 @@ int rt_prog_obj(struct rt_prog *p, uint64_t bytes, enum vmm_kind kind, const cha
 	memset(o, 0, sizeof(*o));
 	o->bytes = bytes;
 	o->kind = kind;
+	o->rset = -1;
 	snprintf(o->name, sizeof(o->name), "%s", name ? name : "obj");
 	free_tables(p);
 	*out = p->nobj++;
@@ -129,6 +132,38 @@ int rt_prog_task(struct rt_prog *p, const struct rt_task *t, const struct rt_ref
 	p->ndeppool += (size_t)ndep;
 	free_tables(p);
 	*out = p->ntask++;
+	return 0;
+}
+
+int rt_prog_replicas(struct rt_prog *p, const int *objs, int n, int accum)
+{
+	SP_CHECK_ARG(p && objs && n >= 1 && n <= DEV_MAX, "rt_prog_replicas: bad arguments");
+	for (int d = 0; d < n; d++) {
+		SP_CHECK_ARG(objs[d] >= 0 && objs[d] < p->nobj,
+		             "rt_prog_replicas: object %d does not exist", objs[d]);
+		SP_CHECK_ARG(p->obj[objs[d]].rset < 0,
+		             "rt_prog_replicas: object %s is in a replica set already",
+		             p->obj[objs[d]].name);
+		for (int e = 0; e < d; e++)
+			SP_CHECK_ARG(objs[e] != objs[d], "rt_prog_replicas: object %s twice",
+			             p->obj[objs[d]].name);
+	}
+	if (p->nrset == p->caprset) {
+		int nc = p->caprset ? 2 * p->caprset : 64;
+		int *nr = realloc(p->rset, (size_t)nc * DEV_MAX * sizeof(int));
+		if (!nr)
+			return sp_error(-ENOMEM, "rt_prog_replicas: %d sets", nc);
+		p->rset = nr;
+		p->caprset = nc;
+	}
+	int s = p->nrset++;
+	for (int d = 0; d < DEV_MAX; d++)
+		p->rset[s * DEV_MAX + d] = d < n ? objs[d] : -1;
+	for (int d = 0; d < n; d++) {
+		p->obj[objs[d]].rset = s;
+		p->obj[objs[d]].accum = !!accum;
+	}
+	free_tables(p);
 	return 0;
 }
 
@@ -210,9 +245,11 @@ int rt_prog_prepare(struct rt_prog *p)
 	p->first_use = malloc((size_t)p->nobj * (size_t)(np + 1) * sizeof(int));
 	int *last = malloc((size_t)p->nobj * (size_t)(np + 1) * sizeof(int));
 	uint8_t *lastr = malloc((size_t)p->nobj);
-	uint32_t *seen = calloc((size_t)p->nobj + 1, sizeof(uint32_t));
+	uint32_t *seen = calloc((size_t)(p->nobj + p->nrset) + 1, sizeof(uint32_t));
+	free(p->ref_orig);
+	p->ref_orig = malloc((p->nrefpool ? p->nrefpool : 1) * sizeof(*p->ref_orig));
 	if (!p->next_pos || !p->next_reads || !p->next_place || !p->ref_rank || !p->first_use ||
-	    !last || !lastr || !seen) {
+	    !last || !lastr || !seen || !p->ref_orig) {
 		rc = sp_error(-ENOMEM, "rt_prog_prepare: tables for %d tasks", n);
 		goto out;
 	}
@@ -257,7 +294,9 @@ int rt_prog_prepare(struct rt_prog *p)
 		p->first_use[i] = last[i]; /* first use in the first iteration, or -1 */
 	for (int i = 0; i < n; i++)
 		for (int r = 0; r < p->task[i].nref; r++)
-			p->ref_rank[i][r] = ++seen[p->task[i].ref[r].obj];
+			p->ref_rank[i][r] = ++seen[rt_rank_key(p, p->task[i].ref[r].obj)];
+	if (p->nrefpool)
+		memcpy(p->ref_orig, p->refpool, p->nrefpool * sizeof(*p->ref_orig));
 	p->prepared = 1;
 out:
 	free(last);

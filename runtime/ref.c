@@ -5,7 +5,9 @@
  * backward; replica gradients summed in rank order (dst += src, as the host
  * all-reduce); tied gradients added to their layer's at the update; losses
  * summed in double in (microbatch, position) order. Transparency tests
- * compare the executor's losses and weights with these, bit for bit.
+ * compare the executor's losses and weights with these, bit for bit, and
+ * bench-executor its speed: so the loop is lean too (activations allocated
+ * once, the stream waited for once per microbatch).
  */
 #include "runtime/internal.h"
 
@@ -31,6 +33,17 @@ void rt_reference_close(struct rt_reference *r)
 			free(r->grads[k][l]);
 		free(r->grads[k]);
 	}
+	for (int l = 0; l < m->nlayers; l++) {
+		free(r->stash ? r->stash[l] : NULL);
+		free(r->outp ? r->outp[l] : NULL);
+	}
+	free(r->stash);
+	free(r->outp);
+	free(r->in);
+	free(r->tg);
+	free(r->work);
+	free(r->dbuf[0]);
+	free(r->dbuf[1]);
 	free(r->params);
 	free(r->optim);
 	free(r->grads);
@@ -85,6 +98,36 @@ int rt_reference_open(const struct rt_model *m, int nrep, int mb, uint64_t seed,
 			}
 		SP_CHECK_GOTO(rt_layer_init(m, l, r->params[l], seed), rc, fail);
 	}
+	uint64_t maxout = 0, maxwork = 0;
+	r->stash = calloc((size_t)m->nlayers, sizeof(void *));
+	r->outp = calloc((size_t)m->nlayers, sizeof(void *));
+	if (!r->stash || !r->outp) {
+		rc = sp_error(-ENOMEM, "reference: tables");
+		goto fail;
+	}
+	for (int l = 0; l < m->nlayers; l++) {
+		const struct rt_layer *ly = &m->layers[l];
+		uint64_t w = ly->work_bytes + ly->work_per_sample * (uint64_t)mb;
+		if (ly->out_per_sample * (uint64_t)mb > maxout)
+			maxout = ly->out_per_sample * (uint64_t)mb;
+		if (w > maxwork)
+			maxwork = w;
+		r->stash[l] = xcalloc(ly->stash_per_sample * (uint64_t)mb);
+		r->outp[l] = xcalloc(ly->out_per_sample * (uint64_t)mb);
+		if (!r->stash[l] || !r->outp[l]) {
+			rc = sp_error(-ENOMEM, "reference: activations of layer %s", ly->name);
+			goto fail;
+		}
+	}
+	r->in = xcalloc(m->in_per_sample * (uint64_t)mb);
+	r->tg = xcalloc(m->target_per_sample * (uint64_t)mb);
+	r->work = xcalloc(maxwork);
+	r->dbuf[0] = xcalloc(maxout);
+	r->dbuf[1] = xcalloc(maxout);
+	if (!r->in || !r->tg || !r->work || !r->dbuf[0] || !r->dbuf[1]) {
+		rc = sp_error(-ENOMEM, "reference: activations");
+		goto fail;
+	}
 	*out = r;
 	return 0;
 fail:
@@ -96,33 +139,9 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 {
 	SP_CHECK_ARG(r && loss, "rt_reference_step: NULL argument");
 	const struct rt_model *m = r->m;
-	int L = m->nlayers, mb = r->mb, per = m->batch / r->nrep, rc = 0;
-	uint64_t maxout = 0, maxwork = 0;
-	for (int l = 0; l < L; l++) {
-		const struct rt_layer *ly = &m->layers[l];
-		uint64_t w = ly->work_bytes + ly->work_per_sample * (uint64_t)mb;
-		if (ly->out_per_sample * (uint64_t)mb > maxout)
-			maxout = ly->out_per_sample * (uint64_t)mb;
-		if (w > maxwork)
-			maxwork = w;
-	}
-	void **stash = calloc((size_t)L, sizeof(void *)),
-	     **outp = calloc((size_t)L, sizeof(void *));
-	void *in = xcalloc(m->in_per_sample * (uint64_t)mb);
-	void *tg = xcalloc(m->target_per_sample * (uint64_t)mb);
-	void *work = xcalloc(maxwork), *d0 = xcalloc(maxout), *d1 = xcalloc(maxout);
-	if (!stash || !outp || !in || !tg || !work || !d0 || !d1) {
-		rc = sp_error(-ENOMEM, "reference: activations");
-		goto out;
-	}
-	for (int l = 0; l < L; l++) {
-		stash[l] = xcalloc(m->layers[l].stash_per_sample * (uint64_t)mb);
-		outp[l] = xcalloc(m->layers[l].out_per_sample * (uint64_t)mb);
-		if (!stash[l] || !outp[l]) {
-			rc = sp_error(-ENOMEM, "reference: activations");
-			goto out;
-		}
-	}
+	int L = m->nlayers, mb = r->mb, per = m->batch / r->nrep;
+	void **stash = r->stash, **outp = r->outp, *in = r->in, *tg = r->tg, *work = r->work;
+	void *d0 = r->dbuf[0], *d1 = r->dbuf[1];
 	for (int k = 0; k < r->nrep; k++)
 		for (int l = 0; l < L; l++)
 			memset(r->grads[k][l], 0, m->layers[l].grad_bytes);
@@ -131,7 +150,8 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 	for (int k = 0; k < r->nrep; k++) {
 		for (int j = 0; j < per / mb; j++) {
 			int s0 = k * per + j * mb;
-			SP_CHECK_GOTO(m->data(m, m->data_arg, iter, s0, mb, in, tg), rc, out);
+			SP_CHECK(dev_stream_sync(r->s)); /* the last microbatch read in, tg */
+			SP_CHECK(m->data(m, m->data_arg, iter, s0, mb, in, tg));
 			const void *x = in;
 			for (int l = 0; l < L; l++) {
 				const struct rt_layer *ly = &m->layers[l];
@@ -147,7 +167,7 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 				    .out = outp[l],
 				    .targets = tg,
 				    .tied = ly->tied ? r->params[ly->tied_layer] : NULL};
-				SP_CHECK_GOTO(ly->ops->forward(&c), rc, out);
+				SP_CHECK(ly->ops->forward(&c));
 				x = outp[l];
 			}
 			void *dout = NULL;
@@ -156,8 +176,9 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 				void *din = NULL;
 				if (l > 0) {
 					din = dout == d0 ? d1 : d0;
-					memset(din, 0,
-					       m->layers[l - 1].out_per_sample * (uint64_t)mb);
+					SP_CHECK(dev_memset_async(r->s, din, DEV_HOST, 0,
+					                          m->layers[l - 1].out_per_sample *
+					                              (uint64_t)mb));
 				}
 				struct rt_layer_call c = {
 				    .s = r->s,
@@ -175,10 +196,10 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 				    .tied_grad =
 				        ly->tied ? (char *)r->grads[k][l] + ly->param_bytes : NULL,
 				    .dloss = dloss};
-				SP_CHECK_GOTO(ly->ops->backward(&c), rc, out);
-				SP_CHECK_GOTO(dev_stream_sync(r->s), rc, out);
+				SP_CHECK(ly->ops->backward(&c));
 				dout = din;
 			}
+			SP_CHECK(dev_stream_sync(r->s));
 			const float *lo = outp[L - 1];
 			for (int i = 0; i < mb * m->loss_floats; i++)
 				sum += lo[i];
@@ -196,24 +217,11 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 		}
 	r->step++;
 	for (int l = 0; l < L; l++) {
-		SP_CHECK_GOTO(rt_layer_add_ties(r->s, m, l, r->grads[0]), rc, out);
-		SP_CHECK_GOTO(
-		    rt_layer_update(r->s, m, l, r->params[l], r->grads[0][l], r->optim[l], r->step),
-		    rc, out);
+		SP_CHECK(rt_layer_add_ties(r->s, m, l, r->grads[0]));
+		SP_CHECK(rt_layer_update(r->s, m, l, r->params[l], r->grads[0][l], r->optim[l],
+		                         r->step));
 	}
-	SP_CHECK_GOTO(dev_stream_sync(r->s), rc, out);
+	SP_CHECK(dev_stream_sync(r->s));
 	*loss = sum / ((double)m->batch * m->loss_floats);
-out:
-	for (int l = 0; stash && l < L; l++)
-		free(stash[l]);
-	for (int l = 0; outp && l < L; l++)
-		free(outp[l]);
-	free(stash);
-	free(outp);
-	free(in);
-	free(tg);
-	free(work);
-	free(d0);
-	free(d1);
-	return rc;
+	return 0;
 }

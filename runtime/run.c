@@ -41,6 +41,24 @@ static int pack_hi(const struct rt_run *r, int pk)
 	return r->plan.pack_end[pk];
 }
 
+/* The replica a FWD or BWD task uses: in data-parallel modes the device's it
+ * runs on (the executor rebinds a late-bound task's W and G to that device's
+ * replicas), else the one the graph names. */
+static int rep_of(const struct rt_launch *l, const struct rt_run *r, const struct tg_task *t)
+{
+	return r->mo->nrep > 1 && l->dev >= 0 ? l->dev : t->rep;
+}
+
+/* The access task l got to graph object o (VMM_READ if absent). */
+static enum vmm_access mode_of(const struct rt_launch *l, int o)
+{
+	const struct rt_task *t = l->task;
+	for (int i = 0; i < t->nref; i++)
+		if (t->ref[i].obj == o)
+			return t->ref[i].mode;
+	return VMM_READ;
+}
+
 /* The pointer of graph object o among the task's refs (NULL: 0 bytes, or absent). */
 static void *ptr_of(const struct rt_launch *l, int o)
 {
@@ -49,14 +67,6 @@ static void *ptr_of(const struct rt_launch *l, int o)
 		if (t->ref[i].obj == o)
 			return l->ptr[i];
 	return NULL;
-}
-
-static int has_read(const struct tg_task *t, int o)
-{
-	for (int i = 0; i < t->nread; i++)
-		if (t->read[i] == o)
-			return 1;
-	return 0;
 }
 
 static int zero(struct dev_stream *s, void *p, uint64_t bytes)
@@ -86,13 +96,15 @@ static int fwd_task(const struct rt_launch *L, void *arg)
 	struct rt_run *r = rt->run;
 	const struct tg_task *t = rt->t;
 	const struct tg_model_objs *mo = r->mo;
-	int P = mo->P, pk = t->pack, rep = t->rep, mb = r->plan.microbatch;
+	int P = mo->P, pk = t->pack, rep = rep_of(L, r, t), mb = r->plan.microbatch;
 	int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
 	char *W = ptr_of(L, mo->W[rep * P + pk]);
 	void *work = t->work >= 0 ? ptr_of(L, t->work) : NULL;
 	for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
 		const void *x = ptr_of(L, pk ? mo->B[k * P + pk - 1] : mo->X[k]);
 		char *S = ptr_of(L, mo->S[k * P + pk]);
+		if (r->plan.recompute) /* scratch in the work object: backward redoes it */
+			S = (char *)work + r->pp_off[pk];
 		void *out = ptr_of(L, mo->B[k * P + pk]);
 		const void *Y = pk == P - 1 ? ptr_of(L, mo->Y[k]) : NULL;
 		for (int l = lo; l < hi; l++) {
@@ -121,13 +133,13 @@ static int bwd_task(const struct rt_launch *L, void *arg)
 	const struct tg_task *t = rt->t;
 	const struct tg_model_objs *mo = r->mo;
 	const struct rt_model *m = r->m;
-	int P = mo->P, pk = t->pack, rep = t->rep, mb = r->plan.microbatch;
+	int P = mo->P, pk = t->pack, rep = rep_of(L, r, t), mb = r->plan.microbatch;
 	int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
 	char *W = ptr_of(L, mo->W[rep * P + pk]);
 	int gobj = mo->G[rep * P + pk];
 	char *G = ptr_of(L, gobj);
 	char *work = t->work >= 0 ? ptr_of(L, t->work) : NULL;
-	if (!has_read(t, gobj)) { /* the first accumulation this iteration */
+	if (mode_of(L, gobj) == VMM_OVERWRITE) { /* the first accumulation this iteration */
 		uint64_t gb = 0;
 		for (int l = lo; l < hi; l++)
 			gb += m->layers[l].grad_bytes;
@@ -141,6 +153,26 @@ static int bwd_task(const struct rt_launch *L, void *arg)
 		const void *dout =
 		    ptr_of(L, pk == P - 1 ? mo->B[k * P + pk] : mo->D[k * P + pk + 1]);
 		void *dpack = pk ? ptr_of(L, mo->D[k * P + pk]) : NULL;
+		if (r->plan.recompute) { /* forward again, its stash in the work object */
+			S = work + r->rc_off[pk];
+			const void *x = in;
+			for (int l = lo; l < hi; l++) {
+				const struct rt_layer *ly = &m->layers[l];
+				struct rt_layer_call c = {.s = L->s,
+				                          .layer = ly,
+				                          .B = mb,
+				                          .params = W + r->poff[l],
+				                          .stash = S + r->soff[l],
+				                          .work = work,
+				                          .in = x,
+				                          .out = l == hi - 1 ? S + r->rc_out[pk]
+				                                             : S + r->ioff[l],
+				                          .targets = Y,
+				                          .tied = tied_params(L, r, l, rep)};
+				SP_CHECK(ly->ops->forward(&c));
+				x = c.out;
+			}
+		}
 		if (dpack)
 			SP_CHECK(
 			    zero(L->s, dpack, m->layers[lo - 1].out_per_sample * (uint64_t)mb));
@@ -149,7 +181,7 @@ static int bwd_task(const struct rt_launch *L, void *arg)
 			const struct rt_layer *ly = &m->layers[l];
 			void *din = dpack;
 			if (l > lo) { /* an interior input gradient: a ping-pong buffer */
-				din = work + r->pp_off[pk] + (uint64_t)pp * r->pp_size;
+				din = work + r->pp_off[pk] + (uint64_t)pp * r->pp_size[pk];
 				pp ^= 1;
 				SP_CHECK(zero(L->s, din,
 				              m->layers[l - 1].out_per_sample * (uint64_t)mb));
@@ -264,12 +296,17 @@ static int layouts(struct rt_run *r)
 	r->ioff = calloc((size_t)n + 1, sizeof(uint64_t));
 	r->pp_off = calloc((size_t)P, sizeof(uint64_t));
 	r->rc_off = calloc((size_t)P, sizeof(uint64_t));
+	r->pp_size = calloc((size_t)P, sizeof(uint64_t));
+	r->rc_out = calloc((size_t)P, sizeof(uint64_t));
 	if (!r->pack_of || !r->poff || !r->goff || !r->ooff || !r->soff || !r->ioff || !r->pp_off ||
-	    !r->rc_off)
+	    !r->rc_off || !r->pp_size || !r->rc_out)
 		return sp_error(-ENOMEM, "run: layouts of %d layers", n);
-	uint64_t maxint = 0;
+	/* as taskgraph.h sizes the objects: per pack, the layers' W, G, O back to
+	 * back; the stash of one microbatch (each layer's stash, then an interior
+	 * layer's output); a BWD's work = the layers' largest scratch, two
+	 * ping-pong buffers, and with recompute the stash again and the last output */
 	for (int pk = 0; pk < P; pk++) {
-		uint64_t po = 0, go = 0, oo = 0, so = 0, maxw = 0;
+		uint64_t po = 0, go = 0, oo = 0, so = 0, maxw = 0, maxint = 0;
 		int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
 		for (int l = lo; l < hi; l++) {
 			const struct rt_layer *ly = &m->layers[l];
@@ -293,8 +330,10 @@ static int layouts(struct rt_run *r)
 				maxw = w;
 		}
 		r->pp_off[pk] = maxw;
+		r->pp_size[pk] = maxint;
+		r->rc_off[pk] = maxw + 2 * maxint;
+		r->rc_out[pk] = so;
 	}
-	r->pp_size = maxint;
 	return 0;
 }
 
@@ -306,7 +345,6 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 	             "rt_run_open: model %s needs layers, a data callback and losses", m->name);
 	SP_CHECK_ARG(plan->ndev >= 1 && plan->ndev <= rt->ndev,
 	             "plan: %d devices, the context has %d", plan->ndev, rt->ndev);
-	SP_CHECK_ARG(!plan->recompute, "plan: recomputation is not supported by the executor yet");
 	int rc = 0;
 	struct rt_run *r = calloc(1, sizeof(*r));
 	if (!r)
@@ -398,6 +436,20 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 	free(deps);
 	if (rc < 0)
 		goto fail;
+	/* data-parallel replicas: a microbatch bound late to another device uses
+	 * that device's weights and accumulates into its gradients */
+	for (int pk = 0; pk < r->mo->P && r->mo->nrep > 1 && !rc; pk++) {
+		int w[DEV_MAX], gr[DEV_MAX];
+		for (int k = 0; k < r->mo->nrep; k++) {
+			w[k] = r->mo->W[k * r->mo->P + pk];
+			gr[k] = r->mo->G[k * r->mo->P + pk];
+		}
+		rc = rt_prog_replicas(&r->prog, w, r->mo->nrep, 0);
+		if (rc == 0)
+			rc = rt_prog_replicas(&r->prog, gr, r->mo->nrep, 1);
+	}
+	if (rc < 0)
+		goto fail;
 	SP_CHECK_GOTO(rt_prog_prepare(&r->prog), rc, fail);
 	SP_CHECK_GOTO(rt_prog_bind(rt, &r->prog), rc, fail);
 	uint64_t lbytes = (uint64_t)r->mo->nmb * plan->microbatch * m->loss_floats * sizeof(float);
@@ -454,6 +506,8 @@ void rt_run_close(struct rt_run *r)
 	free(r->ioff);
 	free(r->pp_off);
 	free(r->rc_off);
+	free(r->pp_size);
+	free(r->rc_out);
 	free(r);
 }
 

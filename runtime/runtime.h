@@ -48,13 +48,15 @@ struct rt_config {
 	struct dev_config dev;
 	struct vmm_config vmm;
 	struct rt_exec_config exec;
-	int threads; /* CPU kernel threads (SPILL_THREADS), applied at rt_open */
+	int threads;     /* CPU kernel threads (SPILL_THREADS), applied at rt_open */
+	int plan_trials; /* auto: finalists simulated on the model backend (SPILL_PLAN_TRIALS) */
 };
 
 /* Fills cfg from the SPILL_* table (device, vmm, executor and threads).
  * Returns 0 or -EINVAL naming the bad value. */
 int rt_config_from_params(const struct sp_params *p, struct rt_config *cfg) SP_MUST_CHECK;
-/* The executor defaults (lookahead 3, window 2, everything on). */
+/* The executor defaults (lookahead 3, window 2, late binding, discards, hints;
+ * no eager write-back). */
 struct rt_exec_config rt_exec_defaults(void);
 
 /* Per-run counters of the runtime's own (beside the vmm's). */
@@ -76,7 +78,8 @@ struct rt_ctx {
 	int ndev;
 	int data; /* 1 when memory holds bytes (cuda, host); 0 on the model backend */
 	struct dev_stream *compute[DEV_MAX];
-	struct dev_stream *cpu; /* DEV_HOST: CPU kernels (update on the CPU) */
+	struct dev_stream *comm[DEV_MAX]; /* collectives, beside the compute streams */
+	struct dev_stream *cpu;           /* DEV_HOST: CPU kernels (update on the CPU) */
 	struct rt_stats st;
 	void *coll; /* collectives state (collective.c) */
 };
@@ -99,6 +102,8 @@ struct rt_obj {
 	uint64_t vid; /* the vmm object, once created */
 	int input;    /* rewritten on the host before each iteration */
 	int keep;     /* read after the run (an output): never discarded */
+	int rset;     /* its replica set (rt_prog_replicas), -1: none */
+	int accum;    /* in an accumulating replica set */
 };
 
 struct rt_ref {
@@ -156,12 +161,17 @@ struct rt_prog {
 	uint64_t **next_pos;
 	uint8_t **next_reads;
 	uint64_t **next_place;
-	uint32_t **ref_rank; /* 1 + references of the object at earlier positions */
+	uint32_t **ref_rank; /* 1 + references of the object (of its replica set, for
+	                        members) at earlier positions */
 	int *first_use;
 	int nplaces;
 	int prepared;
-	struct dev_event **ev; /* one per task, created by rt_prog_bind */
-	int *ran_on;           /* per task: the queue (device, or the CPU) it last ran on */
+	/* replica sets: [set * DEV_MAX + device] the set's object there, or -1 */
+	int nrset, caprset;
+	int *rset;
+	struct rt_ref *ref_orig; /* the refs as built; the executor rebinds a copy */
+	struct dev_event **ev;   /* one per task, created by rt_prog_bind */
+	int *ran_on;             /* per task: the queue (device, or the CPU) it last ran on */
 	/* owned arrays for refs and deps */
 	struct rt_ref *refpool;
 	int *deppool;
@@ -177,6 +187,19 @@ int rt_prog_obj(struct rt_prog *p, uint64_t bytes, enum vmm_kind kind, const cha
                 int *out) SP_MUST_CHECK;
 int rt_prog_task(struct rt_prog *p, const struct rt_task *t, const struct rt_ref *refs, int nref,
                  const int *deps, int ndep, int *out) SP_MUST_CHECK;
+/* Declares objs[d] (n of them, one per device 0..n-1) as device d's replica of
+ * the same state: a task bound late to a device other than its predicted one
+ * uses that device's replica instead of the one it names (data-parallel
+ * weights and gradients: a microbatch taken over by another device computes
+ * on that device's weights and accumulates into its gradients, moving
+ * nothing). accum: the replicas are accumulators; whether a write overwrites
+ * or adds is decided at issue, not by the program: the first task an
+ * iteration issues that writes a replica gets VMM_OVERWRITE (its callback
+ * must then initialize it), later ones VMM_WRITE; a collective member whose
+ * replica nobody wrote this iteration finds it zeroed. Callbacks read the
+ * mode they got in l->task->ref[i].mode. Returns 0, or -EINVAL for an object
+ * out of range or already in a set. */
+int rt_prog_replicas(struct rt_prog *p, const int *objs, int n, int accum) SP_MUST_CHECK;
 /* Checks the program (refs and deps in range, deps backwards, each object once
  * per task, a collective group on distinct devices) and computes the next-use
  * tables. Returns 0 or -EINVAL naming the task. */
@@ -259,6 +282,10 @@ struct rt_layer_ops {
 	int (*update)(const struct rt_layer_call *c);
 	/* fills params (host memory, param_bytes) deterministically from seed */
 	int (*init)(const struct rt_layer *l, void *params, uint64_t seed);
+	/* 1: the callbacks launch through the kernels' dispatch, so they run on the
+	 * model backend too (which charges their cost): "auto" may rank plans by
+	 * simulating them. The caller's own kernels leave it 0. */
+	int simulates;
 };
 
 struct rt_layer {
@@ -266,6 +293,9 @@ struct rt_layer {
 	uint64_t param_bytes, grad_bytes, optim_bytes;
 	uint64_t stash_per_sample, out_per_sample, work_per_sample, work_bytes;
 	double fwd_flops_per_sample, bwd_flops_per_sample;
+	/* measured seconds per sample on the planning device (rt_model_profile),
+	 * 0 = not measured: the planner then uses FLOPs alone */
+	double fwd_s_per_sample, bwd_s_per_sample, upd_s;
 	int tied, tied_layer;
 	const struct rt_layer_ops *ops;
 	void *arg; /* the layer's own: given back through c->layer->arg */
@@ -320,6 +350,15 @@ int rt_layer_update(struct dev_stream *s, const struct rt_model *m, int l, void 
  * ties). layers has m->nlayers entries; the model gets batch, input and target
  * bytes. */
 void rt_model_tg(const struct rt_model *m, struct tg_layer *layers, struct tg_model *out);
+/* Pilot run (Hydra's and Harmony's profiling): each layer's forward, backward
+ * and update launched at microbatch mb on device 0's stream of a model-backend
+ * context, timed in virtual time, into the layers' *_s fields; the planner's
+ * FLOPs become these times x the device's FLOP/s (memory-bound kernels and
+ * launch latency included). Returns 0, -ENOTSUP on other backends. */
+int rt_model_profile(struct rt_ctx *rt, struct rt_model *m, int mb) SP_MUST_CHECK;
+/* rt_model_tg with measured times converted to FLOPs at flops (FLOP/s). */
+void rt_model_tg_timed(const struct rt_model *m, double flops, struct tg_layer *layers,
+                       struct tg_model *out);
 /* Initial parameters of layer l (host memory of param_bytes). */
 int rt_layer_init(const struct rt_model *m, int l, void *params, uint64_t seed) SP_MUST_CHECK;
 
@@ -347,7 +386,8 @@ struct rt_run {
 	uint64_t *poff, *goff, *ooff; /* [layer]: offset in W, G, O of its pack */
 	uint64_t *soff, *ioff;        /* [layer]: its stash, its interior output in S */
 	uint64_t *pp_off, *rc_off;    /* [pack]: ping-pong buffers, recompute area in work */
-	uint64_t pp_size;             /* one ping-pong buffer: the largest interior output */
+	uint64_t *pp_size;            /* [pack]: one ping-pong buffer (largest interior output) */
+	uint64_t *rc_out;             /* [pack]: the re-run's last output, after its stash */
 	float *losses;                /* host: nmb * mb * loss_floats (pinned) */
 	uint64_t seed;
 	int step, iter;
@@ -382,12 +422,16 @@ struct rt_plan_request {
  * FLOP/s and bandwidths of device 0 and its links. */
 void rt_plan_hw(const struct rt_ctx *rt, int ndev, struct tg_hw *hw);
 /* Picks a plan for m on rt. "auto" ranks plans with the taskgraph's planner;
- * a named schedule takes the request's numbers (or the defaults above).
+ * when every layer simulates (rt_layer_ops.simulates) it then profiles the
+ * layers (rt_model_profile, into m) and runs the cfg.plan_trials best
+ * predictions in the executor on a model-backend copy of rt's devices
+ * (dev_profile_text, the same budgets) and keeps the fastest in virtual time.
+ * A named schedule takes the request's numbers (or the defaults above).
  * Returns 0, -EINVAL naming the bad choice (unknown schedule, a batch the
  * microbatch and devices do not divide), -ENOMEM naming the layer that does
  * not fit and the smallest budget that would. */
-int rt_plan_choose(const struct rt_ctx *rt, const struct rt_model *m,
-                   const struct rt_plan_request *req, struct tg_plan *out) SP_MUST_CHECK;
+int rt_plan_choose(const struct rt_ctx *rt, struct rt_model *m, const struct rt_plan_request *req,
+                   struct tg_plan *out) SP_MUST_CHECK;
 int rt_sched_parse(const char *name, enum tg_sched *out) SP_MUST_CHECK;
 /* "harmony-dp, 4 packs, microbatch 2, group 4, 2 devices" */
 void rt_plan_describe(const struct tg_plan *p, char *buf, size_t n);
@@ -404,7 +448,9 @@ struct rt_reference {
 	int nrep, mb;
 	void **params; /* per layer */
 	float **optim;
-	void ***grads; /* [rep][layer] */
+	void ***grads;        /* [rep][layer] */
+	void **stash, **outp; /* [layer]: one microbatch's activations, kept across steps */
+	void *in, *tg, *work, *dbuf[2]; /* inputs, targets, workspace, ping-pong gradients */
 	uint64_t seed;
 	int step;
 	struct dev_ctx *dev;

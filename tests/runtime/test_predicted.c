@@ -17,9 +17,9 @@
 #include <inttypes.h>
 #include <string.h>
 
-#define U   (2u << 20)
-#define NL  6
-#define MB  1
+#define U  (2u << 20)
+#define NL 6
+#define MB 1
 
 static int kfwd(const struct rt_layer_call *c)
 {
@@ -33,7 +33,8 @@ static int kupd(const struct rt_layer_call *c)
 	return dev_launch(c->s, &k, NULL, 0, (struct dev_cost){1e7, 4.0 * U});
 }
 
-static const struct rt_layer_ops ops = {.forward = kfwd, .backward = kfwd, .update = kupd};
+static const struct rt_layer_ops ops = {
+    .forward = kfwd, .backward = kfwd, .update = kupd, .simulates = 1};
 
 static int no_data(const struct rt_model *m, void *arg, int iter, int s0, int n, void *in, void *y)
 {
@@ -136,7 +137,8 @@ static uint64_t one(int sched, int ndev, uint64_t budget, int prefetch, const st
 			total += got;
 			if (got != want) {
 				ok = 0;
-				printf("    %s %s: measured %" PRIu64 " MiB, predicted %" PRIu64 " MiB\n",
+				printf("    %s %s: measured %" PRIu64 " MiB, predicted %" PRIu64
+				       " MiB\n",
 				       link_name[l], tg_okind_name(k), got >> 20, want >> 20);
 			}
 		}
@@ -149,7 +151,8 @@ static uint64_t one(int sched, int ndev, uint64_t budget, int prefetch, const st
 	       tg_sched_name(sched), ndev, budget / U, prefetch ? "on " : "off", total >> 20,
 	       pred >> 20, ok ? " (equal)" : "");
 	if (exact)
-		CHECK_MSG(ok, "%s on %d devices: measured != predicted", tg_sched_name(sched), ndev);
+		CHECK_MSG(ok, "%s on %d devices: measured != predicted", tg_sched_name(sched),
+		          ndev);
 	rt_run_close(run);
 	rt_close(rt);
 	return total;

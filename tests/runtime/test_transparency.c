@@ -8,7 +8,8 @@
  * harmony-pp; one layer per pack), at budgets from ample down to the smallest
  * that runs: every step's loss and every final weight are bit-identical to the
  * reference's (nrep = devices in data-parallel modes, else 1), and below ample
- * the vmm really evicted. The smallest budget is found by trying: halving from
+ * the vmm really evicted; also with recomputation and with the update on the
+ * CPU. The smallest budget is found by trying: halving from
  * the working set's sum until -ENOMEM, whose message must name the task and
  * the smallest budget. argv[1]: "quick" runs fewer cases. */
 #include "runtime/runtime.h"
@@ -99,9 +100,10 @@ static int run(const struct rt_model *m, const struct tg_plan *plan, uint64_t bu
 		struct vmm_stats st;
 		vmm_stats_get(rt->vmm, &st);
 		*evictions = st.evictions.total;
-		printf("  %-10s %d dev, budget %7" PRIu64 ": %4" PRId64 " evictions, %8" PRIu64
+		printf("  %-10s %d dev%s%s, budget %7" PRIu64 ": %4" PRId64 " evictions, %8" PRIu64
 		       " B H2D, %8" PRIu64 " B D2H, %8" PRIu64 " B P2P, %3" PRIu64 " late-bound\n",
-		       tg_sched_name(plan->sched), plan->ndev, budget, st.evictions.total,
+		       tg_sched_name(plan->sched), plan->ndev, plan->recompute ? ", recompute" : "",
+		       plan->upd_cpu ? ", cpu update" : "", budget, st.evictions.total,
 		       vmm_xfer_bytes(rt->vmm, VMM_XFER_H2D), vmm_xfer_bytes(rt->vmm, VMM_XFER_D2H),
 		       vmm_xfer_bytes(rt->vmm, VMM_XFER_P2P), rt->st.late_bound);
 	}
@@ -167,6 +169,18 @@ int main(int argc, char **argv)
 			CHECK_MSG(ev_min > 0,
 			          "%s on %d devices: no evictions at the smallest budget",
 			          tg_sched_name(s), nd);
+			/* recomputation (the backward re-runs the pack's forward) and the update
+			 * on the CPU (AdamW on the host copies) change no number either */
+			for (int v = 1; v <= 3; v++) {
+				struct tg_plan q = p;
+				q.recompute = v & 1;
+				q.upd_cpu = !!(v & 2);
+				struct tg_graph gq;
+				CHECK_OK(tg_graph_build(&tm, 1, &q, &gq));
+				uint64_t wq = tg_graph_min_capacity(&gq, NULL);
+				tg_graph_free(&gq);
+				CHECK_OK(run(&m, &q, wq * 3 / 2, &ref, &ev));
+			}
 			for (int l = 0; l < m.nlayers; l++)
 				free(ref.params[l]);
 			cases++;

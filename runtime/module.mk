@@ -1,0 +1,31 @@
+# runtime/module.mk — the executor's benches.
+#   make bench-schedules  the executor on the model backend, 4x GTX 1080 Ti: each
+#                         schedule, auto and the published Harmony runtime vs the
+#                         dp-swap baseline -> bench/results/schedules.json
+#   make bench-executor   host backend: the executor vs the reference loop, ample
+#                         memory and a quarter of the state -> bench/results/executor.json
+RT_BENCH_LIBS := $(call mod_libs,runtime)
+
+$(O)/bench/schedules: $(O)/obj/bench/schedules.c.o $(RT_BENCH_LIBS)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(RT_BENCH_LIBS) $(LDLIBS)
+
+bench-schedules: $(O)/bench/schedules
+	@mkdir -p bench/results
+	$(O)/bench/schedules bench/results/schedules.json $(BENCH_SCHEDULES_FILTER)
+
+EXTRA_ALL += $(O)/bench/schedules
+.PHONY: bench-schedules
+
+$(O)/bench/executor: $(O)/obj/bench/executor.c.o $(RT_BENCH_LIBS)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(RT_BENCH_LIBS) $(LDLIBS)
+
+bench-executor: $(O)/bench/executor
+	@mkdir -p bench/results
+	$(O)/bench/executor bench/results/executor.json
+
+EXTRA_ALL += $(O)/bench/executor
+.PHONY: bench-executor
