@@ -656,9 +656,9 @@ static int enomem(struct vmm *v, uint32_t idx, int p)
 }
 
 /* Evicts victim's copy on p to make room and waits for it to leave. A dirty
- * copy that cannot be written down (no room in the host pool, or a full disk
- * tier) is marked skip and left alone: *skip_rc keeps the reason and the
- * search goes on with other victims. */
+ * copy that cannot be written down (no room in the host pool, a full or
+ * failing disk tier) is marked skip and left alone: *skip_rc keeps the reason
+ * and the search goes on with other victims. */
 static int evict_for_space(struct vmm *v, uint32_t victim, int p, int *nskip, int *skip_rc,
                            char *why, size_t why_len)
 {
@@ -684,8 +684,20 @@ static int evict_for_space(struct vmm *v, uint32_t victim, int p, int *nskip, in
 		release_space(v, victim, p);
 		return 0;
 	}
-	/* a written-down copy frees its space when the write completes */
-	return vmm_swap_retire(v, victim, 1);
+	/* a written-down copy frees its space when the write completes; one the
+	 * disk refused stays (its error kept in the object for vmm_sync) and the
+	 * search goes on: a clean copy elsewhere may still make the room */
+	int to_disk = x->active && x->kind == VMM_XFER_H2DISK;
+	rc = vmm_swap_retire(v, victim, 1);
+	if (rc < 0 && rc != -EAGAIN && to_disk && !o->lost) {
+		o->c[p].skip = 1;
+		(*nskip)++;
+		*skip_rc = rc;
+		snprintf(why, why_len, "%s", sp_last_error());
+		vmm_err_swallowed(v);
+		return 0;
+	}
+	return rc;
 }
 
 int vmm_swap_make_space(struct vmm *v, uint32_t idx, int p)

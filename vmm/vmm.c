@@ -784,6 +784,32 @@ static int report_kept(const struct vmm_obj *o)
 	                o->lost ? "its data is lost" : "its source copy was kept");
 }
 
+int vmm_read_disk(struct vmm *v, uint64_t id, void *dst)
+{
+	uint32_t idx = 0;
+	SP_CHECK_ARG(v && dst, "vmm_read_disk: NULL argument");
+	pthread_mutex_lock(&v->lock);
+	struct vmm_obj *o = lookup(v, id, &idx);
+	int rc = o ? 0 : bad_id(id);
+	for (int p = 0; rc == 0 && p <= P_HOST(v); p++)
+		if (o->c[p].pins)
+			rc = sp_error(-EBUSY, "vmm_read_disk: object '%s' is acquired", o->name);
+	if (rc == 0 && o->x.active && vmm_swap_retire(v, idx, 1) < 0)
+		vmm_err_swallowed(v); /* kept in o->err for its owner */
+	if (rc == 0 && (!v->disk || !o->disk_valid))
+		rc = sp_error(-ENOENT, "vmm_read_disk: object '%s' has no current disk copy",
+		              o->name);
+	uint64_t ticket;
+	if (rc == 0)
+		rc = vmm_disk_read_async(v->disk, o->extent, dst, o->bytes, &ticket);
+	if (rc == 0) {
+		rc = vmm_disk_wait(v->disk, ticket);
+		vmm_disk_ticket_release(v->disk, ticket);
+	}
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
 int vmm_obj_wait(struct vmm *v, uint64_t id)
 {
 	uint32_t idx;

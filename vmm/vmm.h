@@ -223,6 +223,13 @@ int vmm_obj_info(struct vmm *v, uint64_t obj, struct vmm_obj_info *out) SP_MUST_
 /* Where obj has a valid copy now (valid_mask bits, filling copies included),
  * cheaply: nothing is retired, no name copied. 0 for a bad id. */
 uint32_t vmm_obj_where(struct vmm *v, uint64_t obj);
+/* Copies the object's disk copy, when it is current (the object's contents),
+ * into dst (its bytes) with no host pool space: a way to read state when the
+ * host pool cannot make room (its dirty copies cannot go down to a failing
+ * disk). Waits for the object's transfer first. Returns 0, -ENOENT when there
+ * is no current disk copy, -EBUSY while the object is acquired, -EINVAL for a
+ * stale id, or the disk's read error. */
+int vmm_read_disk(struct vmm *v, uint64_t obj, void *dst) SP_MUST_CHECK;
 
 /* ---- accounting ---- */
 /* Bytes moved from place src to place dst (device, VMM_HOST, VMM_DISK) for
