@@ -1,7 +1,7 @@
 # spill — one non-recursive Makefile. Outputs go under build/<variant>/.
 #
 # Knobs: DEBUG=0..3  ASAN=1  UBSAN=1  TSAN=1  V=1  CUDA_ARCH=90  NO_CUDA=1  WERROR=1
-# Goals: all (default), test, test-gpu, demo, bench-*, format, check-format, readme,
+# Goals: all (default), test, test-gpu, demo, bench-*, install, format, check-format, readme,
 #        deps (install missing packages), clean.
 # Each module folder holds its sources (*.c, *.cu) and may add goals in module.mk.
 
@@ -121,7 +121,26 @@ $(O)/lib/libspill.a: $(ALL_OBJS)
 $(O)/lib/libspill.so: $(ALL_OBJS)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) -shared $(LDFLAGS) -Wl,-soname,libspill.so.$(SPILL_MAJOR) -o $@ $^ $(LDLIBS)
+
+# `make install PREFIX=...` (default /usr/local; DESTDIR for staging): the
+# header, both libraries, spill.pc for `pkg-config --cflags --libs spill`, and
+# the spill command.
+SPILL_VERSION := $(shell sed -n 's/^#define SPILL_VERSION_STRING "\(.*\)"/\1/p' include/spill.h)
+SPILL_MAJOR := $(firstword $(subst ., ,$(SPILL_VERSION)))
+PREFIX ?= /usr/local
+DESTDIR ?=
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/spill.h $(DESTDIR)$(PREFIX)/include/spill.h
+	install -m 755 $(O)/lib/libspill.so $(DESTDIR)$(PREFIX)/lib/libspill.so.$(SPILL_VERSION)
+	ln -sf libspill.so.$(SPILL_VERSION) $(DESTDIR)$(PREFIX)/lib/libspill.so.$(SPILL_MAJOR)
+	ln -sf libspill.so.$(SPILL_MAJOR) $(DESTDIR)$(PREFIX)/lib/libspill.so
+	install -m 644 $(O)/lib/libspill.a $(DESTDIR)$(PREFIX)/lib/libspill.a
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(SPILL_VERSION)|' \
+		-e 's|@LIBS_PRIVATE@|-pthread $(LDLIBS)|' tools/spill.pc.in \
+		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/spill.pc
+	install -m 755 $(O)/bin/spill $(DESTDIR)$(PREFIX)/bin/spill
 
 # ---- tools ---------------------------------------------------------------------
 TOOL_SRCS := $(wildcard tools/*.c)
@@ -152,11 +171,15 @@ $(foreach t,$(TEST_SRCS),$(eval $(call test_rule,$(t))))
 -include $(wildcard */module.mk */module-*.mk)
 
 all: $(O)/lib/libspill.a $(O)/lib/libspill.so $(TOOL_BINS) $(EXTRA_ALL)
-tests: $(TEST_BINS) $(TOOL_BINS) $(EXTRA_TEST_DEPS)
+tests: $(TEST_BINS) $(TOOL_BINS) $(EXTRA_TEST_DEPS) $(O)/lib/libspill.so $(O)/lib/libspill.a
 
 # TESTS=pattern runs only the tests whose path contains pattern.
 TESTS ?=
-run_tests = O=$(O) BUILD_DIR=$(O) tools/run-tests.sh
+# Tests that run make themselves (the install test) get the variant's knobs;
+# those that link against libspill get its sanitizer flags.
+run_tests = O=$(O) BUILD_DIR=$(O) TEST_SAN_FLAGS="$(strip $(SAN))" \
+	TEST_MAKE_VARIANT="DEBUG=$(DEBUG) ASAN=$(ASAN) UBSAN=$(UBSAN) TSAN=$(TSAN) NO_CUDA=$(NO_CUDA)" \
+	tools/run-tests.sh
 
 # `make test` first installs what is missing (tools/deps.sh), then re-enters make
 # so the found/missing probes see the installed packages.
@@ -193,6 +216,6 @@ readme: $(O)/bin/spill
 clean:
 	rm -rf build
 
-.PHONY: all tests test test-run test-gpu test-gpu-run deps demo demo-run format check-format readme clean
+.PHONY: install all tests test test-run test-gpu test-gpu-run deps demo demo-run format check-format readme clean
 .SECONDARY:
 -include $(shell find $(O) -name '*.d' 2>/dev/null)

@@ -219,6 +219,8 @@ struct spill_plan {
 	int group;            /* microbatches per group, harmony modes (0: 1) */
 	int packs;            /* 0: greedy packing to the budget; else that many packs */
 	int update_on_cpu;    /* AdamW on the host copies */
+	int recompute;        /* backward runs its pack's forward again instead of
+	                         keeping the stash (less memory, more compute) */
 };
 
 SPILL_API int spill_model_create(struct spill_ctx *ctx, const struct spill_model_desc *d,
@@ -234,6 +236,10 @@ SPILL_API int spill_model_plan(struct spill_model *m, const struct spill_plan *p
 SPILL_API const char *spill_model_plan_name(struct spill_model *m);
 /* One training step; *loss (may be NULL) gets the mean loss (NAN on model). */
 SPILL_API int spill_model_step(struct spill_model *m, double *loss);
+/* The model's layers (GPT-2: the embedding, the blocks, the head) and the
+ * bytes of layer l's parameters (0 for a bad layer). */
+SPILL_API int spill_model_layers(const struct spill_model *m);
+SPILL_API size_t spill_model_param_bytes(const struct spill_model *m, int layer);
 /* Copies layer l's parameters (bytes = its param_bytes) to host memory. */
 SPILL_API int spill_model_read_params(struct spill_model *m, int layer, void *dst, size_t bytes);
 SPILL_API void spill_model_destroy(struct spill_model *m);

@@ -534,15 +534,16 @@ SPILL_API void spill_model_destroy(struct spill_model *m)
 SPILL_API int spill_model_plan(struct spill_model *m, const struct spill_plan *p)
 {
 	SP_CHECK_ARG(m, "spill_model_plan: NULL model");
-	struct spill_plan def = {0};
 	struct tg_plan plan;
 	struct rt_plan_request req = {.schedule = p && p->schedule ? p->schedule : "auto",
 	                              .devices = p ? p->devices : 0,
 	                              .microbatch = p ? p->microbatch : 0,
 	                              .group = p ? p->group : 0,
 	                              .packs = p ? p->packs : 0,
-	                              .upd_cpu = p ? p->update_on_cpu : 0};
-	(void)def;
+	                              .upd_cpu = p ? p->update_on_cpu : 0,
+	                              .recompute = p ? p->recompute : 0};
+	SP_CHECK_ARG(req.devices >= 0 && req.microbatch >= 0 && req.group >= 0 && req.packs >= 0,
+	             "spill_model_plan: negative devices, microbatch, group or packs");
 	SP_CHECK(rt_plan_choose(m->ctx->rt, &m->m, &req, &plan));
 	struct rt_run *run;
 	SP_CHECK(rt_run_open(m->ctx->rt, &m->m, &plan, m->seed, &run));
@@ -563,6 +564,16 @@ SPILL_API int spill_model_step(struct spill_model *m, double *loss)
 	if (!m->run)
 		SP_CHECK(spill_model_plan(m, NULL));
 	return rt_run_step(m->run, loss);
+}
+
+SPILL_API int spill_model_layers(const struct spill_model *m)
+{
+	return m ? m->m.nlayers : 0;
+}
+
+SPILL_API size_t spill_model_param_bytes(const struct spill_model *m, int layer)
+{
+	return m && layer >= 0 && layer < m->m.nlayers ? m->m.layers[layer].param_bytes : 0;
 }
 
 SPILL_API int spill_model_read_params(struct spill_model *m, int layer, void *dst, size_t bytes)

@@ -106,19 +106,26 @@ static void xs_free(struct xs *x)
 	free(x->pd);
 }
 
-/* A task that begins a chain: it reads no stashed or boundary contents of an
- * earlier task (chain_home below finds where those are at run time). */
-static int chain_start(const struct rt_prog *p, int t)
+/* Marks the late-bound tasks that begin a chain: they read no stashed or
+ * boundary contents an earlier task of the iteration wrote (chain_home below
+ * finds where such contents are at run time). seen: scratch, one per object. */
+static void mark_chain_starts(struct xs *x, uint8_t *seen)
 {
-	const struct rt_task *tk = &p->task[t];
-	for (int r = 0; r < tk->nref; r++) {
-		const struct rt_obj *o = &p->obj[tk->ref[r].obj];
-		if (tk->ref[r].mode == VMM_OVERWRITE || o->input)
-			continue;
-		if (o->kind == VMM_KIND_STASH || o->kind == VMM_KIND_INTERMEDIATE)
-			return 0;
+	const struct rt_prog *p = x->p;
+	for (int t = 0; t < p->ntask; t++) {
+		const struct rt_task *tk = &p->task[t];
+		int start = 1;
+		for (int r = 0; r < tk->nref; r++) {
+			const struct rt_obj *o = &p->obj[tk->ref[r].obj];
+			if (tk->ref[r].mode != VMM_OVERWRITE && !o->input && seen[tk->ref[r].obj] &&
+			    (o->kind == VMM_KIND_STASH || o->kind == VMM_KIND_INTERMEDIATE))
+				start = 0;
+		}
+		for (int r = 0; r < tk->nref; r++)
+			if (tk->ref[r].mode != VMM_READ)
+				seen[tk->ref[r].obj] = 1;
+		x->start[t] = (uint8_t)start;
 	}
-	return 1;
 }
 
 static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter)
@@ -161,6 +168,7 @@ static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter)
 			return sp_error(-ENOMEM, "executor: queues for %d tasks", n);
 	}
 	int late = rt->cfg.exec.late_binding;
+	mark_chain_starts(x, x->written); /* scratch here; cleared below */
 	for (int i = 0; i < n; i++) {
 		const struct rt_task *t = &p->task[i];
 		if (t->flags & RT_TASK_COLLECTIVE) {
@@ -173,15 +181,15 @@ static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter)
 		}
 		if (!t->constrained && late && t->dev != RT_HOST && !rt->cfg.exec.ordered) {
 			x->ulist[x->ulen++] = i;
-			if (chain_start(p, i)) {
-				x->start[i] = 1;
+			if (x->start[i])
 				x->backlog[t->dev]++;
-			}
 		} else {
 			struct xq *q = &x->q[task_queue(x, t->dev)];
 			q->list[q->len++] = i;
+			x->start[i] = 0;
 		}
 	}
+	memset(x->written, 0, (size_t)p->nobj);
 	return 0;
 }
 
@@ -485,8 +493,7 @@ static int acquire_all_on(struct xs *x, int t, int q, void **ptr, struct dev_str
 			if (e < 0 && e != -EBUSY)
 				return e;
 		}
-	if (vmm_sync(v) < 0)
-		SP_INFO(RT, "%s", sp_last_error());
+	SP_CHECK(vmm_sync(v)); /* a failed transfer is the run's error, not lost here */
 	sort_prog = p;
 	sort_task = tk;
 	qsort(ord, (size_t)tk->nref, sizeof(int), by_size_desc);

@@ -217,10 +217,35 @@ int rt_plan_choose(const struct rt_ctx *rt, struct rt_model *m, const struct rt_
 	p.group = req->group ? req->group : 1;
 	p.upd_cpu = req->upd_cpu;
 	p.recompute = req->recompute;
-	if (req->packs)
+	if (req->packs) {
 		rc = tg_pack_dp(&tm, p.microbatch, (uint64_t)-1 / 4, req->packs, &p);
-	else
+	} else {
+		/* packs of half the budget leave room for the next pack's prefetch;
+		 * where a layer is too big for that, as large as the budget */
 		rc = tg_pack_greedy(&tm, p.microbatch, hw.capacity / 2, 0.15, &p);
+		if (rc == -ENOMEM)
+			rc = tg_pack_greedy(&tm, p.microbatch, hw.capacity, 0.15, &p);
+		if (rc == -ENOMEM) {
+			char msg[SP_ERROR_MSG_MAX], b[32], need[32];
+			snprintf(msg, sizeof(msg), "%s", sp_last_error());
+			uint64_t lo = hw.capacity, hi = 1ull << 50;
+			while (hi - lo > (lo >> 6) + 1) { /* the smallest that packs, within 2% */
+				uint64_t mid = lo + (hi - lo) / 2;
+				struct tg_plan q = p;
+				if (tg_pack_greedy(&tm, p.microbatch, mid, 0.15, &q) == 0)
+					hi = mid;
+				else
+					lo = mid;
+			}
+			rc = sp_error(
+			    -ENOMEM,
+			    "plan: %s, microbatch %d does not fit a device budget of %s on "
+			    "device 0 (%s); the smallest device budget it packs into is "
+			    "about %s (SPILL_VMM_DEVICE_MEM, or a smaller microbatch)",
+			    name, p.microbatch, sp_format_size(hw.capacity, b, sizeof(b)), msg,
+			    sp_format_size(hi, need, sizeof(need)));
+		}
+	}
 	if (rc < 0)
 		goto out;
 	p.ndev = ndev;

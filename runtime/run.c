@@ -578,7 +578,37 @@ int rt_run_read_params(struct rt_run *r, int l, void *out)
 		return 0;
 	void *p;
 	struct dev_event *ready;
-	SP_CHECK(vmm_acquire(r->rt->vmm, o->vid, VMM_HOST, VMM_READ, &p, &ready));
-	memcpy(out, (char *)p + r->poff[l], r->m->layers[l].param_bytes);
-	return vmm_release(r->rt->vmm, o->vid, VMM_HOST, NULL);
+	uint64_t bytes = r->m->layers[l].param_bytes;
+	int rc = vmm_acquire(r->rt->vmm, o->vid, VMM_HOST, VMM_READ, &p, &ready);
+	if (rc == 0) {
+		memcpy(out, (char *)p + r->poff[l], bytes);
+		return vmm_release(r->rt->vmm, o->vid, VMM_HOST, NULL);
+	}
+	/* no room on the host (its dirty copies cannot go down to a failing
+	 * disk): a device that holds the weights gives them directly ... */
+	char why[SP_ERROR_MSG_MAX];
+	snprintf(why, sizeof(why), "%s", sp_last_error());
+	uint32_t where = vmm_obj_where(r->rt->vmm, o->vid);
+	for (int d = 0; d < r->rt->ndev; d++) {
+		if (!(where & (1u << d)) ||
+		    vmm_acquire(r->rt->vmm, o->vid, d, VMM_READ, &p, &ready) < 0)
+			continue;
+		struct dev_stream *s = r->rt->compute[d];
+		int e = ready ? dev_stream_wait_event(s, ready) : 0;
+		if (e == 0)
+			e = dev_memcpy_async(s, out, DEV_HOST, (char *)p + r->poff[l], d, bytes);
+		if (e == 0)
+			e = dev_stream_sync(s);
+		int e2 = vmm_release(r->rt->vmm, o->vid, d, NULL);
+		return e < 0 ? e : e2;
+	}
+	/* ... or the disk, straight into a buffer of our own */
+	char *buf = malloc(o->bytes);
+	if (buf && vmm_read_disk(r->rt->vmm, o->vid, buf) == 0) {
+		memcpy(out, buf + r->poff[l], bytes);
+		free(buf);
+		return 0;
+	}
+	free(buf);
+	return sp_error(rc, "%s", why);
 }

@@ -1,0 +1,217 @@
+/* tests/runtime/test_api.c — include/spill.h's errors are values: bad use is
+ * -EINVAL with a message that says what is wrong; a budget too small for a
+ * plan is -ENOMEM naming the task, the device, the bytes and the smallest
+ * budget that would fit; a task callback's error stops the run with that
+ * error and the graph runs again once the cause is gone; a disk fault injected
+ * with SPILL_DISK_FAULT during a training step surfaces as the step's error
+ * and every layer's weights stay readable. (Leaks: this runs under ASAN too.) */
+#include "include/spill.h"
+#include "common/error.h"
+#include "tests/test.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define EXPECT(call, err, text)                                                             \
+	do {                                                                                \
+		int rc_ = (call);                                                           \
+		CHECK_MSG(rc_ == (err), "%s: %d, expected %d (%s)", #call, rc_, (err),      \
+		          spill_last_error());                                              \
+		CHECK_MSG(strstr(spill_last_error(), (text)), "%s: message '%s' lacks '%s'", \
+		          #call, spill_last_error(), (text));                               \
+	} while (0)
+
+static struct spill_ctx *open_host(uint64_t budget, const char *disk)
+{
+	struct spill_options o = {.backend = "host",
+	                          .devices = 2,
+	                          .device_mem = 64 << 20,
+	                          .budget = budget,
+	                          .host_mem = disk ? 2 << 20 : 64 << 20,
+	                          .disk_path = disk,
+	                          .threads = 1};
+	struct spill_ctx *c;
+	CHECK_MSG(spill_open(&o, &c) == 0, "%s", spill_last_error());
+	return c;
+}
+
+static int fail_at = -1, calls;
+
+static void add_one(const void *a)
+{
+	float *x = *(float *const *)a;
+	x[0] += 1;
+}
+
+static int task_fn(const struct spill_launch *l, void *arg)
+{
+	if (calls++ == fail_at)
+		return -EPROTO;
+	float *x = spill_launch_ptr(l, 0);
+	return spill_launch(spill_launch_stream(l), add_one, NULL, &x, sizeof(x), 1, 4);
+}
+
+static void graphs(void)
+{
+	struct spill_ctx *c = open_host(0, NULL);
+	struct spill_graph *g;
+	CHECK_OK(spill_graph_create(c, &g));
+	int a, b, id;
+	EXPECT(spill_graph_obj(g, 0, SPILL_KIND_ACTIVATION, "z", 0, &a), -EINVAL, "zero bytes");
+	EXPECT(spill_graph_obj(g, 4, (enum spill_kind)42, "k", 0, &a), -EINVAL, "kind 42");
+	EXPECT(spill_graph_obj(g, 4, SPILL_KIND_WEIGHT, "f", 64, &a), -EINVAL, "flags");
+	CHECK_OK(spill_graph_obj(g, 4096, SPILL_KIND_WEIGHT, "a", SPILL_OBJ_OUTPUT, &a));
+	CHECK_OK(spill_graph_obj(g, 4096, SPILL_KIND_WEIGHT, "b", 0, &b));
+	struct spill_ref ra = {a, SPILL_WRITE};
+	struct spill_task_desc d = {.name = "t", .device = 5, .refs = &ra, .nrefs = 1, .fn = task_fn};
+	EXPECT(spill_graph_task(g, &d, &id), -EINVAL, "device 5 is not in 0..1");
+	d.device = SPILL_ANY_DEVICE;
+	d.fn = NULL;
+	EXPECT(spill_graph_task(g, &d, &id), -EINVAL, "no callback");
+	d.fn = task_fn;
+	struct spill_ref bad = {7, SPILL_READ};
+	d.refs = &bad;
+	EXPECT(spill_graph_task(g, &d, &id), -EINVAL, "object 7");
+	d.refs = &ra;
+	int dep = 3;
+	d.deps = &dep;
+	d.ndeps = 1;
+	CHECK_OK(spill_graph_task(g, &d, &id)); /* a forward dependency: refused at run */
+	EXPECT(spill_graph_run(g, 1), -EINVAL, "dependencies must be earlier tasks");
+	spill_graph_destroy(g);
+
+	/* a callback's error stops the run; the graph runs again afterwards */
+	CHECK_OK(spill_graph_create(c, &g));
+	CHECK_OK(spill_graph_obj(g, 4096, SPILL_KIND_WEIGHT, "a", SPILL_OBJ_OUTPUT, &a));
+	d.deps = NULL;
+	d.ndeps = 0;
+	for (int i = 0; i < 4; i++)
+		CHECK_OK(spill_graph_task(g, &d, &id));
+	float x = 0;
+	CHECK_OK(spill_graph_write(g, a, &x, sizeof(x)));
+	EXPECT(spill_graph_read(g, a, &x, 8192), -EINVAL, "8192 bytes");
+	calls = 0;
+	fail_at = 2;
+	EXPECT(spill_graph_run(g, 1), -EPROTO, "task 2 (t)");
+	CHECK_OK(spill_graph_read(g, a, &x, sizeof(x)));
+	CHECK_MSG(x == 2, "after the failed run: %g, the two tasks before it ran", (double)x);
+	fail_at = -1;
+	CHECK_OK(spill_graph_run(g, 2));
+	CHECK_OK(spill_graph_read(g, a, &x, sizeof(x)));
+	CHECK_MSG(x == 10, "after two more runs: %g", (double)x);
+	spill_graph_destroy(g);
+	spill_close(c);
+}
+
+static void models(void)
+{
+	struct spill_options o = {.backend = "nonsense"};
+	struct spill_ctx *c;
+	EXPECT(spill_open(&o, &c), -EINVAL, "nonsense");
+	c = open_host(0, NULL);
+	struct spill_gpt_config gc = {
+	    .layers = 2, .heads = 2, .channels = 32, .vocab = 64, .seq = 8, .batch = 6, .seed = 1};
+	struct spill_model *m;
+	CHECK_OK(spill_model_gpt(c, &gc, &m));
+	struct spill_plan p = {.schedule = "round-robin"};
+	EXPECT(spill_model_plan(m, &p), -EINVAL, "unknown schedule 'round-robin'");
+	p = (struct spill_plan){.schedule = "dp-swap", .microbatch = 4};
+	EXPECT(spill_model_plan(m, &p), -EINVAL, "batch 6 is not a multiple of microbatch 4");
+	p = (struct spill_plan){.schedule = "gpipe", .microbatch = -1};
+	EXPECT(spill_model_plan(m, &p), -EINVAL, "negative");
+	float w[4];
+	EXPECT(spill_model_read_params(m, 0, w, sizeof(w)), -EINVAL, "bytes of parameters");
+	EXPECT(spill_model_read_params(m, 99, w, sizeof(w)), -EINVAL, "bad arguments");
+	spill_model_destroy(m);
+	spill_close(c);
+
+	/* a budget below the plan's largest layer: refused when packing (greedy
+	 * packs) or when the executor meets the task (one layer per pack) */
+	for (int packs = 0; packs <= 4; packs += 4) {
+		c = open_host(64 << 10, NULL);
+		CHECK_OK(spill_model_gpt(c, &gc, &m));
+		p = (struct spill_plan){.schedule = "1f1b", .microbatch = 1, .packs = packs};
+		int rc = spill_model_plan(m, &p);
+		if (rc == 0)
+			rc = spill_model_step(m, NULL);
+		CHECK_MSG(rc == -ENOMEM, "%d: %s", rc, spill_last_error());
+		const char *e = spill_last_error();
+		CHECK_MSG(strstr(e, packs ? "task" : "layer") && strstr(e, "device ") &&
+		              strstr(e, "needs") && strstr(e, "smallest device budget"),
+		          "%s", e);
+		printf("too small a budget, %s: %s\n", packs ? "one layer per pack" : "greedy packs",
+		       e);
+		spill_model_destroy(m);
+		spill_close(c);
+	}
+}
+
+/* A disk fault in the middle of training: the error comes back from the step
+ * and the weights are still there, from the host, a device or the disk itself
+ * (when every write fails, the host pool cannot make room for a layer whose
+ * only copy is on disk). */
+static void disk_fault(void)
+{
+	char dir[] = "/tmp/spill-test-api-XXXXXX";
+	CHECK(mkdtemp(dir));
+	for (int fault = 0; fault < 3; fault++) {
+		/* the 3rd disk write fails with EIO, or every one from the 3rd on */
+		if (fault)
+			setenv("SPILL_DISK_FAULT", fault == 1 ? "write:3:EIO" : "write:3+:EIO", 1);
+		else
+			unsetenv("SPILL_DISK_FAULT");
+		struct spill_ctx *c = open_host(2 << 20, dir);
+		struct spill_gpt_config gc = {.layers = 4,
+		                              .heads = 2,
+		                              .channels = 64,
+		                              .vocab = 256,
+		                              .seq = 16,
+		                              .batch = 4,
+		                              .seed = 1};
+		struct spill_model *m;
+		CHECK_OK(spill_model_gpt(c, &gc, &m));
+		struct spill_plan p = {.schedule = "harmony-pp", .microbatch = 1};
+		int rc = spill_model_plan(m, &p);
+		for (int s = 0; s < 3 && rc == 0; s++)
+			rc = spill_model_step(m, NULL);
+		struct spill_stats st;
+		CHECK_OK(spill_stats(c, &st));
+		printf("disk fault %s: %d (%s); %.1f KiB written to disk\n", fault ? "on" : "off", rc,
+		       rc ? spill_last_error() : "ok", st.total[SPILL_LINK_H2DISK] / 1024.0);
+		CHECK_MSG(st.total[SPILL_LINK_H2DISK] > 0, "the disk tier was not used");
+		if (fault)
+			CHECK_MSG(rc == -EIO, "%d: %s", rc, spill_last_error());
+		else
+			CHECK_OK(rc);
+		/* every layer's weights come back, finite */
+		CHECK(spill_model_layers(m) == gc.layers + 2); /* embedding, blocks, head */
+		for (int l = 0; l < spill_model_layers(m); l++) {
+			size_t n = spill_model_param_bytes(m, l);
+			float *w = malloc(n);
+			CHECK_MSG(spill_model_read_params(m, l, w, n) == 0, "layer %d: %s", l,
+			          spill_last_error());
+			for (size_t i = 0; i < n / sizeof(float); i++)
+				CHECK_MSG(isfinite(w[i]), "layer %d [%zu] = %g", l, i, (double)w[i]);
+			free(w);
+		}
+		/* a passing fault passes: training goes on */
+		if (fault == 1)
+			CHECK_MSG(spill_model_step(m, NULL) == 0, "after the fault: %s",
+			          spill_last_error());
+		spill_model_destroy(m);
+		spill_close(c);
+	}
+	unsetenv("SPILL_DISK_FAULT");
+	rmdir(dir);
+}
+
+int main(void)
+{
+	graphs();
+	models();
+	disk_fault();
+	TEST_PASS();
+}
