@@ -75,8 +75,8 @@ int main(void)
 			char name[32];
 			snprintf(name, sizeof(name), "x%d.%d", k, i);
 			unsigned flags = k == STAGES ? SPILL_OBJ_OUTPUT : 0;
-			rc = spill_graph_obj(g, N * sizeof(float), SPILL_KIND_ACTIVATION, name, flags,
-			                     &obj[k][i]);
+			rc = spill_graph_obj(g, N * sizeof(float), SPILL_KIND_ACTIVATION, name,
+			                     flags, &obj[k][i]);
 		}
 	for (int k = 0; k < STAGES && !rc; k++)
 		for (int i = 0; i < CHUNKS && !rc; i++) {

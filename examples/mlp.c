@@ -126,10 +126,10 @@ static int forward(const struct spill_layer_call *c)
 static int backward(const struct spill_layer_call *c)
 {
 	const struct dense *d = c->arg;
-	struct bwd_args a = {*d,      c->batch, c->in, c->params, c->stash,
+	struct bwd_args a = {*d,      c->batch, c->in,  c->params, c->stash,
 	                     c->dout, c->grads, c->din, c->dloss,  c->targets};
-	return spill_launch(c->stream, dense_backward, NULL, &a, sizeof(a),
-	                    2 * flops(d, c->batch), 0);
+	return spill_launch(c->stream, dense_backward, NULL, &a, sizeof(a), 2 * flops(d, c->batch),
+	                    0);
 }
 
 static uint64_t rng(uint64_t *s)
