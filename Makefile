@@ -78,13 +78,14 @@ LDLIBS := $(if $(HAVE_URING),-luring) $(if $(HAVE_BLAS),-lopenblas) \
 # ---- modules -----------------------------------------------------------------
 # A module's archive holds its objects; a test in tests/<module>/ links that
 # archive and the ones it depends on (so a broken module breaks only its own).
-MODULES := common device kernels vmm taskgraph runtime
+MODULES := common device kernels vmm taskgraph runtime train
 DEPS_common :=
 DEPS_device := common
 DEPS_kernels := device common
 DEPS_vmm := device common
 DEPS_taskgraph := common
 DEPS_runtime := vmm kernels taskgraph device common
+DEPS_train := runtime vmm kernels taskgraph device common
 
 mod_srcs = $(wildcard $(1)/*.c) $(if $(HAVE_CUDA),$(wildcard $(1)/*.cu))
 mod_objs = $(patsubst %,$(O)/obj/%.o,$(call mod_srcs,$(1)))
@@ -92,7 +93,7 @@ mod_lib = $(if $(call mod_srcs,$(1)),$(O)/lib/libsp_$(1).a)
 mod_libs = $(foreach m,$(1) $(DEPS_$(1)),$(call mod_lib,$(m)))
 
 ALL_OBJS := $(foreach m,$(MODULES),$(call mod_objs,$(m)))
-ALL_MOD_LIBS := $(foreach m,runtime vmm kernels taskgraph device common,$(call mod_lib,$(m)))
+ALL_MOD_LIBS := $(foreach m,train runtime vmm kernels taskgraph device common,$(call mod_lib,$(m)))
 
 $(O)/obj/%.c.o: %.c
 	@mkdir -p $(@D)
