@@ -179,6 +179,12 @@ static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter)
 			if (x->coll_first[g] < 0)
 				x->coll_first[g] = i;
 		}
+		if (p->skip && p->skip[i]) { /* not run this time: counts as done */
+			x->st[i] = T_DONE;
+			x->ndone++;
+			x->start[i] = 0;
+			continue;
+		}
 		if (!t->constrained && late && t->dev != RT_HOST && !rt->cfg.exec.ordered) {
 			x->ulist[x->ulen++] = i;
 			if (x->start[i])
@@ -190,6 +196,13 @@ static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter)
 		}
 	}
 	memset(x->written, 0, (size_t)p->nobj);
+	if (p->t_start && !p->ev_start) { /* timed: a start event per task */
+		p->ev_start = calloc((size_t)n, sizeof(*p->ev_start));
+		if (!p->ev_start)
+			return sp_error(-ENOMEM, "executor: start events for %d tasks", n);
+		for (int i = 0; i < n; i++)
+			SP_CHECK(dev_event_create(rt->dev, &p->ev_start[i]));
+	}
 	return 0;
 }
 
@@ -342,6 +355,10 @@ static void complete(struct xs *x, int t)
 	struct vmm *v = x->rt->vmm;
 	x->st[t] = T_DONE;
 	x->ndone++;
+	if (p->t_end && dev_event_time(p->ev[t], &p->t_end[t]) < 0)
+		p->t_end[t] = dev_now(x->rt->dev);
+	if (p->t_start && dev_event_time(p->ev_start[t], &p->t_start[t]) < 0)
+		p->t_start[t] = p->t_end ? p->t_end[t] : 0;
 	for (int r = 0; r < tk->nref; r++) {
 		const struct rt_obj *o = &p->obj[tk->ref[r].obj];
 		if (!o->vid)
@@ -560,6 +577,8 @@ static int issue(struct xs *x, int t, int q)
 	struct dev_stream *s = queue_stream(x, q);
 	SP_CHECK(wait_deps(x, t, q, 0));
 	SP_CHECK(acquire_all(x, t, q, x->ptr));
+	if (p->t_start)
+		SP_CHECK(dev_event_record(p->ev_start[t], s));
 	struct rt_launch l = {.rt = x->rt,
 	                      .s = s,
 	                      .dev = queue_dev(x, q),
@@ -652,7 +671,9 @@ static int issue_collective(struct xs *x, const int *members, int n)
 		}
 		count = (size_t)(p->obj[tk->ref[0].obj].bytes / sizeof(float));
 	}
-	if (buf[0]) /* zero-byte gradients: nothing to reduce */
+	for (int j = 0; j < n && p->t_start && !rc; j++)
+		rc = dev_event_record(p->ev_start[members[j]], ss[j]);
+	if (buf[0] && !rc) /* zero-byte gradients: nothing to reduce */
 		rc = rt_allreduce_sum(x->rt, n, buf, ss, count);
 	for (int j = 0; j < n; j++) {
 		int t = members[j], q = p->task[t].dev;

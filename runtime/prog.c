@@ -377,6 +377,11 @@ void rt_prog_unbind(struct rt_ctx *rt, struct rt_prog *p)
 	for (int i = 0; p->ev && i < p->ntask; i++)
 		if (p->ev[i] && dev_event_destroy(p->ev[i]) < 0)
 			SP_WARN(RT, "unbind: %s", sp_last_error());
+	for (int i = 0; p->ev_start && i < p->ntask; i++)
+		if (p->ev_start[i] && dev_event_destroy(p->ev_start[i]) < 0)
+			SP_WARN(RT, "unbind: %s", sp_last_error());
+	free(p->ev_start);
+	p->ev_start = NULL;
 	free(p->ev);
 	free(p->ran_on);
 	p->ev = NULL;

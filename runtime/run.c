@@ -511,8 +511,8 @@ void rt_run_close(struct rt_run *r)
 	free(r);
 }
 
-/* This iteration's inputs and targets, written into the host pool. */
-static int write_inputs(struct rt_run *r)
+/* This iteration's inputs and targets (from fn), written into the host pool. */
+static int write_inputs(struct rt_run *r, rt_data_fn fn, int iter)
 {
 	const struct tg_model_objs *mo = r->mo;
 	struct vmm *v = r->rt->vmm;
@@ -530,7 +530,7 @@ static int write_inputs(struct rt_run *r)
 			return rc;
 		}
 		if (r->rt->data && x && y)
-			rc = r->m->data(r->m, r->m->data_arg, r->iter, k * mb, mb, x, y);
+			rc = fn(r->m, r->m->data_arg, iter, k * mb, mb, x, y);
 		if (xv) {
 			int e = vmm_release(v, xv, VMM_HOST, NULL);
 			if (!rc)
@@ -547,10 +547,21 @@ static int write_inputs(struct rt_run *r)
 	return 0;
 }
 
+static double mean_loss(const struct rt_run *r)
+{
+	double sum = 0;
+	size_t n = (size_t)r->mo->nmb * r->plan.microbatch * r->m->loss_floats;
+	if (!r->rt->data)
+		return NAN;
+	for (size_t i = 0; i < n; i++)
+		sum += r->losses[i];
+	return sum / ((double)r->m->batch * r->m->loss_floats);
+}
+
 int rt_run_step(struct rt_run *r, double *loss)
 {
 	SP_CHECK_ARG(r, "rt_run_step: NULL run");
-	SP_CHECK(write_inputs(r));
+	SP_CHECK(write_inputs(r, r->m->data, r->iter));
 	r->step++;
 	int rc = rt_exec_run(r->rt, &r->prog, r->iter);
 	if (rc < 0) {
@@ -558,30 +569,91 @@ int rt_run_step(struct rt_run *r, double *loss)
 		return rc;
 	}
 	r->iter++;
-	double sum = 0;
-	size_t n = (size_t)r->mo->nmb * r->plan.microbatch * r->m->loss_floats;
-	if (r->rt->data)
-		for (size_t i = 0; i < n; i++)
-			sum += r->losses[i];
-	r->last_loss = r->rt->data ? sum / ((double)r->m->batch * r->m->loss_floats) : NAN;
+	r->last_loss = mean_loss(r);
 	if (loss)
 		*loss = r->last_loss;
 	return 0;
 }
 
+int rt_run_eval(struct rt_run *r, int index, double *loss)
+{
+	SP_CHECK_ARG(r && index >= 0, "rt_run_eval: bad arguments");
+	SP_CHECK_ARG(r->m->eval_data, "rt_run_eval: model %s has no validation data", r->m->name);
+	int n = r->prog.ntask;
+	uint8_t *skip = calloc((size_t)n, 1);
+	if (!skip)
+		return sp_error(-ENOMEM, "rt_run_eval: out of memory");
+	for (int i = 0; i < n; i++) {
+		int k = r->targ[i].t->kind;
+		skip[i] = k != TG_FWD && k != TG_LOSS;
+	}
+	int rc = write_inputs(r, r->m->eval_data, index);
+	if (rc == 0) {
+		r->prog.skip = skip;
+		rc = rt_exec_run(r->rt, &r->prog, r->iter);
+		r->prog.skip = NULL;
+	}
+	free(skip);
+	if (rc == 0 && loss)
+		*loss = mean_loss(r);
+	return rc;
+}
+
+void rt_run_set_step(struct rt_run *r, int step)
+{
+	r->step = r->iter = step;
+}
+
+uint64_t rt_run_state_bytes(const struct rt_run *r, int l, enum rt_state which)
+{
+	if (!r || l < 0 || l >= r->m->nlayers)
+		return 0;
+	return which == RT_PARAMS ? r->m->layers[l].param_bytes : r->m->layers[l].optim_bytes;
+}
+
+/* Replica rep's object and offset of layer l's state. */
+static const struct rt_obj *state_obj(const struct rt_run *r, int l, enum rt_state which, int rep,
+                                      uint64_t *off)
+{
+	int i = rep * r->mo->P + r->pack_of[l];
+	*off = which == RT_PARAMS ? r->poff[l] : r->ooff[l];
+	return &r->prog.obj[which == RT_PARAMS ? r->mo->W[i] : r->mo->O[i]];
+}
+
+int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void *in)
+{
+	SP_CHECK_ARG(r && in && l >= 0 && l < r->m->nlayers, "rt_run_write_state: bad arguments");
+	SP_CHECK_ARG(r->rt->data, "rt_run_write_state: the model backend holds no data");
+	uint64_t bytes = rt_run_state_bytes(r, l, which), off;
+	for (int rep = 0; rep < r->mo->nrep && bytes; rep++) {
+		const struct rt_obj *o = state_obj(r, l, which, rep, &off);
+		void *p;
+		struct dev_event *ready;
+		SP_CHECK(vmm_acquire(r->rt->vmm, o->vid, VMM_HOST, VMM_WRITE, &p, &ready));
+		memcpy((char *)p + off, in, bytes);
+		SP_CHECK(vmm_release(r->rt->vmm, o->vid, VMM_HOST, NULL));
+	}
+	return 0;
+}
+
 int rt_run_read_params(struct rt_run *r, int l, void *out)
 {
-	SP_CHECK_ARG(r && out && l >= 0 && l < r->m->nlayers, "rt_run_read_params: bad arguments");
-	SP_CHECK_ARG(r->rt->data, "rt_run_read_params: the model backend holds no data");
-	const struct rt_obj *o = &r->prog.obj[r->mo->W[r->pack_of[l]]];
-	if (!r->m->layers[l].param_bytes)
+	return rt_run_read_state(r, l, RT_PARAMS, out);
+}
+
+int rt_run_read_state(struct rt_run *r, int l, enum rt_state which, void *out)
+{
+	SP_CHECK_ARG(r && out && l >= 0 && l < r->m->nlayers, "rt_run_read_state: bad arguments");
+	SP_CHECK_ARG(r->rt->data, "rt_run_read_state: the model backend holds no data");
+	uint64_t off, bytes = rt_run_state_bytes(r, l, which);
+	const struct rt_obj *o = state_obj(r, l, which, 0, &off);
+	if (!bytes)
 		return 0;
 	void *p;
 	struct dev_event *ready;
-	uint64_t bytes = r->m->layers[l].param_bytes;
 	int rc = vmm_acquire(r->rt->vmm, o->vid, VMM_HOST, VMM_READ, &p, &ready);
 	if (rc == 0) {
-		memcpy(out, (char *)p + r->poff[l], bytes);
+		memcpy(out, (char *)p + off, bytes);
 		return vmm_release(r->rt->vmm, o->vid, VMM_HOST, NULL);
 	}
 	/* no room on the host (its dirty copies cannot go down to a failing
@@ -596,7 +668,7 @@ int rt_run_read_params(struct rt_run *r, int l, void *out)
 		struct dev_stream *s = r->rt->compute[d];
 		int e = ready ? dev_stream_wait_event(s, ready) : 0;
 		if (e == 0)
-			e = dev_memcpy_async(s, out, DEV_HOST, (char *)p + r->poff[l], d, bytes);
+			e = dev_memcpy_async(s, out, DEV_HOST, (char *)p + off, d, bytes);
 		if (e == 0)
 			e = dev_stream_sync(s);
 		int e2 = vmm_release(r->rt->vmm, o->vid, d, NULL);
@@ -605,7 +677,7 @@ int rt_run_read_params(struct rt_run *r, int l, void *out)
 	/* ... or the disk, straight into a buffer of our own */
 	char *buf = malloc(o->bytes);
 	if (buf && vmm_read_disk(r->rt->vmm, o->vid, buf) == 0) {
-		memcpy(out, buf + r->poff[l], bytes);
+		memcpy(out, buf + off, bytes);
 		free(buf);
 		return 0;
 	}

@@ -172,6 +172,15 @@ struct rt_prog {
 	struct rt_ref *ref_orig; /* the refs as built; the executor rebinds a copy */
 	struct dev_event **ev;   /* one per task, created by rt_prog_bind */
 	int *ran_on;             /* per task: the queue (device, or the CPU) it last ran on */
+	/* per task, set by the caller for the next rt_exec_run: not run this time
+	 * (NULL: all run). What depends on a skipped task must be skipped too, or
+	 * have depended on it for order only (evaluation skips backward, all-reduce
+	 * and update); skipped tasks count as done. */
+	const uint8_t *skip;
+	/* per task, when not NULL: its start and end on the backend's clock in
+	 * the last run (dev_event times; the trace and the tuner read them) */
+	double *t_start, *t_end;
+	struct dev_event **ev_start; /* made at the first timed run */
 	/* owned arrays for refs and deps */
 	struct rt_ref *refpool;
 	int *deppool;
@@ -322,6 +331,7 @@ struct rt_model {
 	struct rt_optim opt;
 	rt_data_fn data;
 	void *data_arg;
+	rt_data_fn eval_data; /* validation samples (rt_run_eval, with data_arg); NULL: none */
 	struct kn_model_config gpt; /* GPT models: the config (else zero) */
 	int T;
 };
@@ -405,6 +415,20 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 int rt_run_step(struct rt_run *r, double *loss) SP_MUST_CHECK;
 /* Copies layer l's parameters (replica 0) into host memory out (param_bytes). */
 int rt_run_read_params(struct rt_run *r, int l, void *out) SP_MUST_CHECK;
+/* A layer's training state: its parameters or its optimizer state (AdamW: m
+ * then v), optim_bytes) — read from the current copy wherever it is, written
+ * into every replica. For checkpoints, and for moving a run to another plan. */
+enum rt_state { RT_PARAMS, RT_OPTIM };
+uint64_t rt_run_state_bytes(const struct rt_run *r, int l, enum rt_state which);
+int rt_run_read_state(struct rt_run *r, int l, enum rt_state which, void *out) SP_MUST_CHECK;
+int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void *in) SP_MUST_CHECK;
+/* Steps done so far: AdamW's step count and the data position of the next
+ * step (rt_data_fn's iter). For resuming. */
+void rt_run_set_step(struct rt_run *r, int step);
+/* Forward only on validation batch `index` (m->eval_data): the mean loss;
+ * weights, gradients and optimizer state are untouched. Returns 0, -EINVAL
+ * when the model has no eval_data, or the executor's error. */
+int rt_run_eval(struct rt_run *r, int index, double *loss) SP_MUST_CHECK;
 void rt_run_close(struct rt_run *r);
 
 /* ---- plans (plan.c) --------------------------------------------------------------- */
