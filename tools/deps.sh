@@ -3,7 +3,7 @@
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -eu
 pkgs=(build-essential liburing-dev libopenblas-dev libopenmpi-dev openmpi-bin fio
-	glpk-utils libglpk-dev python3-torch python3-numpy clang-format)
+	glpk-utils libglpk-dev python3-torch python3-numpy clang-format bible-kjv)
 if ! command -v dpkg-query >/dev/null 2>&1; then
 	echo "deps: not a Debian system; install by hand: ${pkgs[*]} (and the CUDA toolkit at /usr/local/cuda)"
 	exit 0
