@@ -59,6 +59,23 @@ void rt_plan_describe(const struct tg_plan *p, char *buf, size_t n)
 		              p->upd_cpu ? ", update on the CPU" : "");
 }
 
+/* The smallest device budget (within 2%) greedy packing fits m into at
+ * microbatch mb, searched upwards from lo. */
+static uint64_t min_pack_budget(const struct tg_model *m, int mb, uint64_t lo)
+{
+	uint64_t hi = 1ull << 50;
+	while (hi - lo > (lo >> 6) + 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		struct tg_plan q = {0};
+		if (tg_pack_greedy(m, mb, mid, 0.15, &q) == 0)
+			hi = mid;
+		else
+			lo = mid;
+	}
+	sp_error_clear();
+	return hi;
+}
+
 static int simulates(const struct rt_model *m)
 {
 	for (int i = 0; i < m->nlayers; i++)
@@ -70,10 +87,24 @@ static int simulates(const struct rt_model *m)
 /* A model-backend context that simulates rt's first ndev devices: the same
  * profile figures (measured ones on cuda), vmm budgets and executor settings,
  * no trace or stats. */
-static int open_twin(const struct rt_ctx *rt, int ndev, struct rt_ctx **out)
+int rt_profile_text(const char *name, char *buf, size_t n)
+{
+	SP_CHECK_ARG(name && buf, "rt_profile_text: NULL argument");
+	struct dev_config c = {.backend = DEV_BACKEND_MODEL, .profile = name};
+	struct dev_ctx *d;
+	SP_CHECK(dev_open(&c, &d));
+	int rc = dev_profile_text(d, buf, n);
+	dev_close(d);
+	return rc;
+}
+
+static int open_twin(const struct rt_ctx *rt, int ndev, const char *profile, struct rt_ctx **out)
 {
 	char text[2048];
-	SP_CHECK(dev_profile_text(rt->dev, text, sizeof(text)));
+	if (profile)
+		snprintf(text, sizeof(text), "%s", profile);
+	else
+		SP_CHECK(dev_profile_text(rt->dev, text, sizeof(text)));
 	struct rt_config c = rt->cfg;
 	struct tg_hw hw;
 	rt_plan_hw(rt, ndev, &hw);
@@ -99,11 +130,11 @@ static int open_twin(const struct rt_ctx *rt, int ndev, struct rt_ctx **out)
 
 /* One plan's steady-state iteration on a fresh twin: the second of two. */
 static int simulate(const struct rt_ctx *rt, const struct rt_model *m, const struct tg_plan *p,
-                    double *iter_s)
+                    const char *profile, double *iter_s)
 {
 	struct rt_ctx *tw = NULL;
 	struct rt_run *run = NULL;
-	int rc = open_twin(rt, p->ndev, &tw);
+	int rc = open_twin(rt, p->ndev, profile, &tw);
 	if (rc == 0)
 		rc = rt_run_open(tw, m, p, 1, &run);
 	if (rc == 0)
@@ -118,16 +149,25 @@ static int simulate(const struct rt_ctx *rt, const struct rt_model *m, const str
 	return rc;
 }
 
+int rt_plan_simulate(const struct rt_ctx *rt, const struct rt_model *m, const struct tg_plan *plan,
+                     const char *profile, double *iter_s)
+{
+	SP_CHECK_ARG(rt && m && plan && iter_s, "rt_plan_simulate: NULL argument");
+	SP_CHECK_ARG(simulates(m), "rt_plan_simulate: model %s has layers that do not simulate",
+	             m->name);
+	return simulate(rt, m, plan, profile, iter_s);
+}
+
 /* auto: the analytic search's finalists, ranked by simulation when the layers
  * simulate (the prediction misses prefetch, the executor's binding and
  * fragmentation; DESIGN §6). */
 static int choose_auto(const struct rt_ctx *rt, struct rt_model *m, const struct tg_hw *hw,
-                       struct tg_plan *out)
+                       const char *profile, struct tg_plan *out)
 {
 	int trials = simulates(m) ? rt->cfg.plan_trials : 0;
 	if (trials > 0) { /* layer times from a pilot run on the twin */
 		struct rt_ctx *tw;
-		SP_CHECK(open_twin(rt, hw->ndev, &tw));
+		SP_CHECK(open_twin(rt, hw->ndev, profile, &tw));
 		int rc = rt_model_profile(tw, m, 1);
 		rt_close(tw);
 		SP_CHECK(rc);
@@ -145,16 +185,26 @@ static int choose_auto(const struct rt_ctx *rt, struct rt_model *m, const struct
 	rt_model_tg_timed(m, hw->flops, tl, &tm);
 	/* at most half the finalists of one schedule, so that the simulation
 	 * also sees the runner-up schedules the prediction may misjudge */
-	SP_CHECK_GOTO(
-	    tg_plan_candidates(&tm, hw, max, max > 1 ? (max + 1) / 2 : 1, cand, times, &n), rc,
-	    out);
+	rc = tg_plan_candidates(&tm, hw, max, max > 1 ? (max + 1) / 2 : 1, cand, times, &n);
+	if (rc == -ENOMEM) {
+		char b[32], need[32];
+		rc = sp_error(
+		    -ENOMEM,
+		    "plan: no plan fits %d devices of %s (budget per device); the smallest "
+		    "device budget any plan fits is about %s (one layer per pack, "
+		    "microbatch 1; SPILL_VMM_DEVICE_MEM)",
+		    hw->ndev, sp_format_size(hw->capacity, b, sizeof(b)),
+		    sp_format_size(min_pack_budget(&tm, 1, hw->capacity), need, sizeof(need)));
+	}
+	if (rc < 0)
+		goto out;
 	int best = 0;
 	double best_s = INFINITY;
 	for (int i = 0; trials > 0 && i < n; i++) {
 		char desc[160];
 		rt_plan_describe(&cand[i], desc, sizeof(desc));
 		double s = INFINITY;
-		if (simulate(rt, m, &cand[i], &s) < 0) {
+		if (simulate(rt, m, &cand[i], profile, &s) < 0) {
 			SP_INFO(RT, "auto: %s does not run: %s", desc, sp_last_error());
 			continue;
 		}
@@ -166,8 +216,12 @@ static int choose_auto(const struct rt_ctx *rt, struct rt_model *m, const struct
 		}
 	}
 	if (trials > 0 && isinf(best_s)) {
-		rc = sp_error(-ENOMEM, "plan: none of auto's %d best plans runs on %d devices", n,
-		              hw->ndev);
+		char b[32];
+		rc = sp_error(-ENOMEM,
+		              "plan: none of auto's %d best plans runs in %s on each of %d devices "
+		              "(the last: %s)",
+		              n, sp_format_size(hw->capacity, b, sizeof(b)), hw->ndev,
+		              sp_last_error());
 		goto out;
 	}
 	sp_error_clear();
@@ -192,12 +246,22 @@ int rt_plan_choose(const struct rt_ctx *rt, struct rt_model *m, const struct rt_
 	struct tg_model tm;
 	struct tg_hw hw;
 	rt_plan_hw(rt, ndev, &hw);
+	if (req->twin_profile) { /* the devices the caller says, at this context's budget */
+		struct rt_ctx *tw;
+		int e = open_twin(rt, ndev, req->twin_profile, &tw);
+		if (e < 0) {
+			free(tl);
+			return e;
+		}
+		rt_plan_hw(tw, ndev, &hw);
+		rt_close(tw);
+	}
 	rt_model_tg_timed(m, hw.flops, tl, &tm); /* measured times, where known */
 	int rc = 0;
 	const char *name = req->schedule ? req->schedule : "auto";
 	struct tg_plan p = {.ndev = ndev};
 	if (strcasecmp(name, "auto") == 0) {
-		rc = choose_auto(rt, m, &hw, &p);
+		rc = choose_auto(rt, m, &hw, req->twin_profile, &p);
 		goto out;
 	}
 	SP_CHECK_GOTO(rt_sched_parse(name, &p.sched), rc, out);
@@ -228,15 +292,7 @@ int rt_plan_choose(const struct rt_ctx *rt, struct rt_model *m, const struct rt_
 		if (rc == -ENOMEM) {
 			char msg[SP_ERROR_MSG_MAX], b[32], need[32];
 			snprintf(msg, sizeof(msg), "%s", sp_last_error());
-			uint64_t lo = hw.capacity, hi = 1ull << 50;
-			while (hi - lo > (lo >> 6) + 1) { /* the smallest that packs, within 2% */
-				uint64_t mid = lo + (hi - lo) / 2;
-				struct tg_plan q = p;
-				if (tg_pack_greedy(&tm, p.microbatch, mid, 0.15, &q) == 0)
-					hi = mid;
-				else
-					lo = mid;
-			}
+			uint64_t hi = min_pack_budget(&tm, p.microbatch, hw.capacity);
 			rc = sp_error(
 			    -ENOMEM,
 			    "plan: %s, microbatch %d does not fit a device budget of %s on "

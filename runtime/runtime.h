@@ -440,7 +440,17 @@ struct rt_plan_request {
 	int group;            /* 0: 1 (harmony modes: microbatches per group) */
 	int packs;            /* 0: greedy packing to half the budget (15% reserve) */
 	int upd_cpu, recompute;
+	/* auto: the profile text its twin simulates (NULL: the context's own,
+	 * dev_profile_text); the trainer's tuner passes measured figures */
+	const char *twin_profile;
 };
+/* One steady-state iteration of plan for m, simulated in the executor on a
+ * model-backend twin of rt (profile: its text, NULL: rt's own figures).
+ * Returns 0 and the seconds, or the plan's error (-ENOMEM: it does not fit). */
+int rt_plan_simulate(const struct rt_ctx *rt, const struct rt_model *m, const struct tg_plan *plan,
+                     const char *profile, double *iter_s) SP_MUST_CHECK;
+/* The profile text (dev_profile_text) of a named or file profile. */
+int rt_profile_text(const char *name, char *buf, size_t n) SP_MUST_CHECK;
 
 /* The context's hardware for the planner: devices, the vmm budget per device,
  * FLOP/s and bandwidths of device 0 and its links. */

@@ -182,10 +182,10 @@ int tg_plan_candidates(const struct tg_model *m, const struct tg_hw *hw, int max
 	static const int scheds[] = {TG_DP_SWAP, TG_GPIPE, TG_1F1B, TG_HARMONY_DP, TG_HARMONY_PP};
 	*n = 0;
 	for (size_t a = 0; a < SP_ARRAY_SIZE(mbs); a++)
-		for (int reserve = 0; reserve < 2; reserve++) {
+		for (int div = 1; div <= 4; div *= 2) { /* packs of the budget, half, a quarter */
 			struct tg_plan base = {.ndev = hw->ndev};
-			if (tg_pack_greedy(m, mbs[a], hw->capacity / (reserve ? 4 : 2), 0.15,
-			                   &base) != 0)
+			if (tg_pack_greedy(m, mbs[a], hw->capacity / (uint64_t)div, 0.15, &base) !=
+			    0)
 				continue;
 			for (size_t s = 0; s < SP_ARRAY_SIZE(scheds); s++)
 				for (int grp = 1; grp <= 64; grp *= 2)
