@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# `make demo`: what spill does on this machine's default backend.
+# `make demo`: spill's main job on this machine's default backend — a GPT whose
+# training state is four times the device budget, trained through the executor
+# (emulated GPUs in host memory when there is no GPU), with the swap-volume
+# profile at the end.
 set -eu
 spill="$O/bin/spill"
 echo "== devices (default backend: cuda if a GPU is present, else host) =="
 "$spill" devices
 echo
-echo "== a model 3x larger than its device budget, through the vmm: eviction that knows the future (Belady) vs LRU =="
-"$spill" swap-demo
-echo
-echo "== the same as a what-if on 4x GTX 1080 Ti (model backend, virtual time) =="
-SPILL_BACKEND=model SPILL_PROFILE=gtx1080ti-x4 "$spill" devices
-SPILL_BACKEND=model SPILL_PROFILE=gtx1080ti-x4 "$spill" swap-demo
+echo "== spill train: a small GPT on the King James Bible, budget = 1/4 of the training state =="
+"$spill" train

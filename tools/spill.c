@@ -5,17 +5,24 @@
  *   spill swap-demo             train-shaped accesses through the vmm on device 0 of the
  *                               configured backend, with and without next-use hints
  *                               (SPILL_VMM_TRACE_FILE: the Belady run's Chrome trace)
+ *   spill train [flags]         train a GPT through the executor (spill train --help)
+ *   spill sim [flags]           the same run on the model backend: a what-if in virtual time
+ *   spill report FILE.json      print a run's swap-volume profile again (--stats-json)
+ *   spill prepare TEXT... -o DIR   llm.c token shards of text files (bytes as tokens)
  *   spill version
  * Every error is one line on stderr and a non-zero exit.
  */
 #include "common/log.h"
 #include "common/params.h"
 #include "device/device.h"
+#include "train/train.h"
 #include "vmm/vmm.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SPILL_VERSION "0.1.0"
 
@@ -259,6 +266,220 @@ static int cmd_swap_demo(void)
 	return 0;
 }
 
+/* ---- train, sim -------------------------------------------------------------------- */
+
+static const char train_help[] =
+    "usage: spill train [flags]    (spill sim: the same on the model backend)\n"
+    "model:   --model tiny|gpt2|gpt2-medium|gpt2-xl|10b|40b  (default tiny)\n"
+    "         --layers N --channels N --heads N --seq N --vocab N --batch N\n"
+    "plan:    --schedule auto|dp-swap|gpipe|1f1b|harmony-dp|harmony-pp  (default auto)\n"
+    "         --microbatch N --group N --packs N --recompute --update-on-cpu\n"
+    "         --plan-profile NAME (the devices the planner assumes) --no-tune\n"
+    "         --tune-after N (steps the tuner measures first, default 3)\n"
+    "devices: --backend cuda|host|model --devices N --device-mem SIZE --budget SIZE\n"
+    "         --host-mem SIZE --disk DIR --profile NAME\n"
+    "run:     --steps N --lr X --seed N --data PATH (llm.c shards, a directory of\n"
+    "         them, or text) --eval-every N --eval-batches N\n"
+    "         --checkpoint DIR --checkpoint-every N --resume\n"
+    "         --trace FILE (Chrome/Perfetto trace) --stats-json FILE\n"
+    "Flags override the SPILL_* variables. With no flags: a small GPT on the default\n"
+    "corpus (Debian's bible-kjv), on the emulated GPUs when there is no GPU, with a\n"
+    "device budget of a quarter of the training state.\n";
+
+static int bad_flag(const char *cmd, const char *msg, const char *flag)
+{
+	fprintf(stderr, "spill %s: %s %s (spill %s --help)\n", cmd, msg, flag, cmd);
+	return 2;
+}
+
+static int parse_int(const char *cmd, const char *flag, const char *v, int *out)
+{
+	char *end;
+	errno = 0;
+	long x = strtol(v, &end, 10);
+	if (errno || *end || end == v || x < 0 || x > 1 << 30)
+		return bad_flag(cmd, "bad value for", flag);
+	*out = (int)x;
+	return 0;
+}
+
+static int cmd_train(const char *cmd, int argc, char **argv)
+{
+	struct tr_config c;
+	tr_config_defaults(&c);
+	int sim = !strcmp(cmd, "sim");
+	if (sim) {
+		c.backend = "model";
+		c.synthetic = 1;
+		c.tune = 0;
+		c.model = "gpt2";
+	}
+	c.tty = isatty(STDOUT_FILENO);
+	struct {
+		const char *name;
+		int *i;
+		const char **s;
+		uint64_t *z;
+		int flag;
+	} opts[] = {
+	    {"--model", NULL, &c.model, NULL, 0},
+	    {"--layers", &c.layers, NULL, NULL, 0},
+	    {"--channels", &c.channels, NULL, NULL, 0},
+	    {"--heads", &c.heads, NULL, NULL, 0},
+	    {"--seq", &c.seq, NULL, NULL, 0},
+	    {"--vocab", &c.vocab, NULL, NULL, 0},
+	    {"--batch", &c.batch, NULL, NULL, 0},
+	    {"--schedule", NULL, &c.schedule, NULL, 0},
+	    {"--microbatch", &c.microbatch, NULL, NULL, 0},
+	    {"--group", &c.group, NULL, NULL, 0},
+	    {"--packs", &c.packs, NULL, NULL, 0},
+	    {"--recompute", &c.recompute, NULL, NULL, 1},
+	    {"--update-on-cpu", &c.upd_cpu, NULL, NULL, 1},
+	    {"--backend", NULL, &c.backend, NULL, 0},
+	    {"--profile", NULL, &c.profile, NULL, 0},
+	    {"--plan-profile", NULL, &c.plan_profile, NULL, 0},
+	    {"--devices", &c.devices, NULL, NULL, 0},
+	    {"--device-mem", NULL, NULL, &c.device_mem, 0},
+	    {"--budget", NULL, NULL, &c.budget, 0},
+	    {"--host-mem", NULL, NULL, &c.host_mem, 0},
+	    {"--disk", NULL, &c.disk, NULL, 0},
+	    {"--steps", &c.steps, NULL, NULL, 0},
+	    {"--data", NULL, &c.data, NULL, 0},
+	    {"--eval-every", &c.eval_every, NULL, NULL, 0},
+	    {"--eval-batches", &c.eval_batches, NULL, NULL, 0},
+	    {"--checkpoint", NULL, &c.checkpoint_dir, NULL, 0},
+	    {"--checkpoint-every", &c.checkpoint_every, NULL, NULL, 0},
+	    {"--resume", &c.resume, NULL, NULL, 1},
+	    {"--trace", NULL, &c.trace_file, NULL, 0},
+	    {"--stats-json", NULL, &c.stats_json, NULL, 0},
+	    {"--tune-after", &c.tune_after, NULL, NULL, 0},
+	};
+	for (int i = 1; i < argc; i++) {
+		char *a = argv[i], *val = NULL, *eq = strchr(a, '=');
+		char name[64];
+		snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+		if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
+			fputs(train_help, stdout);
+			return 0;
+		}
+		if (!strcmp(name, "--no-tune") || !strcmp(name, "--tune")) {
+			c.tune = !strcmp(name, "--tune");
+			continue;
+		}
+		if (!strcmp(name, "--lr") || !strcmp(name, "--seed")) {
+			val = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+			char *end;
+			if (!val)
+				return bad_flag(cmd, "missing value for", name);
+			errno = 0;
+			double x = strtod(val, &end);
+			if (errno || *end || end == val || x < 0)
+				return bad_flag(cmd, "bad value for", name);
+			if (name[2] == 'l')
+				c.lr = (float)x;
+			else
+				c.seed = (uint64_t)x;
+			continue;
+		}
+		size_t k = 0;
+		while (k < sizeof(opts) / sizeof(opts[0]) && strcmp(opts[k].name, name))
+			k++;
+		if (k == sizeof(opts) / sizeof(opts[0]))
+			return bad_flag(cmd, "unknown flag", name);
+		if (opts[k].flag) {
+			*opts[k].i = 1;
+			continue;
+		}
+		val = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+		if (!val || !*val)
+			return bad_flag(cmd, "missing value for", name);
+		if (opts[k].s)
+			*opts[k].s = val;
+		else if (opts[k].z && sp_parse_size(val, opts[k].z) < 0)
+			return bad_flag(cmd, "bad size for", name);
+		else if (opts[k].i && parse_int(cmd, name, val, opts[k].i))
+			return 2;
+	}
+	if (sim && c.data)
+		return bad_flag(cmd, "the model backend holds no data:", "--data");
+	struct tr_result res;
+	if (tr_train(&c, &res) < 0) {
+		fflush(stdout);
+		fprintf(stderr, "spill %s: %s\n", cmd, sp_last_error());
+		return 1;
+	}
+	return 0;
+}
+
+static int cmd_report(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr,
+		        "usage: spill report FILE.json (written by spill train --stats-json)\n");
+		return 2;
+	}
+	struct tr_profile p;
+	if (tr_profile_read(argv[1], &p) < 0) {
+		fprintf(stderr, "spill report: %s\n", sp_last_error());
+		return 1;
+	}
+	tr_profile_print(&p, stdout);
+	return 0;
+}
+
+static int cmd_prepare(int argc, char **argv)
+{
+	const char *dir = NULL, *name = "corpus";
+	double val = 0.1;
+	uint64_t shard = 0;
+	const char **texts = calloc((size_t)argc, sizeof(char *));
+	int n = 0;
+	if (!texts)
+		return 1;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "-o") || !strcmp(a, "--name") || !strcmp(a, "--val-fraction") ||
+		    !strcmp(a, "--shard-tokens")) {
+			if (!v) {
+				free(texts);
+				return bad_flag("prepare", "missing value for", a);
+			}
+			i++;
+			if (!strcmp(a, "-o"))
+				dir = v;
+			else if (!strcmp(a, "--name"))
+				name = v;
+			else if (!strcmp(a, "--val-fraction"))
+				val = strtod(v, NULL);
+			else if (sp_parse_size(v, &shard) < 0) {
+				free(texts);
+				return bad_flag("prepare", "bad value for", a);
+			}
+		} else if (a[0] == '-' && a[1]) {
+			free(texts);
+			return bad_flag("prepare", "unknown flag", a);
+		} else {
+			texts[n++] = a;
+		}
+	}
+	if (!dir || !n) {
+		free(texts);
+		fprintf(stderr,
+		        "usage: spill prepare TEXT... -o DIR [--name NAME] [--val-fraction F] "
+		        "[--shard-tokens N]\n");
+		return 2;
+	}
+	int rc = tr_data_prepare(texts, n, dir, name, val, shard);
+	free(texts);
+	if (rc < 0) {
+		fprintf(stderr, "spill prepare: %s\n", sp_last_error());
+		return 1;
+	}
+	printf("wrote %s/%s_train_*.bin and %s_val_000000.bin\n", dir, name, name);
+	return 0;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -266,6 +487,10 @@ static void usage(FILE *f)
 	        "  params [--markdown]  print the SPILL_* variables (values, or the README table)\n"
 	        "  devices              list the devices of the configured backend\n"
 	        "  swap-demo            train-shaped accesses through the vmm, Belady vs LRU\n"
+	        "  train [flags]        train a GPT through the executor (train --help)\n"
+	        "  sim [flags]          the same run on the model backend, in virtual time\n"
+	        "  report FILE.json     print a run's profile again (train --stats-json)\n"
+	        "  prepare TEXT... -o DIR  llm.c token shards of text files\n"
 	        "  version              print the version\n");
 }
 
@@ -282,6 +507,12 @@ int main(int argc, char **argv)
 		return cmd_devices();
 	if (strcmp(cmd, "swap-demo") == 0)
 		return cmd_swap_demo();
+	if (strcmp(cmd, "train") == 0 || strcmp(cmd, "sim") == 0)
+		return cmd_train(cmd, argc - 1, argv + 1);
+	if (strcmp(cmd, "report") == 0)
+		return cmd_report(argc - 1, argv + 1);
+	if (strcmp(cmd, "prepare") == 0)
+		return cmd_prepare(argc - 1, argv + 1);
 	if (strcmp(cmd, "version") == 0) {
 		printf("spill %s\n", SPILL_VERSION);
 		return 0;

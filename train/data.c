@@ -137,7 +137,8 @@ static int finish(struct tr_data *d)
 /* Validates the shard open in fd and returns its token count in *count. With dst,
  * also reads its tokens (host order) into dst, which has room for exactly `room`
  * (the count a first pass saw; a file changed in between is refused). */
-static int shard_read(int fd, const char *path, uint16_t *dst, uint64_t room, uint64_t *count)
+static int shard_read(int fd, const char *path, uint16_t *dst, uint64_t room, uint64_t *count,
+                      int *vocab)
 {
 	struct stat st;
 	if (fstat(fd, &st) < 0)
@@ -181,15 +182,19 @@ static int shard_read(int fd, const char *path, uint16_t *dst, uint64_t room, ui
 			dst[i] = le16toh(dst[i]);
 	}
 	*count = (uint64_t)n;
+	/* header int 3: the vocab, where the writer said it (spill prepare: 256);
+	 * llm.c leaves it 0 */
+	int32_t v = (int32_t)le32toh(h[3]);
+	*vocab = v > 0 ? v : 0;
 	return 0;
 }
 
-static int shard_load(const char *path, uint16_t *dst, uint64_t room, uint64_t *count)
+static int shard_load(const char *path, uint16_t *dst, uint64_t room, uint64_t *count, int *vocab)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return sp_error(-errno, "data: shard %s: %s", path, strerror(errno));
-	int rc = shard_read(fd, path, dst, room, count);
+	int rc = shard_read(fd, path, dst, room, count, vocab);
 	close(fd);
 	return rc;
 }
@@ -288,11 +293,12 @@ static int load_shards(struct paths set[2], struct tr_data *d)
 	uint64_t *count = calloc((size_t)nfiles, sizeof(*count));
 	if (!count)
 		return sp_error(-ENOMEM, "data: out of memory");
-	int rc = 0;
+	int rc = 0, declared = 0, v;
 	for (int s = 0, k = 0; s < 2; s++)
 		for (int i = 0; i < set[s].n; i++, k++) {
-			SP_CHECK_GOTO(shard_load(set[s].v[i], NULL, 0, &count[k]), rc, out);
+			SP_CHECK_GOTO(shard_load(set[s].v[i], NULL, 0, &count[k], &v), rc, out);
 			d->n[s] += count[k];
+			declared = v > declared ? v : declared;
 		}
 	uint64_t total = d->n[TR_TRAIN] + d->n[TR_VAL];
 	d->tok = malloc(total * sizeof(uint16_t)); /* total > 0: every shard holds tokens */
@@ -303,13 +309,16 @@ static int load_shards(struct paths set[2], struct tr_data *d)
 	uint64_t at = 0, c;
 	for (int s = 0, k = 0; s < 2; s++)
 		for (int i = 0; i < set[s].n; i++, k++) {
-			SP_CHECK_GOTO(shard_load(set[s].v[i], d->tok + at, count[k], &c), rc, out);
+			SP_CHECK_GOTO(shard_load(set[s].v[i], d->tok + at, count[k], &c, &v), rc,
+			              out);
 			at += c;
 		}
 	unsigned max = 0;
 	for (uint64_t i = 0; i < total; i++)
 		max = d->tok[i] > max ? d->tok[i] : max;
-	d->vocab = max >= GPT2_VOCAB ? (int)max + 1 : GPT2_VOCAB;
+	d->vocab = declared ? declared : GPT2_VOCAB;
+	if (max >= (unsigned)d->vocab)
+		d->vocab = (int)max + 1;
 	if (!set[TR_VAL].n)
 		split_tail(d);
 out:
@@ -586,7 +595,7 @@ static int text_in_read(struct text_in *t, unsigned char *buf, size_t len)
 static int shard_fill(int fd, const char *what, struct text_in *in, uint64_t count)
 {
 	uint32_t h[SHARD_HEADER_INTS] = {htole32(SHARD_MAGIC), htole32(SHARD_VERSION),
-	                                 htole32((uint32_t)count)};
+	                                 htole32((uint32_t)count), htole32(TEXT_VOCAB)};
 	SP_CHECK(write_all(fd, h, sizeof(h), what));
 	unsigned char b[CHUNK], w[2 * CHUNK];
 	while (count) {

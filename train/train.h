@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/error.h"
 
@@ -19,14 +20,19 @@
  *    them (files ending in .bin whose names contain "train" or "val", each set
  *    read in name order; with no "val" shard the last 10% of the train tokens
  *    are the validation split); datasets prepared for llm.c work unchanged
- *    (vocab: GPT-2's 50257, or larger when a token says so);
+ *    (vocab: header int 3 where the writer set it — spill prepare writes 256,
+ *    llm.c leaves it 0 — else GPT-2's 50257; larger when a token says so);
  *  - any other file: plain text, one token per byte (vocab 256), the last 10%
  *    of the bytes the validation split;
  *  - NULL: the default corpus, the King James Bible of Debian's bible-kjv
  *    (the `bible` command prints it; `make deps` installs it), as text.
  * Batches are deterministic: the tokens of sample s of step i come from a start
  * position drawn from (seed, split, i, s) alone, so a run resumed at step i
- * sees the batches an uninterrupted run would. */
+ * sees the batches an uninterrupted run would. The formula, for other tools:
+ * p = mix(mix(mix(mix(seed) ^ split) ^ i) ^ s) mod (tokens of the split - T),
+ * split 0 train / 1 val, mix = splitmix64's finalizer (x += 0x9e3779b97f4a7c15;
+ * x = (x ^ x >> 30) * 0xbf58476d1ce4e5b9; x = (x ^ x >> 27) * 0x94d049bb133111eb;
+ * x ^ x >> 31), and the val split's tokens follow the train split's. */
 struct tr_data;
 enum tr_split { TR_TRAIN, TR_VAL };
 
@@ -93,5 +99,86 @@ int tr_ckpt_get(const struct tr_ckpt *c, int i, struct tr_tensor *out) SP_MUST_C
 int tr_ckpt_find(const struct tr_ckpt *c, const char *name, struct tr_tensor *out) SP_MUST_CHECK;
 /* A metadata value, or NULL. */
 const char *tr_ckpt_meta(const struct tr_ckpt *c, const char *key);
+
+/* ---- the trainer (train.c) --------------------------------------------------------
+ * A GPT-2 of the kernels' layers trained through the executor on one context:
+ * batches from a corpus, progress lines, evaluation, safetensors checkpoints
+ * and resume, the swap-volume profile at the end (measured, predicted by the
+ * taskgraph, Harmony's closed form), a Chrome trace, a JSON report, and an
+ * online tuner that re-plans with what the first steps measured. */
+struct tr_config {
+	/* the model: a preset (tiny, gpt2, gpt2-medium, gpt2-xl, 10b; NULL: tiny),
+	 * fields > 0 override it; vocab 0: the corpus's */
+	const char *model;
+	int layers, channels, heads, seq, vocab, batch;
+	/* the plan: schedule NULL or "auto", else a tg_sched name; 0: defaults */
+	const char *schedule;
+	int microbatch, group, packs, recompute, upd_cpu;
+	/* the context: NULL / 0 take the SPILL_* variables; budget 0 on the host
+	 * backend: a quarter of the training state (so that it swaps) */
+	const char *backend, *profile, *disk;
+	int devices;
+	uint64_t device_mem, budget, host_mem;
+	/* the profile the planner assumes (NULL: the context's own figures) */
+	const char *plan_profile;
+	/* the run */
+	int steps; /* 0: the preset's */
+	float lr;  /* 0: 3e-4 (tiny: 1e-3) */
+	uint64_t seed;
+	const char *data; /* NULL: the default corpus (tr_data_open) */
+	int synthetic;    /* 1: no corpus, rt_gpt_synthetic_data (the model backend's runs) */
+	int eval_every, eval_batches;
+	const char *checkpoint_dir;
+	int checkpoint_every, resume;
+	const char *trace_file, *stats_json;
+	int tune;       /* 1: the online tuner */
+	int tune_after; /* steps it measures before re-planning (0: 3) */
+	/* output: progress lines and the report (NULL: stdout); tty: the progress
+	 * line rewrites itself (\r) instead of one line per second */
+	FILE *out;
+	int tty;
+};
+void tr_config_defaults(struct tr_config *c);
+
+/* What a run measured (for callers and tests). */
+struct tr_result {
+	int steps; /* steps this run made */
+	double first_loss, last_loss, last_eval;
+	double seconds, tokens_per_s; /* wall (virtual on the model backend) */
+	double step_s;                /* the last steps' mean step time */
+	char plan[160];               /* the plan at the end */
+	int switches;                 /* plans the tuner switched to */
+	uint64_t evictions;
+};
+
+/* The swap-volume profile of a run (per step): what `spill train` prints at
+ * the end, writes with --stats-json, and `spill report` reads back. */
+#define TR_LINKS 5 /* H2D, D2H, P2P, host->disk, disk->host */
+#define TR_KINDS 6 /* weight, gradient, optimizer, stash, boundary, input */
+struct tr_profile {
+	char model[160], plan[160], backend[16], tuner[512];
+	int devices, steps;
+	double step_s, tokens_per_s, first_loss, last_loss, last_eval;
+	double compute, exposed, idle; /* seconds per step and device */
+	double measured[TR_LINKS][TR_KINDS], predicted[TR_LINKS][TR_KINDS]; /* bytes */
+	int has_predicted;
+	double collective;            /* all-reduce bytes over the peer links */
+	double closed_form;           /* Harmony's weight volume for the schedule, -1: none */
+	const double *losses, *times; /* each step's loss and seconds (written to the JSON,
+	                                 not read back) */
+	int nlosses, first_step;
+	int switch_step; /* the step after which the tuner switched plans, 0: none */
+};
+void tr_profile_print(const struct tr_profile *p, FILE *f);
+int tr_profile_json(const struct tr_profile *p, const char *path) SP_MUST_CHECK;
+/* Reads a --stats-json file. Returns 0, -errno, or -EINVAL naming the fault. */
+int tr_profile_read(const char *path, struct tr_profile *p) SP_MUST_CHECK;
+
+/* Runs the training the config describes. Returns 0, or -errno with one line
+ * in sp_last_error(): a budget too small for any plan (naming the smallest
+ * that would fit), an unknown schedule or model, a missing or empty corpus, a
+ * corrupt or mismatched checkpoint, contradicting options; nothing is
+ * overwritten by a run that fails before its first checkpoint. */
+int tr_train(const struct tr_config *c, struct tr_result *res) SP_MUST_CHECK;
 
 #endif

@@ -1,0 +1,142 @@
+# `spill train`, `report`, `sim` and `prepare` end to end (host and model
+# backends):
+#  - a small GPT trained on text prepared by `spill prepare` under the default
+#    budget (a quarter of the training state): dirty copies are written back
+#    (it swaps), the loss falls, progress, evaluation and the report are
+#    printed, and `spill report` reads the --stats-json back;
+#  - checkpoints: 8 steps in one run against 4, then --resume to 8: the same
+#    losses and byte-identical step-8 checkpoints, which tests/train/ckpt_read.py
+#    (json + numpy only) reads;
+#  - the tuner: the host backend throttled to links 10000x slower than the
+#    profile the planner assumed; the tuner switches plans and the steps after
+#    the switch are faster than those before;
+#  - `spill sim --model 10b --profile gtx1080ti-x8` reports in under 30 s;
+#  - bad input: one line on stderr, a non-zero exit, nothing overwritten.
+set -u
+spill="$O/bin/spill"
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# Debian's python (numpy, torch); a python3 earlier on PATH may lack them
+py=/usr/bin/python3
+[ -x "$py" ] || py=$(command -v python3) || { echo "SKIP: python3 missing"; exit 77; }
+export SPILL_THREADS=1 # two processes never share the 2 cores badly
+
+# a corpus of its own: 60 KB of text in two files
+"$py" - "$work" <<'PY'
+import sys, random
+random.seed(1)
+words = "the of and to in that he shall unto for his i a lord they be is him not them it with all".split()
+for k in range(2):
+    with open(f"{sys.argv[1]}/text{k}.txt", "w") as f:
+        for line in range(700):
+            f.write(" ".join(random.choice(words) for _ in range(8)) + ".\n")
+PY
+"$spill" prepare "$work/text0.txt" "$work/text1.txt" -o "$work/data" --name tiny || fail "prepare"
+"$spill" prepare "$work/text0.txt" -o "$work/data" --name tiny 2>"$work/err" && fail "prepare over existing shards"
+grep -q "exist" "$work/err" || fail "prepare over existing shards: $(cat "$work/err")"
+
+small=(--layers 2 --channels 64 --heads 4 --seq 32 --batch 8 --data "$work/data")
+big=(--layers 4 --channels 128 --heads 4 --seq 64 --batch 16 --data "$work/data")
+
+# 1. training under the default budget
+"$spill" train "${small[@]}" --steps 30 --eval-every 15 --stats-json "$work/run.json" \
+	>"$work/train.out" 2>"$work/train.err" || { cat "$work/train.err"; fail "spill train"; }
+cat "$work/train.out"
+grep -q "a quarter of the training state" "$work/train.out" || fail "no default budget line"
+grep -q "^step .*loss .*tok/s .*H2D .*ETA" "$work/train.out" || fail "no progress lines"
+grep -q "^eval at step 15: validation loss" "$work/train.out" || fail "no evaluation"
+grep -q "swap volume per step" "$work/train.out" || fail "no swap table"
+"$py" - "$work/run.json" <<'PY' || fail "run.json"
+import json, sys
+r = json.load(open(sys.argv[1]))
+l = r["losses"]
+assert len(l) == 30 and r["steps"] == 30, (len(l), r["steps"])
+assert l[-1] < l[0] - 0.5, ("the loss did not fall", l[0], l[-1])
+d2h = sum(r["measured"]["d2h"].values())
+assert d2h > 0, "nothing was written back: no eviction"
+print("loss %.3f -> %.3f, %.0f KB written back per step" % (l[0], l[-1], d2h / 1e3))
+PY
+"$spill" report "$work/run.json" >"$work/report.out" || fail "spill report"
+grep -q "swap volume per step" "$work/report.out" || fail "report lacks the table"
+diff <(grep -A 9 "swap volume per step" "$work/train.out") \
+	<(grep -A 9 "swap volume per step" "$work/report.out") >/dev/null || fail "report differs from the run's"
+
+# 2. checkpoints and resume
+"$spill" train "${small[@]}" --steps 8 --checkpoint "$work/a" --checkpoint-every 4 --no-tune \
+	--stats-json "$work/a.json" >/dev/null 2>&1 || fail "checkpointed run"
+"$spill" train "${small[@]}" --steps 4 --checkpoint "$work/b" --no-tune >/dev/null 2>&1 ||
+	fail "first half"
+"$spill" train "${small[@]}" --steps 8 --checkpoint "$work/b" --resume --no-tune \
+	--stats-json "$work/b.json" >"$work/resume.out" 2>&1 || { cat "$work/resume.out"; fail "resume"; }
+grep -q "resumed from .*step_00000004" "$work/resume.out" || fail "did not resume from step 4"
+cmp "$work/a/step_00000008.safetensors" "$work/b/step_00000008.safetensors" ||
+	fail "resumed step-8 checkpoint differs from the uninterrupted one"
+"$py" - "$work/a.json" "$work/b.json" <<'PY' || fail "resumed losses"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert b["first_step"] == 5 and a["losses"][4:] == b["losses"], (a["losses"], b["losses"])
+print("resumed losses equal:", b["losses"])
+PY
+"$py" "$here/ckpt_read.py" "$work/a/step_00000008.safetensors" >"$work/ck.txt" || fail "ckpt_read.py"
+grep -qP "^tensor\twte\tF32\t256,64\t" "$work/ck.txt" || fail "checkpoint lacks wte (256, 64)"
+grep -qP "^tensor\tadam_v.h.1.fcprojw\tF32\t64,256\t" "$work/ck.txt" || fail "checkpoint lacks adam_v"
+
+# 3. bad input: one line, non-zero, nothing overwritten
+before=$(md5sum "$work"/b/*.safetensors)
+bad() {
+	local want=$1
+	shift
+	if "$spill" "$@" >"$work/out" 2>"$work/err"; then
+		fail "accepted: spill $*"
+	elif [ "$(wc -l <"$work/err")" -ne 1 ] || ! grep -q "$want" "$work/err"; then
+		fail "spill $*: expected one line with '$want', got: $(cat "$work/err")"
+	fi
+}
+bad "smallest" train "${small[@]}" --steps 2 --budget 20K
+bad "unknown schedule" train "${small[@]}" --schedule fastest
+bad "unknown model" train --model gpt5
+bad "No such file" train --data "$work/nothing"
+: >"$work/empty.txt"
+bad "empty" train --data "$work/empty.txt"
+bad "needs --checkpoint" train "${small[@]}" --checkpoint-every 2
+bad "unknown flag" train --stepz 3
+head -c 1000 "$work/b/step_00000008.safetensors" >"$work/trunc.safetensors"
+mkdir -p "$work/c" && cp "$work/trunc.safetensors" "$work/c/step_00000009.safetensors"
+bad "checkpoint" train "${small[@]}" --steps 12 --checkpoint "$work/c" --resume
+bad "layers 2" train "${small[@]}" --layers 3 --steps 12 --checkpoint "$work/b" --resume
+[ "$before" = "$(md5sum "$work"/b/*.safetensors)" ] || fail "a failed run changed the checkpoints"
+
+# 4. the tuner: the planner assumes links of 1000 GB/s, the host backend
+#    throttles them to 0.1 GB/s
+prof="$here/../../device/profiles/gtx1080ti-x4.prof"
+links() { sed -e "s|^name = .*|name = $1|" -e "s|^h2d = .*|h2d = $2|" -e "s|^d2h = .*|d2h = $2|" \
+	-e "s|^host_link = .*|host_link = $2|" "$prof"; }
+links fastlinks "1000 GB/s" >"$work/fast.prof"
+links slowlinks "0.1 GB/s" >"$work/slow.prof"
+SPILL_LINK_THROTTLE=1 "$spill" train "${big[@]}" --steps 8 --profile "$work/slow.prof" \
+	--plan-profile "$work/fast.prof" --stats-json "$work/tune.json" >"$work/tune.out" 2>&1 ||
+	{ cat "$work/tune.out"; fail "tuner run"; }
+grep "^tuner:\|^plan:" "$work/tune.out"
+"$py" - "$work/tune.json" <<'PY' || fail "tuner"
+import json, sys
+r = json.load(open(sys.argv[1]))
+s, t = r["switch_step"], r["step_times"]
+assert s > 0, "the tuner did not switch: " + r["tuner"]
+before = sum(t[1:s]) / len(t[1:s])  # the first step is cold
+after = sum(t[s + 1:]) / len(t[s + 1:])
+print("switched after step %d: %.4f s/step before, %.4f after" % (s, before, after))
+assert after < before, "not faster after the switch"
+PY
+
+# 5. a what-if of GPT-2 10B on 8 GTX 1080 Ti
+start=$(date +%s.%N)
+"$spill" sim --model 10b --profile gtx1080ti-x8 >"$work/sim.out" 2>&1 || { cat "$work/sim.out"; fail "spill sim"; }
+took=$(echo "$(date +%s.%N) - $start" | bc)
+tail -12 "$work/sim.out"
+echo "spill sim --model 10b --profile gtx1080ti-x8: ${took} s"
+awk -v t="$took" 'BEGIN { exit !(t < 30) }' || fail "spill sim took ${took} s (limit 30)"
+grep -q "swap volume per step" "$work/sim.out" || fail "sim printed no profile"
+exit $((fails > 0))

@@ -1,0 +1,82 @@
+/* train/internal.h — what the trainer's sources share; only train/ includes it. */
+#ifndef SP_TRAIN_INTERNAL_H
+#define SP_TRAIN_INTERNAL_H
+
+#include "train/train.h"
+
+#include "runtime/runtime.h"
+
+#include <stdio.h>
+
+/* The Chrome trace a run collects (trace.c): tasks as slices per device
+ * stream, transfers from the vmm's trace ring at the end. */
+struct tr_trace_ev {
+	double t0, t1;
+	int lane; /* device d: 2d compute, 2d+1 collectives; the CPU: 2 * DEV_MAX */
+	int task; /* index into the program of its step */
+	int step;
+	char name[32];
+};
+struct tr_trace {
+	struct tr_trace_ev *ev;
+	size_t n, cap;
+	double t0; /* the context's clock at open */
+};
+
+struct run {
+	struct tr_config c;
+	FILE *out;
+	/* data and model */
+	struct tr_data *data;
+	struct kn_model_config kc;
+	const char *preset;
+	int T, batch, steps;
+	float lr;
+	uint64_t synth_seed;
+	uint64_t state; /* training state bytes (training_state) */
+	int quarter;    /* the budget is the host default: a quarter of the state */
+	int grown;      /* ... grown from it until a plan fits */
+	/* execution */
+	struct rt_ctx *rt;
+	struct rt_model m;
+	struct rt_run *run;
+	struct tg_plan plan;
+	char plan_name[160];
+	double *t_start, *t_end; /* the program's task times (rt_prog.t_start/t_end) */
+	int start;               /* the first step of this run (a resumed run: > 0) */
+	/* progress */
+	int wsteps;
+	double t_first, p_time;
+	int p_step;
+	uint64_t p_h2d, p_d2h;
+	/* accounting (report.c): sums over the steps of this run */
+	double t_total;                /* step time */
+	double compute, exposed, idle; /* per device, averaged over devices */
+	double last_exposed;           /* the last step's exposed transfer time */
+	double recent[8];              /* the last steps' times (the tuner) */
+	int nrecent;
+	double *losses, *times; /* [steps]: each step's loss and seconds */
+	int switch_step;        /* the tuner switched after this step (0: never) */
+	struct tr_result res;
+	struct tr_trace trace;
+	char tune_log[512]; /* the tuner's decision, for the report */
+};
+
+/* train.c: a plan for the run's model (the config's request; twin: the profile
+ * text auto simulates, NULL: the context's). */
+int tr_choose_plan(struct run *r, struct tg_plan *plan, const char *twin) SP_MUST_CHECK;
+/* report.c: per-step accounting, the end-of-run report, the JSON file. */
+void tr_account_step(struct run *r, double t0, double t1);
+int tr_report(struct run *r) SP_MUST_CHECK;
+/* state.c: checkpoints (DIR/step_NNNNNNNN.safetensors) and resume. */
+int tr_checkpoint(struct run *r, int step) SP_MUST_CHECK;
+int tr_resume(struct run *r) SP_MUST_CHECK;
+/* tune.c: re-plan with the measured figures, switch when >= 5% faster. */
+int tr_tune(struct run *r) SP_MUST_CHECK;
+/* trace.c */
+int tr_trace_init(struct tr_trace *t, struct rt_ctx *rt) SP_MUST_CHECK;
+void tr_trace_step(struct tr_trace *t, const struct run *r, double t0);
+int tr_trace_write(struct tr_trace *t, const struct run *r, const char *path) SP_MUST_CHECK;
+void tr_trace_free(struct tr_trace *t);
+
+#endif

@@ -1,0 +1,459 @@
+/* train/train.c — the training loop of `spill train` and `spill sim`.
+ *
+ * One context (rt_open from the SPILL_* table with the config on top), a GPT-2
+ * of the kernels' layers fed by a corpus (or synthetic tokens on the model
+ * backend), a plan (auto or named), then steps: progress, evaluation,
+ * checkpoints (ckpt.c's safetensors, in report.c's naming), the tuner after the
+ * first steps, and the report at the end (report.c). Everything a run
+ * measures goes through struct run so that report.c and the tuner see it.
+ */
+#include "train/internal.h"
+
+#include "common/log.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+void tr_config_defaults(struct tr_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->eval_batches = 4;
+	c->tune = 1;
+	c->seed = 1337;
+}
+
+/* ---- presets ----------------------------------------------------------------------- */
+
+struct preset {
+	const char *name;
+	int layers, channels, heads, seq, batch, steps;
+	float lr;
+};
+
+static const struct preset presets[] = {
+    {"tiny", 4, 128, 4, 64, 16, 200, 1e-3f},
+    {"gpt2", 12, 768, 12, 1024, 8, 20, 3e-4f},
+    {"gpt2-medium", 24, 1024, 16, 1024, 8, 10, 3e-4f},
+    {"gpt2-xl", 48, 1600, 25, 1024, 16, 5, 3e-4f},
+    {"10b", 48, 4096, 32, 1024, 16, 3, 3e-4f},
+    {"40b", 96, 6144, 48, 1024, 16, 3, 3e-4f},
+};
+
+static const struct preset *preset_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
+		if (!strcasecmp(presets[i].name, name))
+			return &presets[i];
+	return NULL;
+}
+
+/* ---- data -------------------------------------------------------------------------- */
+
+static int data_train(const struct rt_model *m, void *arg, int iter, int sample0, int n, void *in,
+                      void *tg)
+{
+	struct run *r = arg;
+	return tr_data_samples(r->data, TR_TRAIN, r->c.seed, (uint64_t)iter, sample0, n, m->T, in,
+	                       tg);
+}
+
+static int data_val(const struct rt_model *m, void *arg, int iter, int sample0, int n, void *in,
+                    void *tg)
+{
+	struct run *r = arg;
+	return tr_data_samples(r->data, TR_VAL, r->c.seed, (uint64_t)iter, sample0, n, m->T, in,
+	                       tg);
+}
+
+/* ---- setup ------------------------------------------------------------------------- */
+
+/* The model's shape from the preset, the flags and the corpus. */
+static int shape(struct run *r)
+{
+	const struct tr_config *c = &r->c;
+	const char *name = c->model ? c->model : "tiny";
+	const struct preset *p = preset_find(name);
+	if (!p)
+		return sp_error(
+		    -EINVAL,
+		    "unknown model '%s' (one of: tiny, gpt2, gpt2-medium, gpt2-xl, 10b, "
+		    "40b)",
+		    name);
+	r->preset = p->name;
+	struct kn_model_config *k = &r->kc;
+	k->L = c->layers > 0 ? c->layers : p->layers;
+	k->C = c->channels > 0 ? c->channels : p->channels;
+	k->NH = c->heads > 0 ? c->heads : p->heads;
+	r->T = c->seq > 0 ? c->seq : p->seq;
+	k->maxT = r->T;
+	k->dtype = KN_F32;
+	r->batch = c->batch > 0 ? c->batch : p->batch;
+	r->steps = c->steps > 0 ? c->steps : p->steps;
+	r->lr = c->lr > 0 ? c->lr : p->lr;
+	int dv = r->data ? tr_data_vocab(r->data) : 0;
+	if (c->vocab > 0 && dv && c->vocab < dv)
+		return sp_error(-EINVAL, "--vocab %d is smaller than the corpus's %d tokens",
+		                c->vocab, dv);
+	k->V = c->vocab > 0 ? c->vocab : dv ? dv : !strcmp(p->name, "tiny") ? 256 : 50257;
+	if (c->layers < 0 || c->channels < 0 || c->heads < 0 || c->seq < 0 || c->batch < 0 ||
+	    c->steps < 0)
+		return sp_error(-EINVAL, "sizes and steps must be positive");
+	if (kn_model_config_check(k) < 0)
+		return sp_error(-EINVAL, "model: %s", sp_last_error());
+	return 0;
+}
+
+/* Opens the context; budget > 0: the vmm's per-device budget on the host
+ * backend when nothing set one (the default: a quarter of the state). */
+static int open_context(struct run *r, uint64_t budget)
+{
+	const struct tr_config *c = &r->c;
+	struct sp_params sp;
+	SP_CHECK(sp_params_load(&sp, NULL));
+	SP_CHECK(sp_params_apply_logging(&sp));
+	char buf[32];
+	if (c->backend)
+		SP_CHECK(sp_params_set(&sp, "SPILL_BACKEND", c->backend));
+	if (c->devices > 0) {
+		snprintf(buf, sizeof(buf), "%d", c->devices);
+		SP_CHECK(sp_params_set(&sp, "SPILL_DEVICES", buf));
+	}
+	if (c->profile)
+		sp.profile = c->profile;
+	if (c->device_mem)
+		sp.device_mem = c->device_mem;
+	if (c->host_mem)
+		sp.host_mem = c->host_mem;
+	if (c->disk)
+		sp.disk_path = c->disk;
+	if (c->budget)
+		sp.vmm_device_mem = c->budget;
+	struct rt_config rc;
+	SP_CHECK(rt_config_from_params(&sp, &rc));
+	if (c->trace_file)
+		rc.vmm.trace_cap = 1u << 20;
+	if (!c->budget && !sp.vmm_device_mem && rc.dev.backend == DEV_BACKEND_HOST) {
+		/* the emulated GPUs hold a quarter of the training state: it swaps */
+		rc.vmm.device_mem = budget;
+		if (!rc.dev.device_mem || rc.dev.device_mem < rc.vmm.device_mem * 2)
+			rc.dev.device_mem = rc.vmm.device_mem * 2;
+		r->quarter = 1;
+	}
+	if (rc.dev.backend == DEV_BACKEND_MODEL && !sp.host_mem)
+		rc.vmm.host_mem = 4ull << 40; /* address space only: the host is no limit */
+	return rt_open(&rc, &r->rt);
+}
+
+/* Bytes of everything one step keeps: parameters, gradients, optimizer state
+ * and a batch's stash (what the executor manages per iteration). */
+static uint64_t training_state(const struct rt_model *m)
+{
+	uint64_t s = 0;
+	for (int l = 0; l < m->nlayers; l++) {
+		const struct rt_layer *y = &m->layers[l];
+		s += y->param_bytes + y->grad_bytes + y->optim_bytes +
+		     y->stash_per_sample * (uint64_t)m->batch;
+	}
+	return s;
+}
+
+int tr_choose_plan(struct run *r, struct tg_plan *plan, const char *twin)
+{
+	const struct tr_config *c = &r->c;
+	struct rt_plan_request q = {.schedule = c->schedule,
+	                            .microbatch = c->microbatch,
+	                            .group = c->group,
+	                            .packs = c->packs,
+	                            .upd_cpu = c->upd_cpu,
+	                            .recompute = c->recompute,
+	                            .twin_profile = twin};
+	return rt_plan_choose(r->rt, &r->m, &q, plan);
+}
+
+/* ---- progress ---------------------------------------------------------------------- */
+
+static void fmt_eta(double s, char *buf, size_t n)
+{
+	if (!(s >= 0) || s > 1e7) {
+		snprintf(buf, n, "-");
+		return;
+	}
+	long t = (long)(s + 0.5);
+	if (t >= 3600)
+		snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+	else
+		snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+static void progress(struct run *r, int step, double loss, double now, int last)
+{
+	double dt = now - r->p_time;
+	if (!last && !r->c.tty && dt < 1.0 && step != r->start + 1)
+		return; /* plain lines: at most one a second */
+	uint64_t h2d = vmm_xfer_bytes(r->rt->vmm, VMM_XFER_H2D),
+	         d2h = vmm_xfer_bytes(r->rt->vmm, VMM_XFER_D2H);
+	int ds = step - r->p_step;
+	double tok = dt > 0 ? (double)ds * r->batch * r->T / dt : 0;
+	uint64_t used = 0, cap = 0;
+	for (int d = 0; d < r->rt->ndev; d++) {
+		uint64_t u, k;
+		if (vmm_place_usage(r->rt->vmm, d, &u, &k) == 0) {
+			used += u;
+			cap += k;
+		}
+	}
+	double per = (now - r->t_first) / (step - r->start);
+	char eta[32], a[32], b[32], l[32];
+	fmt_eta(per * (r->steps - step), eta, sizeof(eta));
+	if (isnan(loss))
+		snprintf(l, sizeof(l), "  -   ");
+	else
+		snprintf(l, sizeof(l), "%.4f", loss);
+	fprintf(r->out,
+	        "%sstep %*d/%d | loss %s | %7.0f tok/s | H2D %6.2f GB/s D2H %6.2f GB/s | dev mem "
+	        "%s / %s | ETA %s%s",
+	        r->c.tty ? "\r" : "", r->wsteps, step, r->steps, l, tok,
+	        dt > 0 ? (double)(h2d - r->p_h2d) / dt / 1e9 : 0,
+	        dt > 0 ? (double)(d2h - r->p_d2h) / dt / 1e9 : 0,
+	        sp_format_size(used, a, sizeof(a)), sp_format_size(cap, b, sizeof(b)), eta,
+	        r->c.tty && !last ? "" : "\n");
+	fflush(r->out);
+	r->p_time = now;
+	r->p_step = step;
+	r->p_h2d = h2d;
+	r->p_d2h = d2h;
+}
+
+static int evaluate(struct run *r, double *loss)
+{
+	double sum = 0;
+	int n = r->c.eval_batches > 0 ? r->c.eval_batches : 4;
+	for (int i = 0; i < n; i++) {
+		double l;
+		SP_CHECK(rt_run_eval(r->run, i, &l));
+		sum += l;
+	}
+	*loss = sum / n;
+	return 0;
+}
+
+/* ---- the run ----------------------------------------------------------------------- */
+
+static void run_free(struct run *r)
+{
+	rt_run_close(r->run);
+	if (r->m.layers)
+		rt_model_free(&r->m);
+	rt_close(r->rt);
+	tr_data_close(r->data);
+	tr_trace_free(&r->trace);
+	free(r->t_start);
+	free(r->t_end);
+	free(r->losses);
+	free(r->times);
+}
+
+/* Opens the run's program under plan, with the timing arrays attached. */
+static int open_run(struct run *r, const struct tg_plan *plan, struct rt_run **out)
+{
+	SP_CHECK(rt_run_open(r->rt, &r->m, plan, r->c.seed, out));
+	struct rt_prog *p = &(*out)->prog;
+	free(r->t_start);
+	free(r->t_end);
+	r->t_start = calloc((size_t)p->ntask, sizeof(double));
+	r->t_end = calloc((size_t)p->ntask, sizeof(double));
+	if (!r->t_start || !r->t_end) {
+		rt_run_close(*out);
+		*out = NULL;
+		return sp_error(-ENOMEM, "train: timing of %d tasks", p->ntask);
+	}
+	p->t_start = r->t_start;
+	p->t_end = r->t_end;
+	rt_plan_describe(plan, r->plan_name, sizeof(r->plan_name));
+	r->plan = *plan;
+	return 0;
+}
+
+static int setup(struct run *r)
+{
+	const struct tr_config *c = &r->c;
+	if (c->checkpoint_every && !c->checkpoint_dir)
+		return sp_error(-EINVAL, "--checkpoint-every needs --checkpoint DIR");
+	if (c->resume && !c->checkpoint_dir)
+		return sp_error(-EINVAL, "--resume needs --checkpoint DIR");
+	if (c->synthetic && c->data)
+		return sp_error(-EINVAL, "--data and synthetic tokens contradict each other");
+	if (c->eval_every < 0 || c->checkpoint_every < 0 || c->eval_batches < 0)
+		return sp_error(-EINVAL, "--eval-every, --eval-batches and --checkpoint-every must "
+		                         "not be negative");
+	if (!c->synthetic)
+		SP_CHECK(tr_data_open(c->data, &r->data));
+	SP_CHECK(shape(r));
+	if (r->data && tr_data_tokens(r->data, TR_TRAIN) < (uint64_t)r->T + 1)
+		return sp_error(-EINVAL,
+		                "corpus %s has %llu training tokens, fewer than a sequence "
+		                "of %d + 1",
+		                tr_data_describe(r->data),
+		                (unsigned long long)tr_data_tokens(r->data, TR_TRAIN), r->T);
+	SP_CHECK(rt_model_gpt(&r->kc, r->T, r->batch, &r->m));
+	r->m.opt.lr = r->lr;
+	if (r->data) {
+		r->m.data = data_train;
+		r->m.eval_data = tr_data_tokens(r->data, TR_VAL) > (uint64_t)r->T ? data_val : NULL;
+		r->m.data_arg = r;
+	} else {
+		r->synth_seed = c->seed;
+		r->m.data_arg = &r->synth_seed;
+	}
+	r->state = training_state(&r->m);
+	char twin[2048];
+	const char *tp = NULL;
+	if (c->plan_profile) {
+		SP_CHECK(rt_profile_text(c->plan_profile, twin, sizeof(twin)));
+		tp = twin;
+	}
+	struct tg_plan plan;
+	/* the default budget, a quarter of the state, grows where no plan fits it
+	 * (a large vocabulary's embedding alone may not) */
+	for (uint64_t b = r->state / 4;; b += b / 2) {
+		SP_CHECK(open_context(r, b));
+		int rc = tr_choose_plan(r, &plan, tp);
+		if (rc == 0)
+			break;
+		if (rc != -ENOMEM || !r->quarter || b >= r->state)
+			return rc;
+		rt_close(r->rt);
+		r->rt = NULL;
+		r->grown = 1;
+	}
+	if (r->grown)
+		r->quarter = 0;
+	SP_CHECK(open_run(r, &plan, &r->run));
+	if (c->trace_file)
+		SP_CHECK(tr_trace_init(&r->trace, r->rt));
+	return 0;
+}
+
+static void banner(struct run *r)
+{
+	char a[32], b[32], d[32];
+	uint64_t used, cap = 0;
+	if (vmm_place_usage(r->rt->vmm, 0, &used, &cap) < 0)
+		cap = 0;
+	uint64_t params = 0;
+	for (int l = 0; l < r->m.nlayers; l++)
+		params += r->m.layers[l].param_bytes / sizeof(float);
+	fprintf(r->out,
+	        "spill train: GPT-2 %s (%d layers, %d channels, %d heads, vocab %d, seq %d), "
+	        "%.2fM parameters, batch %d\n",
+	        r->preset, r->kc.L, r->kc.C, r->kc.NH, r->kc.V, r->T, params / 1e6, r->batch);
+	fprintf(r->out, "data: %s\n",
+	        r->data ? tr_data_describe(r->data) : "synthetic token patterns");
+	struct dev_info in;
+	if (dev_info(r->rt->dev, 0, &in) < 0)
+		snprintf(in.name, sizeof(in.name), "?");
+	fprintf(r->out, "devices: %d x %s (%s backend), budget %s each%s; training state %s\n",
+	        r->rt->ndev, in.name, dev_backend_name(dev_backend(r->rt->dev)),
+	        sp_format_size(cap, a, sizeof(a)),
+	        r->quarter ? " (a quarter of the training state)"
+	        : r->grown
+	            ? " (the smallest above a quarter of the training state that a plan fits)"
+	            : "",
+	        sp_format_size(r->state, b, sizeof(b)));
+	(void)d;
+	fprintf(r->out, "plan: %s\n", r->plan_name);
+	fflush(r->out);
+}
+
+int tr_train(const struct tr_config *cfg, struct tr_result *res)
+{
+	SP_CHECK_ARG(cfg, "tr_train: NULL config");
+	struct run *r = calloc(1, sizeof(*r));
+	if (!r)
+		return sp_error(-ENOMEM, "train: out of memory");
+	r->c = *cfg;
+	r->out = cfg->out ? cfg->out : stdout;
+	int rc = setup(r);
+	if (rc == 0 && cfg->resume)
+		rc = tr_resume(r);
+	if (rc < 0)
+		goto out;
+	banner(r);
+	r->wsteps = snprintf(NULL, 0, "%d", r->steps);
+	r->t_first = r->p_time = dev_now(r->rt->dev);
+	r->p_step = r->start;
+	r->p_h2d = vmm_xfer_bytes(r->rt->vmm, VMM_XFER_H2D);
+	r->p_d2h = vmm_xfer_bytes(r->rt->vmm, VMM_XFER_D2H);
+	r->res.first_loss = NAN;
+	r->res.last_eval = NAN;
+	r->losses = calloc((size_t)r->steps + 1, sizeof(double));
+	r->times = calloc((size_t)r->steps + 1, sizeof(double));
+	if (!r->losses || !r->times) {
+		rc = sp_error(-ENOMEM, "train: out of memory");
+		goto out;
+	}
+	for (int step = r->start; step < r->steps; step++) {
+		double t0 = dev_now(r->rt->dev), loss;
+		rc = rt_run_step(r->run, &loss);
+		if (rc < 0) {
+			rc = sp_error(rc, "step %d: %s", step + 1, sp_last_error());
+			break;
+		}
+		double t1 = dev_now(r->rt->dev);
+		tr_account_step(r, t0, t1);
+		if (r->c.trace_file)
+			tr_trace_step(&r->trace, r, t0);
+		if (isnan(r->res.first_loss))
+			r->res.first_loss = loss;
+		r->losses[step] = loss;
+		r->times[step] = t1 - t0;
+		r->res.last_loss = loss;
+		r->res.steps++;
+		progress(r, step + 1, loss, t1, step + 1 == r->steps);
+		if (r->c.eval_every && (step + 1) % r->c.eval_every == 0 && r->m.eval_data) {
+			double el;
+			if ((rc = evaluate(r, &el)) < 0)
+				break;
+			r->res.last_eval = el;
+			fprintf(r->out, "%seval at step %d: validation loss %.4f\n",
+			        r->c.tty ? "\n" : "", step + 1, el);
+		}
+		if (r->c.checkpoint_dir &&
+		    ((r->c.checkpoint_every && (step + 1) % r->c.checkpoint_every == 0) ||
+		     step + 1 == r->steps) &&
+		    (rc = tr_checkpoint(r, step + 1)) < 0)
+			break;
+		if (r->c.tune &&
+		    step + 1 == r->start + (r->c.tune_after > 0 ? r->c.tune_after : 3) &&
+		    step + 1 < r->steps && (rc = tr_tune(r)) < 0)
+			break;
+	}
+	if (rc == 0)
+		rc = tr_report(r);
+	if (rc == 0 && r->c.trace_file)
+		rc = tr_trace_write(&r->trace, r, r->c.trace_file);
+out:
+	if (res) {
+		r->res.seconds = r->t_total;
+		r->res.step_s = r->res.steps ? r->t_total / r->res.steps : 0;
+		r->res.tokens_per_s =
+		    r->t_total > 0 ? (double)r->res.steps * r->batch * r->T / r->t_total : 0;
+		snprintf(r->res.plan, sizeof(r->res.plan), "%s", r->plan_name);
+		if (r->rt) {
+			struct vmm_stats st;
+			vmm_stats_get(r->rt->vmm, &st);
+			r->res.evictions = (uint64_t)st.evictions.total;
+		}
+		*res = r->res;
+	}
+	char msg[SP_ERROR_MSG_MAX];
+	snprintf(msg, sizeof(msg), "%s", sp_last_error());
+	run_free(r);
+	free(r);
+	return rc < 0 ? sp_error(rc, "%s", msg) : 0;
+}
