@@ -12,10 +12,13 @@ static _Thread_local char sp_msg[SP_ERROR_MSG_MAX];
 
 int sp_error(int rc, const char *fmt, ...)
 {
+	/* format aside first: a caller may pass sp_last_error() as an argument */
+	char msg[SP_ERROR_MSG_MAX];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(sp_msg, sizeof(sp_msg), fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	memcpy(sp_msg, msg, sizeof(sp_msg));
 	sp_log(SP_LOG_INFO, SP_SUBSYS_ALL, "error %d (%s): %s", rc, strerror(-rc), sp_msg);
 	return rc;
 }

@@ -376,7 +376,13 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 	int *pos = malloc((size_t)g->ntask * sizeof(int));
 	r->targ = calloc((size_t)g->ntask, sizeof(*r->targ));
 	struct rt_ref *refs = malloc((size_t)(g->nobj + 1) * sizeof(*refs));
-	int *deps = malloc((size_t)(g->ntask + 1) * sizeof(int));
+	/* a task may list one dependency more than once (a boundary and a
+	 * gradient from the same producer): size by the longest list */
+	int maxdep = 1;
+	for (int n = 0; n < g->ntask; n++)
+		if (g->task[n].ndep > maxdep)
+			maxdep = g->task[n].ndep;
+	int *deps = malloc((size_t)maxdep * sizeof(int));
 	if (!pos || !r->targ || !refs || !deps) {
 		free(pos);
 		free(refs);

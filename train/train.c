@@ -138,8 +138,10 @@ static int open_context(struct run *r, uint64_t budget)
 	if (c->trace_file)
 		rc.vmm.trace_cap = 1u << 20;
 	if (!c->budget && !sp.vmm_device_mem && rc.dev.backend == DEV_BACKEND_HOST) {
-		/* the emulated GPUs hold a quarter of the training state: it swaps */
-		rc.vmm.device_mem = budget;
+		/* the emulated GPUs together hold a quarter of the training state:
+		 * it swaps whatever the schedule spreads over them */
+		int nd = rc.dev.ndevices > 0 ? rc.dev.ndevices : 2;
+		rc.vmm.device_mem = budget / (uint64_t)nd;
 		if (!rc.dev.device_mem || rc.dev.device_mem < rc.vmm.device_mem * 2)
 			rc.dev.device_mem = rc.vmm.device_mem * 2;
 		r->quarter = 1;
@@ -357,14 +359,15 @@ static void banner(struct run *r)
 	struct dev_info in;
 	if (dev_info(r->rt->dev, 0, &in) < 0)
 		snprintf(in.name, sizeof(in.name), "?");
-	fprintf(r->out, "devices: %d x %s (%s backend), budget %s each%s; training state %s\n",
-	        r->rt->ndev, in.name, dev_backend_name(dev_backend(r->rt->dev)),
-	        sp_format_size(cap, a, sizeof(a)),
-	        r->quarter ? " (a quarter of the training state)"
-	        : r->grown
-	            ? " (the smallest above a quarter of the training state that a plan fits)"
-	            : "",
-	        sp_format_size(r->state, b, sizeof(b)));
+	fprintf(
+	    r->out, "devices: %d x %s (%s backend), budget %s each%s; training state %s\n",
+	    r->rt->ndev, in.name, dev_backend_name(dev_backend(r->rt->dev)),
+	    sp_format_size(cap, a, sizeof(a)),
+	    r->quarter ? " (together a quarter of the training state)"
+	    : r->grown
+	        ? " (together the smallest above a quarter of the training state that a plan fits)"
+	        : "",
+	    sp_format_size(r->state, b, sizeof(b)));
 	(void)d;
 	fprintf(r->out, "plan: %s\n", r->plan_name);
 	fflush(r->out);

@@ -1,8 +1,9 @@
 /* train/tune.c — the online tuner (Harmony's profiler and tuner, inside the
  * run). After the first steps it corrects the figures the plan was made with:
- * the host links by a probe copy each way (the step's own transfer intervals
- * are no measure: a copy waits in stream order for its space before it
- * moves), and the devices' speed by fitting: the factor on the profile's
+ * the links by probe copies (host to device 0 and back, device 0 to 1; the
+ * profile's host and P2P figures each scaled by their own ratio; the step's
+ * own transfer intervals are no measure: a copy waits in stream order for
+ * its space before it moves), and the devices' speed by fitting: the factor on the profile's
  * compute figures (on the host backend the CPU's too: the devices are this
  * machine's CPU) at which the executor's twin (virtual time,
  * rt_plan_simulate) takes the current plan's step as long as the last step
@@ -45,11 +46,17 @@ static double profile_value(const char *text, const char *key)
 	return p ? strtod(strchr(p, '=') + 1, NULL) : 0;
 }
 
-/* base with the devices' compute (and on the host backend the CPU's) times
- * speed and every link bandwidth times links, into text; the current plan's
+/* The factors the measurements put on the profile's figures. */
+struct scale {
+	double speed; /* compute (on the host backend the CPU's too) */
+	double host;  /* h2d, d2h, host_link */
+	double p2p;   /* device to device */
+};
+
+/* base with each figure times its factor, into text; the current plan's
  * simulated step on it. */
-static int scaled_sim(struct run *r, const char *base, int host, double speed, double links,
-                      char *text, size_t n, double *step_s)
+static int scaled_sim(struct run *r, const char *base, int host, const struct scale *f, char *text,
+                      size_t n, double *step_s)
 {
 	static const char *const keys[] = {"flops", "mem_bw", "cpu_flops", "cpu_mem_bw",
 	                                   "h2d",   "d2h",    "host_link", "p2p"};
@@ -63,66 +70,95 @@ static int scaled_sim(struct run *r, const char *base, int host, double speed, d
 		snprintf(key, sizeof(key), "\n%s", keys[k]);
 		double v = profile_value(base, key);
 		if (v > 0)
-			set_key(text, n, keys[k], v * (k < 4 ? speed : links), units[k]);
+			set_key(text, n, keys[k],
+			        v * (k < 4   ? f->speed
+			             : k < 7 ? f->host
+			                     : f->p2p),
+			        units[k]);
 	}
 	return rt_plan_simulate(r->rt, &r->m, &r->plan, text, step_s);
 }
 
-/* Bisection (in log space) for the factor on the compute speed (links 0: fit
- * the speed, the links at factor `links`) or on the links (links 0: at speed
- * `speed`) at which the twin's step takes target seconds; the simulated step
- * falls as either factor grows. */
-static int fit(struct run *r, const char *base, int host, double speed, double links, double target,
-               double *out, char *text, size_t n)
+/* Bisection (in log space) for the factor on the compute speed at which the
+ * twin's step, on the links f gives, takes target seconds; the simulated step
+ * falls as the speed grows. */
+static int fit_speed(struct run *r, const char *base, int host, struct scale f, double target,
+                     double *out, char *text, size_t n)
 {
 	double lo = 1e-5, hi = 1e3;
 	for (int it = 0; it < 24; it++) {
-		double mid = sqrt(lo * hi), s;
-		SP_CHECK(links > 0 ? scaled_sim(r, base, host, mid, links, text, n, &s)
-		                   : scaled_sim(r, base, host, speed, mid, text, n, &s));
+		double s;
+		f.speed = sqrt(lo * hi);
+		SP_CHECK(scaled_sim(r, base, host, &f, text, n, &s));
 		if (s > target)
-			lo = mid;
+			lo = f.speed;
 		else
-			hi = mid;
+			hi = f.speed;
 	}
 	*out = sqrt(lo * hi);
 	return 0;
 }
 
-/* The host links as they are: one copy each way between pinned host memory
- * and device 0 (8 MiB, or what device memory the vmm left, at least 1 MiB),
- * timed on the backend's clock. 0 where no memory is left for it. */
-static void probe_links(struct run *r, double *h2d, double *d2h)
+/* One timed copy of n bytes on stream s, after a first untimed one that
+ * touches the pages; bytes per second on the backend's clock, 0 on failure. */
+static double timed_copy(struct dev_ctx *dev, struct dev_stream *s, void *dst, int dst_dev,
+                         const void *src, int src_dev, size_t n)
 {
-	struct dev_ctx *dev = r->rt->dev;
-	struct dev_info in;
-	*h2d = *d2h = 0;
-	if (dev_info(dev, 0, &in) < 0)
-		return;
-	size_t n = 8u << 20, room = in.capacity > in.used ? (size_t)(in.capacity - in.used) / 2 : 0;
-	if (n > room)
-		n = room;
-	void *h = NULL, *d = NULL;
-	if (n < (1u << 20) || dev_host_alloc(dev, n, &h) < 0 || dev_mem_alloc(dev, 0, n, &d) < 0) {
-		if (h && dev_host_free(dev, h) < 0)
-			sp_error_clear();
-		sp_error_clear();
-		return;
-	}
-	struct dev_stream *s = r->rt->compute[0];
-	for (int dir = 0; dir < 2; dir++) {
+	double rate = 0;
+	for (int k = 0; k < 2; k++) {
 		if (dev_stream_sync(s) < 0)
 			break;
 		double t0 = dev_now(dev);
-		int rc = dir ? dev_memcpy_async(s, h, DEV_HOST, d, 0, n)
-		             : dev_memcpy_async(s, d, 0, h, DEV_HOST, n);
-		if (rc < 0 || dev_stream_sync(s) < 0)
+		if (dev_memcpy_async(s, dst, dst_dev, src, src_dev, n) < 0 ||
+		    dev_stream_sync(s) < 0)
 			break;
 		double t = dev_now(dev) - t0;
-		*(dir ? d2h : h2d) = t > 0 ? (double)n / t : 0;
+		rate = t > 0 ? (double)n / t : 0;
 	}
-	if (dev_mem_free(dev, 0, d) < 0 || dev_host_free(dev, h) < 0)
+	if (!rate)
 		sp_error_clear();
+	return rate;
+}
+
+/* The links as they are: a copy each way between pinned host memory and
+ * device 0, and one from device 0 to device 1 (8 MiB, or half of what device
+ * memory the vmm left, at least 1 MiB), timed on the backend's clock. 0 for
+ * a link not measured. */
+static void probe_links(struct run *r, double *h2d, double *d2h, double *p2p)
+{
+	struct dev_ctx *dev = r->rt->dev;
+	*h2d = *d2h = *p2p = 0;
+	size_t n = 8u << 20;
+	int ndev = r->rt->ndev > 1 ? 2 : 1;
+	for (int d = 0; d < ndev; d++) {
+		struct dev_info in;
+		if (dev_info(dev, d, &in) < 0) {
+			sp_error_clear();
+			return;
+		}
+		size_t room = in.capacity > in.used ? (size_t)(in.capacity - in.used) / 2 : 0;
+		if (n > room)
+			n = room;
+	}
+	if (n < (1u << 20))
+		return;
+	void *h = NULL, *d[2] = {NULL, NULL};
+	int ok = dev_host_alloc(dev, n, &h) == 0;
+	for (int k = 0; k < ndev && ok; k++)
+		ok = dev_mem_alloc(dev, k, n, &d[k]) == 0;
+	struct dev_stream *s = r->rt->compute[0];
+	if (ok) {
+		*h2d = timed_copy(dev, s, d[0], 0, h, DEV_HOST, n);
+		*d2h = timed_copy(dev, s, h, DEV_HOST, d[0], 0, n);
+		if (ndev > 1)
+			*p2p = timed_copy(dev, s, d[1], 1, d[0], 0, n);
+	}
+	for (int k = 0; k < ndev; k++)
+		if (d[k] && dev_mem_free(dev, k, d[k]) < 0)
+			sp_error_clear();
+	if (h && dev_host_free(dev, h) < 0)
+		sp_error_clear();
+	sp_error_clear();
 }
 
 /* Moves the training state of r->run into next and makes it the run's. */
@@ -188,23 +224,27 @@ int tr_tune(struct run *r)
 	/* the devices' speed: the factor at which the twin, on the measured links,
 	 * takes the step as long as it took */
 	int host = dev_backend(r->rt->dev) == DEV_BACKEND_HOST;
-	double f = 1, scale = 1, cur = 0;
-	/* the links, measured by a probe copy each way (the step's own transfers
-	 * tell little where it hardly waits for them); scale the profile's link
-	 * figures by the slower direction's ratio */
-	double ph2d, pd2h;
-	probe_links(r, &ph2d, &pd2h);
-	double a_d2h = profile_value(base, "\nd2h");
+	struct scale f = {1, 1, 1};
+	double cur = 0;
+	/* the links, measured by probe copies (the step's own transfers tell
+	 * little where it hardly waits for them); each kind of link scaled by its
+	 * own ratio, the host links by the slower direction's; a lone copy beats
+	 * a shared link, so never above the profile */
+	double ph2d, pd2h, pp2p;
+	probe_links(r, &ph2d, &pd2h, &pp2p);
+	double a_d2h = profile_value(base, "\nd2h"), a_p2p = profile_value(base, "\np2p");
 	if (ph2d > 0 && pd2h > 0 && a_h2d > 0 && a_d2h > 0) {
-		scale = ph2d / a_h2d < pd2h / a_d2h ? ph2d / a_h2d : pd2h / a_d2h;
-		scale = scale > 1 ? 1 : scale; /* a lone copy beats the shared link */
+		f.host = ph2d / a_h2d < pd2h / a_d2h ? ph2d / a_h2d : pd2h / a_d2h;
+		f.host = f.host > 1 ? 1 : f.host;
 	}
-	int rc = fit(r, base, host, 1, scale, step_s, &f, text, sizeof(text));
-	int unfit = f > 999 || f < 2e-5; /* the twin cannot take that long, or that short */
-	if (unfit)
-		f = 1;
+	if (pp2p > 0 && a_p2p > 0)
+		f.p2p = pp2p / a_p2p > 1 ? 1 : pp2p / a_p2p;
+	double speed;
+	int rc = fit_speed(r, base, host, f, step_s, &speed, text, sizeof(text));
+	int unfit = speed > 999 || speed < 2e-5; /* the twin cannot take that long, or that short */
+	f.speed = unfit ? 1 : speed;
 	if (rc == 0)
-		rc = scaled_sim(r, base, host, f, scale, text, sizeof(text), &cur);
+		rc = scaled_sim(r, base, host, &f, text, sizeof(text), &cur);
 	double best = 0;
 	struct tg_plan cand;
 	if (rc == 0)
@@ -222,10 +262,10 @@ int tr_tune(struct run *r)
 	int same = !strcmp(cd, r->plan_name);
 	int go = !same && best < 0.95 * cur;
 	snprintf(r->tune_log, sizeof(r->tune_log),
-	         "a step took %.4f s: the links measure %.3gx the profile's (H2D %.2f GB/s), the "
-	         "devices compute at %.3gx its speed%s; so the current plan takes %.4f s/step, %s "
-	         "%.4f s/step: %s",
-	         step_s, scale, a_h2d * scale / 1e9, f,
+	         "a step took %.4f s: the host links measure %.3gx the profile's (H2D %.2f GB/s), "
+	         "P2P %.3gx, the devices compute at %.3gx its speed%s; so the current plan takes "
+	         "%.4f s/step, %s %.4f s/step: %s",
+	         step_s, f.host, a_h2d * f.host / 1e9, f.p2p, f.speed,
 	         unfit ? " (no speed makes the twin match the step: the profile's kept)" : "", cur,
 	         same ? "the best" : cd, best,
 	         go     ? "switched"

@@ -61,6 +61,10 @@ int main(void)
 	sp_error_context("allocating weights");
 	CHECK_MSG(strcmp(sp_last_error(), "allocating weights: need 42 bytes") == 0, "%s",
 	          sp_last_error());
+	/* the last message as an argument of the next (the source overlaps) */
+	sp_error(-EIO, "step %d: %s", 7, sp_last_error());
+	CHECK_MSG(strcmp(sp_last_error(), "step 7: allocating weights: need 42 bytes") == 0, "%s",
+	          sp_last_error());
 	pthread_t t;
 	void *ret;
 	sp_error_clear();
