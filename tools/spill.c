@@ -14,6 +14,7 @@
  */
 #include "common/log.h"
 #include "common/params.h"
+#include "common/stats.h"
 #include "device/device.h"
 #include "train/train.h"
 #include "vmm/vmm.h"
@@ -403,11 +404,14 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 	if (sim && c.data)
 		return bad_flag(cmd, "the model backend holds no data:", "--data");
 	struct tr_result res;
+	double t0 = sp_now_s();
 	if (tr_train(&c, &res) < 0) {
 		fflush(stdout);
 		fprintf(stderr, "spill %s: %s\n", cmd, sp_last_error());
 		return 1;
 	}
+	if (sim) /* the figures above are virtual time; this is what they cost */
+		printf("simulated in %.2f s of wall time\n", sp_now_s() - t0);
 	return 0;
 }
 

@@ -52,14 +52,18 @@ struct run {
 	/* accounting (report.c): sums over the steps of this run */
 	double t_total;                /* step time */
 	double compute, exposed, idle; /* per device, averaged over devices */
+	double busy[TR_MAXDEV];        /* each device's compute time, summed over steps */
 	double last_exposed;           /* the last step's exposed transfer time */
 	double recent[8];              /* the last steps' times (the tuner) */
 	int nrecent;
-	double *losses, *times; /* [steps]: each step's loss and seconds */
-	int switch_step;        /* the tuner switched after this step (0: never) */
+	double *losses, *times;   /* [steps]: each step's loss and seconds */
+	int switch_step;          /* the tuner switched after this step (0: never) */
+	struct tg_plan prev_plan; /* the plan before the switch */
+	double before_s;          /* its measured step time */
+	int verified;             /* the switch was checked against what it measured */
 	struct tr_result res;
 	struct tr_trace trace;
-	char tune_log[512]; /* the tuner's decision, for the report */
+	char tune_log[768]; /* the tuner's decision, for the report */
 };
 
 /* train.c: a plan for the run's model (the config's request; twin: the profile
@@ -71,8 +75,11 @@ int tr_report(struct run *r) SP_MUST_CHECK;
 /* state.c: checkpoints (DIR/step_NNNNNNNN.safetensors) and resume. */
 int tr_checkpoint(struct run *r, int step) SP_MUST_CHECK;
 int tr_resume(struct run *r) SP_MUST_CHECK;
-/* tune.c: re-plan with the measured figures, switch when >= 5% faster. */
+/* tune.c: re-plan with the measured figures, switch when >= 5% faster;
+ * tr_tune_verify, as many steps later: switch back when the new plan's steps
+ * turned out slower than the old plan's. */
 int tr_tune(struct run *r) SP_MUST_CHECK;
+int tr_tune_verify(struct run *r) SP_MUST_CHECK;
 /* trace.c */
 int tr_trace_init(struct tr_trace *t, struct rt_ctx *rt) SP_MUST_CHECK;
 void tr_trace_step(struct tr_trace *t, const struct run *r, double t0);

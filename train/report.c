@@ -30,7 +30,7 @@ void tr_account_step(struct run *r, double t0, double t1)
 	 * when its dependencies had ended by then (its inputs were still arriving),
 	 * idle otherwise */
 	for (int d = 0; d < nd; d++) {
-		double last = t0;
+		double last = t0, before = comp;
 		for (;;) {
 			int next = -1;
 			for (int t = 0; t < p->ntask; t++) {
@@ -53,6 +53,8 @@ void tr_account_step(struct run *r, double t0, double t1)
 			comp += e > s ? e - s : 0;
 			last = e > last ? e : last + 1e-12;
 		}
+		if (d < TR_MAXDEV)
+			r->busy[d] += comp - before;
 	}
 	r->compute += comp / nd;
 	r->exposed += exposed / nd;
@@ -120,6 +122,8 @@ static void measure(struct run *r, struct tr_profile *pr)
 	pr->compute = r->res.steps ? r->compute / r->res.steps : 0;
 	pr->exposed = r->res.steps ? r->exposed / r->res.steps : 0;
 	pr->idle = r->res.steps ? r->idle / r->res.steps : 0;
+	for (int d = 0; d < nd && d < TR_MAXDEV; d++)
+		pr->busy[d] = r->res.steps ? r->busy[d] / r->res.steps : 0;
 	pr->tokens_per_s = r->t_total > 0 ? (double)r->res.steps * r->batch * r->T / r->t_total : 0;
 	pr->first_loss = r->res.first_loss;
 	pr->last_loss = r->res.last_loss;
@@ -155,13 +159,22 @@ void tr_profile_print(const struct tr_profile *pr, FILE *f)
 	fprintf(f, "plan: %s\n", pr->plan);
 	if (pr->tuner[0])
 		fprintf(f, "tuner: %s\n", pr->tuner);
-	fprintf(f, "%d steps, %.4f s/step, %.0f tokens/s; loss %.4f -> %.4f", pr->steps, pr->step_s,
-	        pr->tokens_per_s, pr->first_loss, pr->last_loss);
+	fprintf(f, "%d steps, %.4f s/step, %.0f tokens/s", pr->steps, pr->step_s, pr->tokens_per_s);
+	if (isnan(pr->last_loss) || pr->last_loss < 0)
+		fprintf(f, "; no loss (the model backend moves no data)");
+	else
+		fprintf(f, "; loss %.4f -> %.4f", pr->first_loss, pr->last_loss);
 	if (!isnan(pr->last_eval))
 		fprintf(f, ", validation %.4f", pr->last_eval);
 	fprintf(
 	    f, "\ntime per step and device: compute %.4f s, exposed transfer %.4f s, idle %.4f s\n",
 	    pr->compute, pr->exposed, pr->idle);
+	if (pr->step_s > 0 && pr->devices > 0) {
+		fprintf(f, "utilization (compute / step) per device:");
+		for (int d = 0; d < pr->devices && d < TR_MAXDEV; d++)
+			fprintf(f, " %d: %.0f%%", d, 100 * pr->busy[d] / pr->step_s);
+		fprintf(f, "\n");
+	}
 	fprintf(
 	    f, "\nswap volume per step, GB (measured; predicted by the taskgraph for this plan)\n");
 	fprintf(f, "%-11s", "link");
@@ -231,7 +244,10 @@ int tr_profile_json(const struct tr_profile *pr, const char *path)
 	fprintf(f, "],\n  \"step_times\": [");
 	for (int i = 0; i < pr->nlosses && pr->times; i++)
 		fprintf(f, "%s%.9g", i ? ", " : "", pr->times[i]);
-	fprintf(f, "],\n  \"switch_step\": %d,\n", pr->switch_step);
+	fprintf(f, "],\n  \"switch_step\": %d,\n  \"compute_per_device\": [", pr->switch_step);
+	for (int d = 0; d < pr->devices && d < TR_MAXDEV; d++)
+		fprintf(f, "%s%.9g", d ? ", " : "", pr->busy[d]);
+	fprintf(f, "],\n");
 	for (int w = 0; w < 2; w++) {
 		fprintf(f, "  \"%s\": {", w ? "predicted" : "measured");
 		for (int l = 0; l < TR_LINKS; l++) {
@@ -306,6 +322,10 @@ int tr_profile_read(const char *path, struct tr_profile *pr)
 	pr->compute = num(time, "compute", 0);
 	pr->exposed = num(time, "exposed_transfer", 0);
 	pr->idle = num(time, "idle", 0);
+	const struct sp_json *busy = sp_json_get(root, "compute_per_device");
+	for (int d = 0; busy && busy->type == SP_JSON_ARRAY && d < busy->n && d < TR_MAXDEV; d++)
+		if (busy->items[d].type == SP_JSON_NUMBER)
+			pr->busy[d] = busy->items[d].num;
 	pr->collective = num(root, "collective", 0);
 	pr->closed_form = num(root, "closed_form_weights", -1);
 	pr->has_predicted = 1;

@@ -201,14 +201,18 @@ static void progress(struct run *r, int step, double loss, double now, int last)
 	         d2h = vmm_xfer_bytes(r->rt->vmm, VMM_XFER_D2H);
 	int ds = step - r->p_step;
 	double tok = dt > 0 ? (double)ds * r->batch * r->T / dt : 0;
+	/* the devices' peak since the last line: at a step's end a schedule may
+	 * have written everything back */
 	uint64_t used = 0, cap = 0;
 	for (int d = 0; d < r->rt->ndev; d++) {
-		uint64_t u, k;
-		if (vmm_place_usage(r->rt->vmm, d, &u, &k) == 0) {
-			used += u;
+		uint64_t u, k, pk;
+		if (vmm_place_usage(r->rt->vmm, d, &u, &k) == 0 &&
+		    vmm_place_peak(r->rt->vmm, d, &pk) == 0) {
+			used += pk;
 			cap += k;
 		}
 	}
+	sp_error_clear();
 	double per = (now - r->t_first) / (step - r->start);
 	char eta[32], a[32], b[32], l[32];
 	fmt_eta(per * (r->steps - step), eta, sizeof(eta));
@@ -217,7 +221,7 @@ static void progress(struct run *r, int step, double loss, double now, int last)
 	else
 		snprintf(l, sizeof(l), "%.4f", loss);
 	fprintf(r->out,
-	        "%sstep %*d/%d | loss %s | %7.0f tok/s | H2D %6.2f GB/s D2H %6.2f GB/s | dev mem "
+	        "%sstep %*d/%d | loss %s | %7.0f tok/s | H2D %6.2f GB/s D2H %6.2f GB/s | dev peak "
 	        "%s / %s | ETA %s%s",
 	        r->c.tty ? "\r" : "", r->wsteps, step, r->steps, l, tok,
 	        dt > 0 ? (double)(h2d - r->p_h2d) / dt / 1e9 : 0,
@@ -431,9 +435,12 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 		     step + 1 == r->steps) &&
 		    (rc = tr_checkpoint(r, step + 1)) < 0)
 			break;
-		if (r->c.tune &&
-		    step + 1 == r->start + (r->c.tune_after > 0 ? r->c.tune_after : 3) &&
-		    step + 1 < r->steps && (rc = tr_tune(r)) < 0)
+		int ta = r->c.tune_after > 0 ? r->c.tune_after : 3;
+		if (r->c.tune && step + 1 == r->start + ta && step + 1 < r->steps &&
+		    (rc = tr_tune(r)) < 0)
+			break;
+		if (r->switch_step && !r->verified && step + 1 == r->switch_step + 1 + ta &&
+		    step + 1 < r->steps && (rc = tr_tune_verify(r)) < 0)
 			break;
 	}
 	if (rc == 0)

@@ -153,13 +153,15 @@ struct tr_result {
 
 /* The swap-volume profile of a run (per step): what `spill train` prints at
  * the end, writes with --stats-json, and `spill report` reads back. */
-#define TR_LINKS 5 /* H2D, D2H, P2P, host->disk, disk->host */
-#define TR_KINDS 6 /* weight, gradient, optimizer, stash, boundary, input */
+#define TR_MAXDEV 16 /* devices reported one by one (DEV_MAX) */
+#define TR_LINKS  5  /* H2D, D2H, P2P, host->disk, disk->host */
+#define TR_KINDS  6  /* weight, gradient, optimizer, stash, boundary, input */
 struct tr_profile {
-	char model[160], plan[160], backend[16], tuner[512];
+	char model[160], plan[160], backend[16], tuner[768];
 	int devices, steps;
 	double step_s, tokens_per_s, first_loss, last_loss, last_eval;
 	double compute, exposed, idle; /* seconds per step and device */
+	double busy[TR_MAXDEV];        /* seconds per step each device computed */
 	double measured[TR_LINKS][TR_KINDS], predicted[TR_LINKS][TR_KINDS]; /* bytes */
 	int has_predicted;
 	double collective;            /* all-reduce bytes over the peer links */

@@ -10,7 +10,9 @@
  * measured. With the corrected profile it re-runs auto's search (the twin
  * simulates its finalists) and, when another plan is predicted at least 5%
  * faster than the current one, moves the training state over
- * (rt_run_read_state / write_state) and goes on with it, logging why. Only
+ * (rt_run_read_state / write_state) and goes on with it, logging why. As
+ * many steps later it compares the new plan's measured steps with the old
+ * plan's and switches back when they are slower: the twin is a model. Only
  * for schedule auto: a named schedule is the user's choice.
  */
 #include "train/internal.h"
@@ -200,6 +202,20 @@ static int switch_to(struct run *r, const struct tg_plan *plan)
 	return 0;
 }
 
+/* The mean time of the steps from `first` (an absolute step index) to the
+ * last one done, leaving out the first of them where there are several: it
+ * pays for the first touches of the plan's memory. */
+static double mean_steps(const struct run *r, int first)
+{
+	int last = r->run->step - 1;
+	if (last > first)
+		first++;
+	double sum = 0;
+	for (int s = first; s <= last; s++)
+		sum += r->times[s];
+	return last >= first ? sum / (last - first + 1) : 0;
+}
+
 int tr_tune(struct run *r)
 {
 	if (r->c.schedule && strcmp(r->c.schedule, "auto")) {
@@ -212,8 +228,7 @@ int tr_tune(struct run *r)
 		return 0;
 	}
 	/* what the last step measured */
-	int last = (r->nrecent - 1) % 8;
-	double step_s = r->recent[last];
+	double step_s = mean_steps(r, r->start);
 	/* the figures the plan was made with */
 	char base[2048], text[2048];
 	if (r->c.plan_profile)
@@ -273,9 +288,36 @@ int tr_tune(struct run *r)
 	                : "kept (less than 5% faster)");
 	fprintf(r->out, "%stuner: %s\n", r->c.tty ? "\n" : "", r->tune_log);
 	if (go) {
+		r->prev_plan = r->plan;
+		r->before_s = step_s;
 		SP_CHECK(switch_to(r, &cand));
 		r->res.switches++;
 		r->switch_step = r->run->step;
+		fprintf(r->out, "plan: %s\n", r->plan_name);
+	}
+	return 0;
+}
+
+/* The twin is a model: where it misjudged (on the host backend the emulated
+ * devices and their copies share the CPU's cores, which the twin does not
+ * know), the measurement wins. */
+int tr_tune_verify(struct run *r)
+{
+	r->verified = 1;
+	double after = mean_steps(r, r->switch_step);
+	int back = after > r->before_s;
+	char line[200];
+	snprintf(line, sizeof(line),
+	         "after the switch a step took %.4f s against %.4f s before: %s", after,
+	         r->before_s, back ? "switched back" : "kept");
+	fprintf(r->out, "%stuner: %s\n", r->c.tty ? "\n" : "", line);
+	size_t n = strlen(r->tune_log);
+	snprintf(r->tune_log + n, sizeof(r->tune_log) - n, "; %s", line);
+	if (back) {
+		struct tg_plan prev = r->prev_plan;
+		SP_CHECK(switch_to(r, &prev));
+		r->res.switches++;
+		r->switch_step = 0; /* the plan the run ends with is the first one */
 		fprintf(r->out, "plan: %s\n", r->plan_name);
 	}
 	return 0;

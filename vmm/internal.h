@@ -26,6 +26,7 @@ struct vmm_pool_block {
 
 struct vmm_pool {
 	uint64_t size, align, used;
+	uint64_t peak; /* the most `used` reached since vmm_place_peak last read it */
 	struct vmm_pool_block *blocks; /* node arena */
 	uint32_t cap;
 	int32_t head;      /* first block in address order */

@@ -111,6 +111,8 @@ int vmm_pool_alloc_end(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int h
 	}
 	B->owner = owner;
 	p->used += need;
+	if (p->used > p->peak)
+		p->peak = p->used;
 	*blk = b;
 	return 0;
 }

@@ -932,6 +932,20 @@ uint32_t vmm_obj_where(struct vmm *v, uint64_t id)
 	return mask;
 }
 
+int vmm_place_peak(struct vmm *v, int place, uint64_t *peak)
+{
+	SP_CHECK_ARG(v && peak, "vmm_place_peak: NULL argument");
+	int p = vmm_place_index(v, place);
+	if (p < 0 || p == P_DISK(v))
+		return p < 0 ? bad_place(place) : sp_error(-EINVAL, "vmm_place_peak: not the disk");
+	pthread_mutex_lock(&v->lock);
+	struct vmm_pool *pool = &v->pl[p].pool;
+	*peak = pool->peak + (p == P_HOST(v) ? 0 : v->pl[p].stable_used);
+	pool->peak = pool->used;
+	pthread_mutex_unlock(&v->lock);
+	return 0;
+}
+
 int vmm_place_usage(struct vmm *v, int place, uint64_t *used, uint64_t *capacity)
 {
 	SP_CHECK_ARG(v && used && capacity, "vmm_place_usage: NULL argument");

@@ -243,6 +243,12 @@ const char *vmm_kind_name(enum vmm_kind kind);
 /* Bytes in use / capacity of a place (device pool + stable, host pool, disk). */
 int vmm_place_usage(struct vmm *v, int place, uint64_t *used, uint64_t *capacity) SP_MUST_CHECK;
 
+/* The most bytes a device's or the host's pool held at once since the last
+ * call (stable-address objects counted at their current use), and restarts
+ * the count from what it holds now. For progress lines: at a step's end a
+ * schedule may have written everything back. */
+int vmm_place_peak(struct vmm *v, int place, uint64_t *peak) SP_MUST_CHECK;
+
 /* The disk tier's own counters (zeros without a disk tier). */
 void vmm_disk_stats_get(struct vmm *v, struct vmm_disk_stats_snapshot *out);
 

@@ -131,6 +131,13 @@ print("switched after step %d: %.4f s/step before, %.4f after" % (s, before, aft
 assert after < before, "not faster after the switch"
 PY
 
+# 4b. a plan with fewer tasks than one task has dependencies (one pack, a
+#     group of 8): rt_run_open once wrote past its dependency list here (the
+#     sanitizer builds catch it; the release build crashed in the tuner)
+"$spill" train "${small[@]}" --batch 16 --steps 1 --no-tune --schedule harmony-dp --packs 1 \
+	--group 8 --microbatch 1 --recompute --update-on-cpu --budget 4M >"$work/g8.out" 2>&1 ||
+	{ cat "$work/g8.out"; fail "harmony-dp, 1 pack, group 8"; }
+
 # 5. a what-if of GPT-2 10B on 8 GTX 1080 Ti
 start=$(date +%s.%N)
 "$spill" sim --model 10b --profile gtx1080ti-x8 >"$work/sim.out" 2>&1 || { cat "$work/sim.out"; fail "spill sim"; }

@@ -604,6 +604,14 @@ static void compare(const char *what)
 		CHECK_MSG(used == (uint64_t)o_used(p) * OBJ,
 		          "op %ld (%s): place %d holds %" PRIu64 " bytes, oracle says %d objects",
 		          n_ops, what, vplace(p), used, o_used(p));
+		/* the peak since the last check is at least what is held now and
+		 * within the capacity; read again it restarts from what is held */
+		uint64_t pk, pk2;
+		CHECK_OK(vmm_place_peak(v, vplace(p), &pk));
+		CHECK_OK(vmm_place_peak(v, vplace(p), &pk2));
+		CHECK_MSG(pk >= used && pk <= cap && pk2 == used,
+		          "op %ld (%s): place %d peak %" PRIu64 " then %" PRIu64 ", holds %" PRIu64,
+		          n_ops, what, vplace(p), pk, pk2, used);
 	}
 }
 

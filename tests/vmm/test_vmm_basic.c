@@ -517,6 +517,8 @@ static void test_bad_calls(void)
 	CHECK(vmm_hint(v, 0, 1) == -EINVAL);
 	uint64_t used, cap;
 	CHECK(vmm_place_usage(v, 5, &used, &cap) == -EINVAL);
+	CHECK(vmm_place_peak(v, 5, &used) == -EINVAL);
+	CHECK(vmm_place_peak(v, VMM_DISK, &used) == -EINVAL);
 	CHECK_OK(vmm_obj_destroy(v, id));
 }
 
