@@ -19,10 +19,12 @@
 #include "train/train.h"
 #include "vmm/vmm.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SPILL_VERSION "0.1.0"
@@ -480,7 +482,23 @@ static int cmd_prepare(int argc, char **argv)
 		fprintf(stderr, "spill prepare: %s\n", sp_last_error());
 		return 1;
 	}
-	printf("wrote %s/%s_train_*.bin and %s_val_000000.bin\n", dir, name, name);
+	/* what was written: each shard and its tokens (a 1024-byte header, then
+	 * 2 bytes a token) */
+	struct dirent **ents;
+	int nent = scandir(dir, &ents, NULL, alphasort);
+	size_t plen = strlen(name);
+	for (int k = 0; k < nent; k++) {
+		struct stat st;
+		char path[4096];
+		const char *f = ents[k]->d_name;
+		snprintf(path, sizeof(path), "%s/%s", dir, f);
+		if (!strncmp(f, name, plen) && f[plen] == '_' && strstr(f, ".bin") &&
+		    stat(path, &st) == 0 && st.st_size >= 1024)
+			printf("%s: %lld tokens\n", path, (long long)(st.st_size - 1024) / 2);
+		free(ents[k]);
+	}
+	if (nent >= 0)
+		free(ents);
 	return 0;
 }
 

@@ -147,7 +147,10 @@ static int open_context(struct run *r, uint64_t budget)
 		r->quarter = 1;
 	}
 	if (rc.dev.backend == DEV_BACKEND_MODEL && !sp.host_mem)
-		rc.vmm.host_mem = 4ull << 40; /* address space only: the host is no limit */
+		/* the host is no limit: the whole state and a quarter for the pool's
+		 * gaps (address space only; no more than that, which sanitizers and
+		 * small vm.max_map_count settings refuse) */
+		rc.vmm.host_mem = r->state + r->state / 4 + (1ull << 30);
 	return rt_open(&rc, &r->rt);
 }
 
