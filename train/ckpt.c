@@ -13,6 +13,8 @@
  */
 #include "train/train.h"
 
+#include "common/json.h"
+
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -181,28 +183,6 @@ static int check_inputs(const char *path, const struct tr_tensor *t, int n, cons
 	return 0;
 }
 
-/* Escapes what JSON requires (quote, backslash, control characters); other
- * bytes, UTF-8 included, go as they are. */
-static void put_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		switch (*p) {
-		case '"': fputs("\\\"", f); break;
-		case '\\': fputs("\\\\", f); break;
-		case '\n': fputs("\\n", f); break;
-		case '\r': fputs("\\r", f); break;
-		case '\t': fputs("\\t", f); break;
-		default:
-			if (*p < 0x20)
-				fprintf(f, "\\u%04x", *p);
-			else
-				fputc(*p, f);
-		}
-	}
-	fputc('"', f);
-}
-
 /* The header: metadata first (as the official writer does), tensors with
  * consecutive data offsets, then spaces up to a multiple of 8 bytes so that the
  * data, at 8 + its length, starts 8-byte aligned. */
@@ -219,9 +199,9 @@ static int build_header(const char *path, const struct tr_tensor *t, int n, cons
 		fputs("\"" META_KEY "\":{", f);
 		for (int i = 0; i < nmeta; i++) {
 			fputs(i ? "," : "", f);
-			put_string(f, meta[2 * i]);
+			sp_json_write_str(f, meta[2 * i]);
 			fputc(':', f);
-			put_string(f, meta[2 * i + 1]);
+			sp_json_write_str(f, meta[2 * i + 1]);
 		}
 		fputc('}', f);
 	}
@@ -230,7 +210,7 @@ static int build_header(const char *path, const struct tr_tensor *t, int n, cons
 		uint64_t bytes = 0;
 		shape_bytes(t[i].shape, t[i].ndim, dtypes[t[i].dtype].size, &bytes);
 		fputs(i || nmeta ? "," : "", f);
-		put_string(f, t[i].name);
+		sp_json_write_str(f, t[i].name);
 		fprintf(f, ":{\"dtype\":\"%s\",\"shape\":[", dtypes[t[i].dtype].name);
 		for (int d = 0; d < t[i].ndim; d++)
 			fprintf(f, "%s%" PRId64, d ? "," : "", t[i].shape[d]);
