@@ -248,4 +248,80 @@ int tg_plan_auto(const struct tg_model *m, const struct tg_hw *hw, struct tg_pla
 int tg_plan_candidates(const struct tg_model *m, const struct tg_hw *hw, int max, int per_sched,
                        struct tg_plan *out, struct tg_time *times, int *n) SP_MUST_CHECK;
 
+/* ---- many models at once: SHARP (sharp.c, milp.c) ------------------------------------
+ * Hydra's shard-alternator: each model is a queue of shard units (forward or
+ * backward of one shard on one minibatch), strictly sequential within the model;
+ * whenever a device is free it takes an eligible unit (the front of its model's
+ * queue, no other unit of that model running) of any model, chosen by a policy. */
+
+enum tg_mm_policy {
+	TG_MM_LRTF,   /* the model with the longest remaining time (Sharded-LRTF) */
+	TG_MM_RANDOM, /* uniformly among the eligible models */
+	TG_MM_FIFO,   /* the model eligible longest (ties: lower index) */
+	TG_MM_NPOLICY
+};
+const char *tg_mm_policy_name(enum tg_mm_policy p);
+int tg_mm_policy_parse(const char *name, enum tg_mm_policy *out) SP_MUST_CHECK;
+
+/* The online choice among eligible models. O(log n) per operation for lrtf and
+ * fifo (a heap keyed by remaining time, resp. by when the model became
+ * eligible), O(1) for random (seeded, deterministic). Not thread-safe. */
+struct tg_sharp;
+int tg_sharp_open(int nmodels, enum tg_mm_policy policy, uint64_t seed,
+                  struct tg_sharp **out) SP_MUST_CHECK;
+void tg_sharp_close(struct tg_sharp *s);
+/* Model m becomes eligible; remaining: its remaining time in seconds (lrtf's key). */
+void tg_sharp_ready(struct tg_sharp *s, int m, double remaining);
+/* Takes the policy's choice out of the eligible set: the model, or -1 if none. */
+int tg_sharp_pick(struct tg_sharp *s);
+/* Takes model m out of the eligible set if it is there (stopped early). */
+void tg_sharp_remove(struct tg_sharp *s, int m);
+int tg_sharp_eligible(const struct tg_sharp *s);
+
+/* An instance for the simulator and the MILP: model m has nunits[m] units, unit j
+ * taking dur[m][j] seconds on a device of speed 1 (speed[d]: device d's, NULL:
+ * all 1; a unit takes dur / speed there). Dynamics, each NULL for none:
+ * join[d], the time device d becomes available; fail[d], the time it disappears
+ * (a unit running on it then is lost and reruns elsewhere from its start);
+ * stop(arg, m, done, now): called when model m has finished `done` units,
+ * returns 1 to stop it early (successive halving, for one). */
+struct tg_mm {
+	int nmodels;
+	const int *nunits;
+	const double *const *dur;
+	int ndev;
+	const double *speed;
+	const double *join, *fail;
+	int (*stop)(void *arg, int m, int done, double now);
+	void *stop_arg;
+};
+
+struct tg_mm_result {
+	double makespan; /* seconds, from 0 to the last unit's end */
+	double busy_s;   /* device-seconds spent on units that completed */
+	double lost_s;   /* device-seconds of units lost to failed devices */
+	uint64_t units;  /* units completed */
+	uint64_t reruns; /* units rerun after a failure */
+	int stopped;     /* models stopped early */
+};
+
+/* Event-driven SHARP over the instance (remaining time from dur, the same
+ * estimate the runtime keeps from measured units). Returns 0, -EINVAL naming
+ * the bad field, -ENOMEM, or -EDEADLK when every device has failed with units
+ * left. */
+int tg_mm_simulate(const struct tg_mm *in, enum tg_mm_policy policy, uint64_t seed,
+                   struct tg_mm_result *out) SP_MUST_CHECK;
+/* A lower bound on the makespan: max(longest model, total work / total speed)
+ * (no dynamics). */
+double tg_mm_lower_bound(const struct tg_mm *in);
+
+/* Hydra's MILP (§5.3.1: start times, one device per unit, units of a model in
+ * order, one unit at a time per device, minimise the makespan) solved with GLPK
+ * within time_limit_s. *makespan gets the best schedule found, *bound the
+ * solver's lower bound, *optimal 1 when they meet. Dynamics are ignored.
+ * Returns 0, -ENOTSUP when built without GLPK, -ETIMEDOUT when no integer
+ * solution was found in time, -EINVAL, -E2BIG for instances over 64 units. */
+int tg_mm_milp(const struct tg_mm *in, double time_limit_s, double *makespan, double *bound,
+               int *optimal) SP_MUST_CHECK;
+
 #endif
