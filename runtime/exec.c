@@ -54,6 +54,7 @@ struct xs {
 	void **ptr;      /* scratch: pointers of one task */
 	int *coll_first; /* per collective group: its member with the lowest index */
 	int ncoll;
+	int hints; /* Belady hints from this program's order (off for external drivers) */
 };
 
 static int task_queue(const struct xs *x, int dev)
@@ -128,7 +129,7 @@ static void mark_chain_starts(struct xs *x, uint8_t *seen)
 	}
 }
 
-static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter)
+static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter, int window)
 {
 	memset(x, 0, sizeof(*x));
 	x->rt = rt;
@@ -137,7 +138,8 @@ static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter)
 	x->base = (uint64_t)iter * (uint64_t)p->ntask;
 	x->nq = rt->ndev + 1;
 	x->cpu_q = rt->ndev;
-	x->window = rt->cfg.exec.window;
+	x->window = window;
+	x->hints = rt->cfg.exec.hints;
 	int n = p->ntask, maxref = 1, maxcoll = -1;
 	x->st = calloc((size_t)n, 1);
 	x->pf = calloc((size_t)n, 1);
@@ -217,7 +219,7 @@ static int set_initial_hints(struct xs *x)
 {
 	struct rt_prog *p = x->p;
 	struct vmm *v = x->rt->vmm;
-	if (!x->rt->cfg.exec.hints)
+	if (!x->hints)
 		return 0;
 	size_t stride = (size_t)p->nplaces + 1;
 	for (int o = 0; o < p->nobj; o++) {
@@ -243,7 +245,7 @@ static int set_hints(struct xs *x, int t, int q)
 	struct rt_prog *p = x->p;
 	struct vmm *v = x->rt->vmm;
 	const struct rt_task *tk = &p->task[t];
-	if (!x->rt->cfg.exec.hints)
+	if (!x->hints)
 		return 0;
 	for (int r = 0; r < tk->nref; r++) {
 		uint64_t vid = p->obj[tk->ref[r].obj].vid;
@@ -871,6 +873,20 @@ static void prefetch(struct xs *x)
 	}
 }
 
+/* Waits for everything issued, marking it done without its completion actions. */
+static void drain(struct xs *x)
+{
+	for (int q = 0; q < x->nq; q++)
+		while (x->q[q].fln) {
+			int t = x->q[q].fl[x->q[q].flhead];
+			if (dev_event_sync(x->p->ev[t]) < 0)
+				SP_WARN(RT, "%s", sp_last_error());
+			x->q[q].flhead = (x->q[q].flhead + 1) % x->window;
+			x->q[q].fln--;
+			x->st[t] = T_DONE;
+		}
+}
+
 /* ---- the loop -------------------------------------------------------------------- */
 
 int rt_exec_run(struct rt_ctx *rt, struct rt_prog *p, int iter)
@@ -879,7 +895,7 @@ int rt_exec_run(struct rt_ctx *rt, struct rt_prog *p, int iter)
 	SP_CHECK_ARG(p->prepared && p->ev, "rt_exec_run: prepare and bind the program first");
 	SP_CHECK_ARG(iter >= 0, "rt_exec_run: iteration %d", iter);
 	struct xs x;
-	int rc = xs_init(&x, rt, p, iter);
+	int rc = xs_init(&x, rt, p, iter, rt->cfg.exec.window);
 	if (rc == 0)
 		rc = set_initial_hints(&x);
 	if (rc < 0) {
@@ -928,15 +944,7 @@ int rt_exec_run(struct rt_ctx *rt, struct rt_prog *p, int iter)
 	if (x.err) { /* let what was issued finish; its memory is reused after it */
 		char msg[SP_ERROR_MSG_MAX];
 		snprintf(msg, sizeof(msg), "%s", sp_last_error());
-		for (int q = 0; q < x.nq; q++)
-			while (x.q[q].fln) {
-				int t = x.q[q].fl[x.q[q].flhead];
-				if (dev_event_sync(p->ev[t]) < 0)
-					SP_WARN(RT, "%s", sp_last_error());
-				x.q[q].flhead = (x.q[q].flhead + 1) % x.window;
-				x.q[q].fln--;
-				x.st[t] = T_DONE;
-			}
+		drain(&x);
 		rc = sp_error(x.err, "%s", msg);
 	}
 	int e = vmm_sync(rt->vmm);
@@ -946,4 +954,79 @@ int rt_exec_run(struct rt_ctx *rt, struct rt_prog *p, int iter)
 		rt->st.iterations++;
 	xs_free(&x);
 	return rc;
+}
+
+/* ---- for other drivers (internal.h) ------------------------------------------------ */
+
+struct rt_xs {
+	struct xs x;
+};
+
+int rt_xs_open(struct rt_ctx *rt, struct rt_prog *p, int iter, struct rt_xs **out)
+{
+	*out = NULL;
+	SP_CHECK_ARG(p->prepared && p->ev, "rt_xs_open: prepare and bind the program first");
+	struct rt_xs *e = calloc(1, sizeof(*e));
+	if (!e)
+		return sp_error(-ENOMEM, "executor: state");
+	int rc = xs_init(&e->x, rt, p, iter, p->ntask > 0 ? p->ntask : 1);
+	e->x.hints = 0;
+	if (rc < 0) {
+		xs_free(&e->x);
+		free(e);
+		return rc;
+	}
+	*out = e;
+	return 0;
+}
+
+int rt_xs_issue(struct rt_xs *e, int t, int dev)
+{
+	struct xs *x = &e->x;
+	SP_CHECK_ARG(t >= 0 && t < x->p->ntask && x->st[t] == T_WAIT && deps_issued(x, t),
+	             "rt_xs_issue: task %d is not ready", t);
+	SP_CHECK_ARG(!(x->p->task[t].flags & RT_TASK_COLLECTIVE),
+	             "rt_xs_issue: task %d is a collective", t);
+	int q = task_queue(x, dev);
+	SP_CHECK_ARG(q >= 0 && q < x->nq, "rt_xs_issue: device %d", dev);
+	int rc = issue(x, t, q);
+	if (rc < 0 && !x->err)
+		x->err = rc;
+	return rc;
+}
+
+int rt_xs_reap(struct rt_xs *e)
+{
+	reap(&e->x);
+	if (e->x.npd)
+		retry_discards(&e->x);
+	return e->x.err;
+}
+
+int rt_xs_state(const struct rt_xs *e, int t)
+{
+	return e->x.st[t];
+}
+
+int rt_xs_done(const struct rt_xs *e)
+{
+	return e->x.ndone == e->x.p->ntask;
+}
+
+int rt_xs_heads(const struct rt_xs *e, struct dev_event **ev, int max)
+{
+	int n = 0;
+	for (int q = 0; q < e->x.nq && n < max; q++)
+		if (e->x.q[q].fln)
+			ev[n++] = e->x.p->ev[e->x.q[q].fl[e->x.q[q].flhead]];
+	return n;
+}
+
+void rt_xs_close(struct rt_xs *e)
+{
+	if (!e)
+		return;
+	drain(&e->x);
+	xs_free(&e->x);
+	free(e);
 }

@@ -564,20 +564,31 @@ static double mean_loss(const struct rt_run *r)
 	return sum / ((double)r->m->batch * r->m->loss_floats);
 }
 
+int rt_run_step_begin(struct rt_run *r)
+{
+	SP_CHECK(write_inputs(r, r->m->data, r->iter));
+	r->step++;
+	return 0;
+}
+
+void rt_run_step_end(struct rt_run *r, double *loss)
+{
+	r->iter++;
+	r->last_loss = mean_loss(r);
+	if (loss)
+		*loss = r->last_loss;
+}
+
 int rt_run_step(struct rt_run *r, double *loss)
 {
 	SP_CHECK_ARG(r, "rt_run_step: NULL run");
-	SP_CHECK(write_inputs(r, r->m->data, r->iter));
-	r->step++;
+	SP_CHECK(rt_run_step_begin(r));
 	int rc = rt_exec_run(r->rt, &r->prog, r->iter);
 	if (rc < 0) {
 		r->step--;
 		return rc;
 	}
-	r->iter++;
-	r->last_loss = mean_loss(r);
-	if (loss)
-		*loss = r->last_loss;
+	rt_run_step_end(r, loss);
 	return 0;
 }
 

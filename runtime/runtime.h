@@ -470,6 +470,45 @@ int rt_sched_parse(const char *name, enum tg_sched *out) SP_MUST_CHECK;
 /* "harmony-dp, 4 packs, microbatch 2, group 4, 2 devices" */
 void rt_plan_describe(const struct tg_plan *p, char *buf, size_t n);
 
+/* ---- many models at once: SHARP (sharp.c) ------------------------------------------
+ * Hydra's shard alternator on this executor. Each model is opened with
+ * rt_run_open under rt_sharp_plan's plan (one device, greedy shards of whole
+ * minibatches, a double-buffer reserve) and becomes a queue of shard units:
+ * forward of a shard (the last with the loss), backward of a shard with its
+ * update. Devices take units from any model (cfg->policy picks among the
+ * models whose previous unit has completed). A model's weights after its steps
+ * are bit-identical to training it alone (rt_reference with one replica). */
+struct rt_sharp_config {
+	enum tg_mm_policy policy;
+	int double_buffer; /* a device reserves its next unit and prefetches it */
+	uint64_t seed;     /* the random policy's */
+	/* after each step of model i but its last: return 1 to stop it early */
+	int (*on_step)(void *arg, int model, int step, double loss);
+	void *arg;
+};
+
+struct rt_sharp_stats {
+	double t0, makespan_s; /* the backend's clock at the start; until the last step */
+	uint64_t units;        /* units run */
+	uint64_t units_on[DEV_MAX];
+	double busy_s[DEV_MAX]; /* per device: time from a unit's issue to its end */
+	uint64_t same_device;   /* units that ran where their model's previous one did */
+	int stopped;            /* models stopped early by on_step */
+};
+
+/* The plan of model m under SHARP: greedy shards (tg_pack_greedy, a whole
+ * minibatch, `reserve` of the device budget kept free for double buffering,
+ * Hydra's default 0.15), shrunk until every task fits one device's budget,
+ * just-in-time updates, one device. Returns 0, -ENOMEM naming the layer that
+ * does not fit alone and by how much. */
+int rt_sharp_plan(const struct rt_ctx *rt, const struct rt_model *m, double reserve,
+                  struct tg_plan *out) SP_MUST_CHECK;
+/* Trains n models together: runs[i] for steps[i] steps (0: none). Returns 0,
+ * -EINVAL for a run that is not a one-device plan on rt, or the first error
+ * of a unit (what was issued completes before the return). */
+int rt_sharp_run(struct rt_ctx *rt, struct rt_run *const *runs, const int *steps, int n,
+                 const struct rt_sharp_config *cfg, struct rt_sharp_stats *st) SP_MUST_CHECK;
+
 /* ---- the reference loop (ref.c) ------------------------------------------------------
  * The model trained with no vmm and no scheduler: every tensor in host memory,
  * the same layer ops on a CPU stream, microbatch by microbatch in order within

@@ -1,0 +1,340 @@
+/* runtime/sharp.c — many models trained at once (Hydra's SHARP) on the executor.
+ *
+ * Each model runs under a one-device plan of greedy shards (rt_sharp_plan), so
+ * one training step of it is a chain of tasks: forward of each shard (the last
+ * one with the loss), then backward of each shard with its just-in-time
+ * update. A shard unit is a forward or backward task with the loss or update
+ * tasks after it. Units of one model run strictly one after another; devices
+ * take units of any model: when a device is free it runs the unit its
+ * double-buffer reserved, else the policy's pick among the eligible models (the
+ * model's previous unit complete). With double buffering the device picks its
+ * next unit as soon as it starts one and prefetches that unit's shard and
+ * inputs while the current one computes; intermediates stay on the device
+ * when the next unit of the model runs there and go GPU->GPU otherwise (the
+ * vmm copies from a device holding a valid copy first).
+ * Lrtf's remaining time of a model: its units left in this step plus its
+ * steps left, from measured unit times (the first step: FLOPs at the device's
+ * rate). Every model's tasks keep the order of training it alone, so its
+ * weights are those of the reference loop, bit for bit. */
+#include "runtime/internal.h"
+
+#include "common/log.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sm { /* one model */
+	struct rt_run *run;
+	int steps, done_steps, stopped, finished;
+	int nunits, *ufirst; /* unit u: tasks [ufirst[u], ufirst[u + 1]) */
+	double *est;         /* seconds per unit (measured, or estimated) */
+	int cur;             /* the next unit of the current step */
+	int dev;             /* device running its unit, or -1 */
+	int last_dev;        /* device its previous unit ran on */
+	double start;        /* dev_now at the running unit's issue */
+	struct rt_xs *xs;    /* the current step's executor state */
+};
+
+struct sharp {
+	struct rt_ctx *rt;
+	const struct rt_sharp_config *cfg;
+	struct sm *m;
+	int n, alive;
+	struct tg_sharp *pol;
+	int busy[DEV_MAX];     /* model running on the device, or -1 */
+	int reserved[DEV_MAX]; /* double buffering: the model it runs next, or -1 */
+	struct rt_sharp_stats *st;
+};
+
+int rt_sharp_plan(const struct rt_ctx *rt, const struct rt_model *m, double reserve,
+                  struct tg_plan *out)
+{
+	SP_CHECK_ARG(rt && m && out, "rt_sharp_plan: NULL argument");
+	SP_CHECK_ARG(reserve >= 0 && reserve < 1,
+	             "sharp: double-buffer reserve %.2f outside [0, 1)", reserve);
+	struct tg_layer *tl = calloc((size_t)m->nlayers, sizeof(*tl));
+	if (!tl)
+		return sp_error(-ENOMEM, "rt_sharp_plan: layers");
+	struct tg_model tm;
+	rt_model_tg(m, tl, &tm);
+	struct tg_hw hw;
+	rt_plan_hw(rt, 1, &hw);
+	memset(out, 0, sizeof(*out));
+	out->sched = TG_HARMONY_PP;
+	out->ndev = 1;
+	out->group = 1;
+	/* Hydra's shard unit is a whole minibatch; the greedy packing counts the
+	 * pack's layers and a minibatch, the executor's working set is a little
+	 * more (ping-pong gradients, the loss): shrink until every task fits */
+	int rc = -ENOMEM;
+	uint64_t cap = hw.capacity;
+	for (int tries = 0; tries < 40; tries++) {
+		rc = tg_pack_greedy(&tm, m->batch, cap, reserve, out);
+		if (rc < 0)
+			break;
+		struct tg_graph g;
+		rc = tg_graph_build(&tm, 1, out, &g);
+		if (rc < 0)
+			break;
+		int worst;
+		uint64_t need = tg_graph_min_capacity(&g, &worst);
+		tg_graph_free(&g);
+		if (need <= hw.capacity)
+			break;
+		rc = -ENOMEM;
+		cap = cap / 10 * 9;
+	}
+	free(tl);
+	if (rc == -ENOMEM && !strstr(sp_last_error(), "layer"))
+		return sp_error(-ENOMEM,
+		                "sharp: model %s does not fit %.0f MiB per device in shards",
+		                m->name, (double)hw.capacity / (1 << 20));
+	if (rc < 0)
+		return sp_error(rc, "model %s: %s", m->name, sp_last_error());
+	return 0;
+}
+
+/* Splits the program into units: a forward or backward task starts one, the
+ * loss and update tasks join the unit before them. */
+static int units_of(struct sm *s)
+{
+	const struct rt_run *r = s->run;
+	int n = r->prog.ntask;
+	s->ufirst = malloc((size_t)(n + 1) * sizeof(int));
+	s->est = calloc((size_t)n + 1, sizeof(double));
+	if (!s->ufirst || !s->est)
+		return sp_error(-ENOMEM, "sharp: units of %d tasks", n);
+	struct tg_hw hw;
+	rt_plan_hw(r->rt, 1, &hw);
+	s->nunits = 0;
+	for (int t = 0; t < n; t++) {
+		int k = r->g.task[r->prog.task[t].tg_task].kind;
+		if (k == TG_ALLREDUCE)
+			return sp_error(-EINVAL, "sharp: model %s's plan has an all-reduce",
+			                r->m->name);
+		if (k == TG_FWD || k == TG_BWD || !s->nunits)
+			s->ufirst[s->nunits++] = t;
+		s->est[s->nunits - 1] += r->prog.task[t].flops / (hw.flops > 0 ? hw.flops : 1e12);
+	}
+	s->ufirst[s->nunits] = n;
+	for (int u = 0; u < s->nunits && sp_log_level_now >= SP_LOG_TRACE; u++)
+		for (int t = s->ufirst[u]; t < s->ufirst[u + 1]; t++)
+			SP_TRACE(RT, "sharp %s: unit %d task %d %s", r->m->name, u, t,
+			         r->prog.task[t].name);
+	return 0;
+}
+
+static double remaining(const struct sm *s)
+{
+	double step = 0, left = 0;
+	for (int u = 0; u < s->nunits; u++) {
+		step += s->est[u];
+		if (u >= s->cur)
+			left += s->est[u];
+	}
+	return left + step * (double)(s->steps - s->done_steps - 1);
+}
+
+static int begin_step(struct sharp *h, int i)
+{
+	struct sm *s = &h->m[i];
+	SP_CHECK(rt_run_step_begin(s->run));
+	int rc = rt_xs_open(h->rt, &s->run->prog, s->run->iter, &s->xs);
+	if (rc < 0) {
+		s->run->step--;
+		return rc;
+	}
+	s->cur = 0;
+	return 0;
+}
+
+/* The unit of model i on device d: its tasks, issued in order. */
+static int issue_unit(struct sharp *h, int i, int d)
+{
+	struct sm *s = &h->m[i];
+	s->dev = d;
+	s->start = dev_now(h->rt->dev);
+	h->busy[d] = i;
+	h->st->units++;
+	h->st->units_on[d]++;
+	if (s->last_dev == d)
+		h->st->same_device++;
+	for (int t = s->ufirst[s->cur]; t < s->ufirst[s->cur + 1]; t++)
+		SP_CHECK(rt_xs_issue(s->xs, t, d));
+	return 0;
+}
+
+/* Double buffering: what model i's next unit reads comes to device d now. */
+static void prefetch_unit(struct sharp *h, int i, int d)
+{
+	struct sm *s = &h->m[i];
+	const struct rt_prog *p = &s->run->prog;
+	for (int t = s->ufirst[s->cur]; t < s->ufirst[s->cur + 1]; t++)
+		for (int r = 0; r < p->task[t].nref; r++) {
+			const struct rt_obj *o = &p->obj[p->task[t].ref[r].obj];
+			if (!o->vid || p->task[t].ref[r].mode == VMM_OVERWRITE)
+				continue;
+			int rc = vmm_prefetch(h->rt->vmm, o->vid, d);
+			if (rc < 0)
+				SP_INFO(RT, "sharp prefetch %s: %s", o->name, sp_last_error());
+			else
+				h->rt->st.prefetches++;
+		}
+}
+
+/* Model i's unit completed: account, advance, next step, early stop. */
+static int unit_done(struct sharp *h, int i)
+{
+	struct sm *s = &h->m[i];
+	int d = s->dev;
+	double t_end = dev_now(h->rt->dev);
+	if (dev_event_time(s->run->prog.ev[s->ufirst[s->cur + 1] - 1], &t_end) < 0)
+		t_end = dev_now(h->rt->dev);
+	double took = t_end - s->start;
+	if (took > 0)
+		s->est[s->cur] = took;
+	h->st->busy_s[d] += took > 0 ? took : 0;
+	h->busy[d] = -1;
+	s->dev = -1;
+	s->last_dev = d;
+	if (++s->cur < s->nunits) {
+		tg_sharp_ready(h->pol, i, remaining(s));
+		return 0;
+	}
+	double loss;
+	rt_run_step_end(s->run, &loss);
+	rt_xs_close(s->xs);
+	s->xs = NULL;
+	s->done_steps++;
+	if (h->cfg->on_step && s->done_steps < s->steps &&
+	    h->cfg->on_step(h->cfg->arg, i, s->done_steps, loss)) {
+		s->stopped = 1;
+		h->st->stopped++;
+	}
+	if (s->stopped || s->done_steps == s->steps) {
+		s->finished = 1;
+		h->alive--;
+		h->st->makespan_s = t_end - h->st->t0;
+		return 0;
+	}
+	SP_CHECK(begin_step(h, i));
+	tg_sharp_ready(h->pol, i, remaining(s));
+	return 0;
+}
+
+static int loop(struct sharp *h)
+{
+	struct dev_event *ev[DEV_MAX + 1];
+	while (h->alive) {
+		int progress = 0;
+		for (int i = 0; i < h->n; i++) {
+			struct sm *s = &h->m[i];
+			if (s->dev < 0)
+				continue;
+			SP_CHECK(rt_xs_reap(s->xs));
+			if (rt_xs_state(s->xs, s->ufirst[s->cur + 1] - 1) == RT_XS_DONE) {
+				SP_CHECK(unit_done(h, i));
+				progress = 1;
+			}
+		}
+		if (vmm_progress(h->rt->vmm) < 0)
+			SP_INFO(RT, "%s", sp_last_error());
+		/* idle devices first: their reservation, else the policy's pick, else
+		 * another device's reservation (that device is busy: running it here
+		 * beats waiting) */
+		for (int d = 0; d < h->rt->ndev; d++) {
+			if (h->busy[d] >= 0)
+				continue;
+			int i = h->reserved[d] >= 0 ? h->reserved[d] : tg_sharp_pick(h->pol);
+			h->reserved[d] = -1;
+			for (int o = 0; o < h->rt->ndev && i < 0; o++)
+				if (h->reserved[o] >= 0) {
+					i = h->reserved[o];
+					h->reserved[o] = -1;
+				}
+			if (i < 0)
+				continue;
+			SP_CHECK(issue_unit(h, i, d));
+			progress = 1;
+		}
+		/* then double buffering: each busy device reserves its next unit */
+		for (int d = 0; d < h->rt->ndev && h->cfg->double_buffer; d++) {
+			if (h->busy[d] < 0 || h->reserved[d] >= 0)
+				continue;
+			int next = tg_sharp_pick(h->pol);
+			if (next < 0)
+				break;
+			h->reserved[d] = next;
+			prefetch_unit(h, next, d);
+		}
+		if (progress || !h->alive)
+			continue;
+		int nev = 0;
+		for (int i = 0; i < h->n && nev < DEV_MAX; i++)
+			if (h->m[i].dev >= 0)
+				nev += rt_xs_heads(h->m[i].xs, ev + nev, DEV_MAX + 1 - nev);
+		if (!nev)
+			return sp_error(-EDEADLK, "sharp: %d models left, nothing running",
+			                h->alive);
+		int idx;
+		SP_CHECK(dev_event_wait_any(ev, nev, &idx));
+	}
+	return 0;
+}
+
+int rt_sharp_run(struct rt_ctx *rt, struct rt_run *const *runs, const int *steps, int n,
+                 const struct rt_sharp_config *cfg, struct rt_sharp_stats *st)
+{
+	SP_CHECK_ARG(rt && runs && steps && cfg && st && n > 0, "rt_sharp_run: bad arguments");
+	memset(st, 0, sizeof(*st));
+	struct sharp h = {.rt = rt, .cfg = cfg, .n = n, .st = st};
+	for (int d = 0; d < DEV_MAX; d++)
+		h.busy[d] = h.reserved[d] = -1;
+	h.m = calloc((size_t)n, sizeof(*h.m));
+	if (!h.m)
+		return sp_error(-ENOMEM, "sharp: %d models", n);
+	int rc = tg_sharp_open(n, cfg->policy, cfg->seed, &h.pol);
+	st->t0 = dev_now(rt->dev);
+	for (int i = 0; i < n && rc == 0; i++) {
+		struct sm *s = &h.m[i];
+		s->run = runs[i];
+		s->steps = steps[i];
+		s->dev = s->last_dev = -1;
+		if (!runs[i] || runs[i]->rt != rt || runs[i]->plan.ndev != 1 || steps[i] < 0) {
+			rc = sp_error(-EINVAL,
+			              "sharp: model %d: a run on this context with a "
+			              "one-device plan (rt_sharp_plan) and steps >= 0",
+			              i);
+			break;
+		}
+		rc = units_of(s);
+		if (rc == 0 && s->steps > 0) {
+			h.alive++;
+			rc = begin_step(&h, i);
+			if (rc == 0)
+				tg_sharp_ready(h.pol, i, remaining(s));
+		} else {
+			s->finished = 1;
+		}
+	}
+	if (rc == 0)
+		rc = loop(&h);
+	if (rc < 0) {
+		char msg[SP_ERROR_MSG_MAX];
+		snprintf(msg, sizeof(msg), "%s", sp_last_error());
+		for (int i = 0; i < n; i++) /* what was issued completes first */
+			rt_xs_close(h.m[i].xs);
+		rc = sp_error(rc, "%s", msg);
+	}
+	int e = vmm_sync(rt->vmm);
+	if (rc == 0 && e < 0)
+		rc = e;
+	for (int i = 0; i < n; i++) {
+		free(h.m[i].ufirst);
+		free(h.m[i].est);
+	}
+	free(h.m);
+	tg_sharp_close(h.pol);
+	return rc;
+}
