@@ -29,3 +29,18 @@ bench-executor: $(O)/bench/executor
 
 EXTRA_ALL += $(O)/bench/executor
 .PHONY: bench-executor
+
+# make bench-hydra: many models at once (SHARP) on the model backend, 8x GTX 1080 Ti:
+# Hydra's end-to-end setting and ablation, lrtf vs random and vs GLPK's MILP
+# -> bench/results/hydra.json
+$(O)/bench/hydra: $(O)/obj/bench/hydra.c.o $(RT_BENCH_LIBS)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(RT_BENCH_LIBS) $(LDLIBS)
+
+bench-hydra: $(O)/bench/hydra
+	@mkdir -p bench/results
+	$(O)/bench/hydra bench/results/hydra.json
+
+EXTRA_ALL += $(O)/bench/hydra
+.PHONY: bench-hydra

@@ -8,8 +8,8 @@
  * take units of any model: when a device is free it runs the unit its
  * double-buffer reserved, else the policy's pick among the eligible models (the
  * model's previous unit complete). With double buffering the device picks its
- * next unit as soon as it starts one and prefetches that unit's shard and
- * inputs while the current one computes; intermediates stay on the device
+ * next unit as soon as it starts one and prefetches what of that unit's shard
+ * and inputs fits its free space while the current one computes; intermediates stay on the device
  * when the next unit of the model runs there and go GPU->GPU otherwise (the
  * vmm copies from a device holding a valid copy first).
  * Lrtf's remaining time of a model: its units left in this step plus its
@@ -174,6 +174,12 @@ static void prefetch_unit(struct sharp *h, int i, int d)
 		for (int r = 0; r < p->task[t].nref; r++) {
 			const struct rt_obj *o = &p->obj[p->task[t].ref[r].obj];
 			if (!o->vid || p->task[t].ref[r].mode == VMM_OVERWRITE)
+				continue;
+			/* Hydra loads only what fits the free space: evicting for it
+			 * (LRU) threw out intermediates that running models need next */
+			uint64_t used, cap;
+			if (vmm_place_usage(h->rt->vmm, d, &used, &cap) == 0 &&
+			    used + o->bytes > cap)
 				continue;
 			int rc = vmm_prefetch(h->rt->vmm, o->vid, d);
 			if (rc < 0)
