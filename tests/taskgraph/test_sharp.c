@@ -320,11 +320,45 @@ static void test_scale(void)
 	inst_free(&I);
 }
 
+/* lrtf against the exact MILP (GLPK) on small instances: within 5% */
+static void test_milp(void)
+{
+	double worst = 0, sum = 0;
+	int n = 0;
+	for (int k = 0; k < 8; k++) {
+		struct inst I;
+		inst_alloc(&I, 3 + k % 2, 2);
+		for (int m = 0; m < I.mm.nmodels; m++)
+			inst_model(&I, m, 2 + (int)(urand() * 2), 1 + 3 * urand(), 1, 0.4);
+		double ms, bound;
+		int opt;
+		int rc = tg_mm_milp(&I.mm, 10, &ms, &bound, &opt);
+		if (rc == -ENOTSUP) {
+			printf("MILP: %s\n", sp_last_error());
+			inst_free(&I);
+			return;
+		}
+		CHECK_MSG(rc == 0, "%s", sp_last_error());
+		double l = run(&I, TG_MM_LRTF, 1);
+		CHECK(l >= ms - 1e-9 || !opt); /* nothing beats the optimum */
+		if (opt) {
+			worst = fmax(worst, l / ms);
+			sum += l / ms;
+			n++;
+		}
+		inst_free(&I);
+	}
+	printf("MILP: lrtf/optimum mean %.4f worst %.4f over %d instances\n", n ? sum / n : 0,
+	       worst, n);
+	CHECK(n >= 6 && sum / n <= 1.05);
+}
+
 int main(void)
 {
 	test_policies();
 	test_exact();
 	test_fig6();
+	test_milp();
 	test_scale();
 	TEST_PASS();
 }

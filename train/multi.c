@@ -1,0 +1,369 @@
+/* train/multi.c — `spill tune`: model selection, many variants of a GPT trained
+ * together under SHARP (runtime/sharp.c) on one context: a grid of learning
+ * rates, batch sizes and shapes times several presets; a progress table, early
+ * stopping by successive halving, and the final ranking by validation loss. */
+#include "train/internal.h"
+
+#include "common/log.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define MAXVAR 64
+
+struct axis {
+	char key[16];
+	int n;
+	double v[MAXVAR];
+};
+
+static const char *const axis_keys[] = {"lr", "batch", "seq", "layers", "channels", "heads"};
+
+/* "lr=1e-3,3e-4 batch=8,16" -> axes. One clear line for what is wrong. */
+static int parse_grid(const char *grid, struct axis *ax, int *nax)
+{
+	*nax = 0;
+	if (!grid)
+		return 0;
+	char buf[1024];
+	if (strlen(grid) >= sizeof(buf))
+		return sp_error(-EINVAL, "--grid: longer than %zu characters", sizeof(buf) - 1);
+	snprintf(buf, sizeof(buf), "%s", grid);
+	char *save = NULL;
+	for (char *item = strtok_r(buf, " \t", &save); item; item = strtok_r(NULL, " \t", &save)) {
+		char *eq = strchr(item, '=');
+		if (!eq || eq == item || !eq[1])
+			return sp_error(-EINVAL, "--grid: '%s' is not KEY=V1,V2,... (keys: lr, "
+			                         "batch, seq, layers, channels, heads)",
+			                item);
+		*eq = '\0';
+		size_t k = 0;
+		while (k < SP_ARRAY_SIZE(axis_keys) && strcmp(axis_keys[k], item))
+			k++;
+		if (k == SP_ARRAY_SIZE(axis_keys))
+			return sp_error(-EINVAL,
+			                "--grid: unknown key '%s' (lr, batch, seq, layers, "
+			                "channels, heads)",
+			                item);
+		for (int a = 0; a < *nax; a++)
+			if (!strcmp(ax[a].key, item))
+				return sp_error(-EINVAL, "--grid: '%s' given twice", item);
+		if (*nax == 6)
+			return sp_error(-EINVAL, "--grid: too many keys");
+		struct axis *x = &ax[(*nax)++];
+		snprintf(x->key, sizeof(x->key), "%s", item);
+		x->n = 0;
+		char *s2 = NULL;
+		for (char *v = strtok_r(eq + 1, ",", &s2); v; v = strtok_r(NULL, ",", &s2)) {
+			char *end;
+			double d = strtod(v, &end);
+			int integer = k > 0;
+			if (*end || end == v || !(d > 0) || !isfinite(d) ||
+			    (integer && (d != floor(d) || d > 1 << 20)))
+				return sp_error(-EINVAL, "--grid: %s=%s is not a positive %s", item,
+				                v, integer ? "integer" : "number");
+			if (x->n == MAXVAR)
+				return sp_error(-EINVAL, "--grid: more than %d values of %s", MAXVAR,
+				                item);
+			x->v[x->n++] = d;
+		}
+		if (!x->n)
+			return sp_error(-EINVAL, "--grid: %s has no values", item);
+	}
+	if (!*nax)
+		return sp_error(-EINVAL, "--grid: empty (give KEY=V1,V2,..., e.g. lr=1e-3,3e-4)");
+	return 0;
+}
+
+struct tune {
+	const struct tr_tune_config *c;
+	int n;
+	struct run *v[MAXVAR];
+	char label[MAXVAR][96];
+	struct rt_run *runs[MAXVAR];
+	int steps[MAXVAR], done[MAXVAR], stopped[MAXVAR];
+	double loss[MAXVAR], val[MAXVAR];
+	int *rung;    /* successive halving: per model, the last rung it reached */
+	double *rung_loss;
+	struct tr_data *data;
+	struct rt_ctx *rt;
+	FILE *out;
+	double t0, last_print;
+};
+
+static void table(struct tune *t, int final)
+{
+	fprintf(t->out, "  %-34s %6s %11s %9s  %s\n", "model", "shards", "steps", "loss", "");
+	for (int i = 0; i < t->n; i++)
+		fprintf(t->out, "  %-34s %6d %5d/%-5d %9.4f  %s\n", t->label[i],
+		        t->runs[i]->plan.npacks, t->done[i], t->steps[i], t->loss[i],
+		        t->stopped[i]                ? "stopped (successive halving)"
+		        : t->done[i] == t->steps[i] ? "done"
+		        : final                      ? ""
+		                                     : "training");
+}
+
+/* After each step of model i but its last: progress, successive halving. */
+static int on_step(void *arg, int i, int step, double loss)
+{
+	struct tune *t = arg;
+	t->done[i] = step;
+	t->loss[i] = loss;
+	double now = sp_now_s();
+	if (now - t->last_print >= 2.0) {
+		t->last_print = now;
+		fprintf(t->out, "[%.0f s]\n", now - t->t0);
+		table(t, 0);
+		fflush(t->out);
+	}
+	int every = t->c->halving;
+	if (every <= 0 || step % every || isnan(loss))
+		return 0;
+	/* asynchronous successive halving: stop a model whose loss at this rung is
+	 * in the worse half of the models that reached it */
+	int peers = 0, better = 0;
+	for (int k = 0; k < t->n; k++)
+		if (k != i && t->rung[k] >= step) {
+			peers++;
+			better += t->rung_loss[(size_t)k * 1024 + (size_t)(step / every) % 1024] < loss;
+		}
+	t->rung[i] = step;
+	t->rung_loss[(size_t)i * 1024 + (size_t)(step / every) % 1024] = loss;
+	if (peers && 2 * better >= peers + 1) {
+		t->stopped[i] = 1;
+		return 1;
+	}
+	return 0;
+}
+
+static void tune_free(struct tune *t)
+{
+	for (int i = 0; i < t->n; i++) {
+		rt_run_close(t->runs[i]);
+		if (t->v[i]) {
+			if (t->v[i]->m.layers)
+				rt_model_free(&t->v[i]->m);
+			free(t->v[i]);
+		}
+	}
+	rt_close(t->rt);
+	tr_data_close(t->data);
+	free(t->rung);
+	free(t->rung_loss);
+}
+
+/* The variants: every preset x the grid's cartesian product. */
+static int variants(struct tune *t, const struct axis *ax, int nax)
+{
+	const struct tr_tune_config *c = t->c;
+	int nmodels = c->nmodels > 0 ? c->nmodels : 1, total = nmodels;
+	for (int a = 0; a < nax; a++)
+		total *= ax[a].n;
+	if (total > MAXVAR)
+		return sp_error(-EINVAL, "--grid and --model give %d models; at most %d", total,
+		                MAXVAR);
+	for (int k = 0; k < total; k++) {
+		struct run *v = calloc(1, sizeof(*v));
+		if (!v)
+			return sp_error(-ENOMEM, "tune: model %d", k);
+		t->v[t->n++] = v;
+		v->c = c->base;
+		v->c.model = c->nmodels > 0 ? c->models[k % nmodels] : c->base.model;
+		v->data = t->data;
+		int len = snprintf(t->label[k], sizeof(t->label[k]), "%s",
+		                   v->c.model ? v->c.model : "tiny");
+		for (int a = 0, rest = k / nmodels; a < nax; a++) {
+			double x = ax[a].v[rest % ax[a].n];
+			rest /= ax[a].n;
+			if (!strcmp(ax[a].key, "lr"))
+				v->c.lr = (float)x;
+			else if (!strcmp(ax[a].key, "batch"))
+				v->c.batch = (int)x;
+			else if (!strcmp(ax[a].key, "seq"))
+				v->c.seq = (int)x;
+			else if (!strcmp(ax[a].key, "layers"))
+				v->c.layers = (int)x;
+			else if (!strcmp(ax[a].key, "channels"))
+				v->c.channels = (int)x;
+			else
+				v->c.heads = (int)x;
+			if (len < (int)sizeof(t->label[k]))
+				len += snprintf(t->label[k] + len, sizeof(t->label[k]) - (size_t)len,
+				                " %s=%g", ax[a].key, x);
+		}
+		int rc = tr_shape(v);
+		if (rc < 0)
+			return sp_error(rc, "model %s: %s", t->label[k], sp_last_error());
+		rc = rt_model_gpt(&v->kc, v->T, v->batch, &v->m);
+		if (rc < 0)
+			return sp_error(rc, "model %s: %s", t->label[k], sp_last_error());
+		snprintf(v->m.name, sizeof(v->m.name), "%.31s", t->label[k]);
+		v->m.opt.lr = v->lr;
+		if (t->data) {
+			v->m.data = tr_data_train;
+			v->m.eval_data =
+			    tr_data_tokens(t->data, TR_VAL) > (uint64_t)v->T ? tr_data_val : NULL;
+			v->m.data_arg = v;
+		} else {
+			v->synth_seed = c->base.seed;
+			v->m.data_arg = &v->synth_seed;
+		}
+		v->state = tr_training_state(&v->m);
+		t->steps[k] = v->steps;
+		t->loss[k] = NAN;
+		t->val[k] = NAN;
+	}
+	return 0;
+}
+
+/* The context and each model's shards. The host backend's default budget per
+ * device is half the largest model's state: no model fits one device whole. */
+static int open_all(struct tune *t, double reserve)
+{
+	uint64_t largest = 0, sum = 0;
+	for (int i = 0; i < t->n; i++) {
+		largest = t->v[i]->state > largest ? t->v[i]->state : largest;
+		sum += t->v[i]->state;
+	}
+	struct run probe = *t->v[0];
+	probe.state = sum; /* the model backend's host pool holds every model */
+	int nd = 0;
+	for (uint64_t b = largest / 2;; b += b / 2) {
+		probe.quarter = 0;
+		SP_CHECK(tr_open_context(&probe, b * 2 /* per device: b, for 2 devices */));
+		t->rt = probe.rt;
+		nd = t->rt->ndev;
+		if (probe.quarter && nd != 2) { /* the budget is per device: reopen */
+			rt_close(t->rt);
+			t->rt = NULL;
+			SP_CHECK(tr_open_context(&probe, b * (uint64_t)nd));
+			t->rt = probe.rt;
+		}
+		int rc = 0;
+		for (int i = 0; i < t->n && !rc; i++) {
+			struct tg_plan p;
+			rc = rt_sharp_plan(t->rt, &t->v[i]->m, reserve, &p);
+			if (rc < 0)
+				rc = sp_error(rc, "%s", sp_last_error());
+			else
+				rc = rt_run_open(t->rt, &t->v[i]->m, &p, t->c->base.seed, &t->runs[i]);
+		}
+		if (rc == 0)
+			return 0;
+		for (int i = 0; i < t->n; i++) {
+			rt_run_close(t->runs[i]);
+			t->runs[i] = NULL;
+		}
+		rt_close(t->rt);
+		t->rt = NULL;
+		if (rc != -ENOMEM || !probe.quarter || b >= largest * 2)
+			return rc;
+	}
+}
+
+int tr_tune_models(const struct tr_tune_config *c)
+{
+	SP_CHECK_ARG(c, "tr_tune_models: NULL config");
+	struct tune t = {.c = c, .out = c->base.out ? c->base.out : stdout};
+	struct axis ax[6];
+	int nax = 0, rc;
+	enum tg_mm_policy pol = TG_MM_LRTF;
+	if (c->policy)
+		SP_CHECK(tg_mm_policy_parse(c->policy, &pol));
+	SP_CHECK(parse_grid(c->grid, ax, &nax));
+	SP_CHECK_ARG(c->reserve >= 0 && c->reserve < 1,
+	             "--reserve %.2f: the double-buffer reserve is a fraction in [0, 1)",
+	             c->reserve);
+	SP_CHECK_ARG(c->halving >= 0, "--halving %d: steps per rung must not be negative",
+	             c->halving);
+	if (!c->base.synthetic)
+		SP_CHECK(tr_data_open(c->base.data, &t.data));
+	rc = variants(&t, ax, nax);
+	t.rung = calloc((size_t)MAXVAR, sizeof(int));
+	t.rung_loss = calloc((size_t)MAXVAR * 1024, sizeof(double));
+	if (rc == 0 && (!t.rung || !t.rung_loss))
+		rc = sp_error(-ENOMEM, "tune: successive halving state");
+	if (rc == 0)
+		rc = open_all(&t, c->reserve > 0 ? c->reserve : 0.15);
+	if (rc < 0) {
+		tune_free(&t);
+		return rc;
+	}
+	uint64_t used, cap;
+	if (vmm_place_usage(t.rt->vmm, 0, &used, &cap) < 0)
+		cap = 0;
+	char b1[32], b2[32];
+	fprintf(t.out,
+	        "spill tune: %d models on %d %s device(s), %s budget each (the largest model's "
+	        "state: %s), sharp %s%s\n",
+	        t.n, t.rt->ndev, dev_backend_name(t.rt->cfg.dev.backend),
+	        sp_format_size(cap, b1, sizeof(b1)),
+	        sp_format_size(t.v[0]->state, b2, sizeof(b2)), tg_mm_policy_name(pol),
+	        c->no_double_buffer ? "" : " + double buffering");
+	t.t0 = t.last_print = sp_now_s();
+	struct rt_sharp_config sc = {.policy = pol,
+	                             .double_buffer = !c->no_double_buffer,
+	                             .seed = c->base.seed,
+	                             .on_step = on_step,
+	                             .arg = &t};
+	struct rt_sharp_stats st;
+	rc = rt_sharp_run(t.rt, t.runs, t.steps, t.n, &sc, &st);
+	for (int i = 0; i < t.n && rc == 0; i++) {
+		t.done[i] = t.runs[i]->step;
+		t.loss[i] = t.runs[i]->last_loss;
+		if (t.v[i]->m.eval_data && t.rt->data) {
+			double sum = 0, l;
+			int nb = c->base.eval_batches > 0 ? c->base.eval_batches : 4;
+			for (int b = 0; b < nb && rc == 0; b++) {
+				rc = rt_run_eval(t.runs[i], b, &l);
+				sum += l;
+			}
+			t.val[i] = sum / nb;
+		}
+	}
+	if (rc < 0) {
+		char msg[SP_ERROR_MSG_MAX];
+		snprintf(msg, sizeof(msg), "%s", sp_last_error());
+		tune_free(&t);
+		return sp_error(rc, "%s", msg);
+	}
+	table(&t, 1);
+	double busy = 0;
+	for (int d = 0; d < t.rt->ndev; d++)
+		busy += st.busy_s[d];
+	fprintf(t.out,
+	        "%s %.2f s%s: %llu shard units (%llu on the device of the unit before), devices "
+	        "busy %.0f%%, %d stopped early\n",
+	        t.rt->data ? "trained in" : "makespan", st.makespan_s,
+	        t.rt->data ? "" : " (virtual)", (unsigned long long)st.units,
+	        (unsigned long long)st.same_device,
+	        st.makespan_s > 0 ? 100 * busy / (st.makespan_s * t.rt->ndev) : 0, st.stopped);
+	/* the ranking: validation loss, else the last training loss */
+	int order[MAXVAR], have_val = 0;
+	for (int i = 0; i < t.n; i++) {
+		order[i] = i;
+		have_val |= !isnan(t.val[i]);
+	}
+	const double *key = have_val ? t.val : t.loss;
+	for (int i = 1; i < t.n; i++) /* insertion sort, NaN last */
+		for (int k = i; k > 0; k--) {
+			double a = key[order[k]], b = key[order[k - 1]];
+			if (!(isnan(b) && !isnan(a)) && !(a < b))
+				break;
+			int x = order[k];
+			order[k] = order[k - 1];
+			order[k - 1] = x;
+		}
+	if (!t.rt->data) {
+		fprintf(t.out, "no data on the model backend: no ranking\n");
+	} else {
+		fprintf(t.out, "ranking by %s loss:\n", have_val ? "validation" : "training");
+		for (int i = 0; i < t.n; i++)
+			fprintf(t.out, "  %2d. %-34s %.4f%s\n", i + 1, t.label[order[i]],
+			        key[order[i]], t.stopped[order[i]] ? "  (stopped early)" : "");
+	}
+	tune_free(&t);
+	return 0;
+}
