@@ -417,6 +417,140 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 	return 0;
 }
 
+/* ---- tune ---------------------------------------------------------------------------- */
+
+static const char tune_help[] =
+    "usage: spill tune [flags]    many models trained together (Hydra's SHARP)\n"
+    "models:  --grid KEY=V1,V2 [KEY=...]  the cartesian product of the values (keys lr,\n"
+    "         batch, seq, layers, channels, heads), e.g. --grid lr=1e-3,3e-4 batch=8,16\n"
+    "         --model PRESET[,PRESET...] (repeatable: tiny, gpt2, ...; default tiny)\n"
+    "         --layers N --channels N --heads N --seq N --batch N --lr X (every model)\n"
+    "sched:   --policy lrtf|random|fifo (default lrtf) --no-double-buffer\n"
+    "         --reserve F (double-buffer reserve, default 0.15) --halving N (successive\n"
+    "         halving: every N steps the worse half of the models at that step stop)\n"
+    "devices: --backend cuda|host|model --devices N --device-mem SIZE --budget SIZE\n"
+    "         --profile NAME --sim (the model backend, virtual time, synthetic data)\n"
+    "run:     --steps N --seed N --data PATH --eval-batches N\n"
+    "Ends with the ranking by validation loss. With no flags: 4 tiny GPTs (lr 1e-3,\n"
+    "3e-4 x batch 8, 16) on the default corpus, on emulated GPUs when there is no GPU,\n"
+    "each device's budget half of one model's training state.\n";
+
+static int cmd_tune(int argc, char **argv)
+{
+	struct tr_tune_config c;
+	memset(&c, 0, sizeof(c));
+	tr_config_defaults(&c.base);
+	c.base.tune = 0;
+	char grid[1024] = "", models[512] = "";
+	int sim = 0;
+	struct {
+		const char *name;
+		int *i;
+		const char **s;
+		uint64_t *z;
+	} opts[] = {
+	    {"--layers", &c.base.layers, NULL, NULL},
+	    {"--channels", &c.base.channels, NULL, NULL},
+	    {"--heads", &c.base.heads, NULL, NULL},
+	    {"--seq", &c.base.seq, NULL, NULL},
+	    {"--batch", &c.base.batch, NULL, NULL},
+	    {"--policy", NULL, &c.policy, NULL},
+	    {"--halving", &c.halving, NULL, NULL},
+	    {"--backend", NULL, &c.base.backend, NULL},
+	    {"--profile", NULL, &c.base.profile, NULL},
+	    {"--devices", &c.base.devices, NULL, NULL},
+	    {"--device-mem", NULL, NULL, &c.base.device_mem},
+	    {"--budget", NULL, NULL, &c.base.budget},
+	    {"--steps", &c.base.steps, NULL, NULL},
+	    {"--data", NULL, &c.base.data, NULL},
+	    {"--eval-batches", &c.base.eval_batches, NULL, NULL},
+	};
+	int grid_given = 0;
+	for (int i = 1; i < argc; i++) {
+		char *a = argv[i], *val = NULL, *eq = strchr(a, '=');
+		char name[64];
+		snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+		if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
+			fputs(tune_help, stdout);
+			return 0;
+		}
+		if (!strcmp(name, "--sim")) {
+			sim = 1;
+			continue;
+		}
+		if (!strcmp(name, "--no-double-buffer")) {
+			c.no_double_buffer = 1;
+			continue;
+		}
+		if (!strcmp(name, "--grid")) { /* its words up to the next flag */
+			grid_given = 1;
+			if (eq)
+				snprintf(grid, sizeof(grid), "%s", eq + 1);
+			while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
+				size_t l = strlen(grid);
+				snprintf(grid + l, sizeof(grid) - l, "%s%s", l ? " " : "",
+				         argv[++i]);
+			}
+			continue;
+		}
+		val = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+		if (!val || !*val)
+			return bad_flag("tune", "missing value for", name);
+		if (!strcmp(name, "--model")) {
+			size_t l = strlen(models);
+			snprintf(models + l, sizeof(models) - l, "%s%s", l ? "," : "", val);
+			continue;
+		}
+		if (!strcmp(name, "--lr") || !strcmp(name, "--seed") ||
+		    !strcmp(name, "--reserve")) {
+			char *end;
+			errno = 0;
+			double x = strtod(val, &end);
+			if (errno || *end || end == val || x < 0)
+				return bad_flag("tune", "bad value for", name);
+			if (name[2] == 'l')
+				c.base.lr = (float)x;
+			else if (name[2] == 's')
+				c.base.seed = (uint64_t)x;
+			else
+				c.reserve = x;
+			continue;
+		}
+		size_t k = 0;
+		while (k < sizeof(opts) / sizeof(opts[0]) && strcmp(opts[k].name, name))
+			k++;
+		if (k == sizeof(opts) / sizeof(opts[0]))
+			return bad_flag("tune", "unknown flag", name);
+		if (opts[k].s)
+			*opts[k].s = val;
+		else if (opts[k].z && sp_parse_size(val, opts[k].z) < 0)
+			return bad_flag("tune", "bad size for", name);
+		else if (opts[k].i && parse_int("tune", name, val, opts[k].i))
+			return 2;
+	}
+	if (sim) {
+		if (c.base.data)
+			return bad_flag("tune", "the model backend holds no data:", "--data");
+		c.base.backend = "model";
+		c.base.synthetic = 1;
+	}
+	char *save = NULL;
+	for (char *m = strtok_r(models, ",", &save); m && c.nmodels < 16;
+	     m = strtok_r(NULL, ",", &save))
+		c.models[c.nmodels++] = m;
+	if (!c.nmodels && sim)
+		c.models[c.nmodels++] = "gpt2";
+	c.grid = grid_given ? grid : "lr=1e-3,3e-4 batch=8,16";
+	if (!c.base.steps && !sim)
+		c.base.steps = 60;
+	if (tr_tune_models(&c) < 0) {
+		fflush(stdout);
+		fprintf(stderr, "spill tune: %s\n", sp_last_error());
+		return 1;
+	}
+	return 0;
+}
+
 static int cmd_report(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -511,6 +645,7 @@ static void usage(FILE *f)
 	        "  swap-demo            train-shaped accesses through the vmm, Belady vs LRU\n"
 	        "  train [flags]        train a GPT through the executor (train --help)\n"
 	        "  sim [flags]          the same run on the model backend, in virtual time\n"
+	        "  tune [flags]         many models trained together, ranked (tune --help)\n"
 	        "  report FILE.json     print a run's profile again (train --stats-json)\n"
 	        "  prepare TEXT... -o DIR  llm.c token shards of text files\n"
 	        "  version              print the version\n");
@@ -531,6 +666,8 @@ int main(int argc, char **argv)
 		return cmd_swap_demo();
 	if (strcmp(cmd, "train") == 0 || strcmp(cmd, "sim") == 0)
 		return cmd_train(cmd, argc - 1, argv + 1);
+	if (strcmp(cmd, "tune") == 0)
+		return cmd_tune(argc - 1, argv + 1);
 	if (strcmp(cmd, "report") == 0)
 		return cmd_report(argc - 1, argv + 1);
 	if (strcmp(cmd, "prepare") == 0)

@@ -66,6 +66,18 @@ struct run {
 	char tune_log[768]; /* the tuner's decision, for the report */
 };
 
+/* train.c: the model's shape from the preset, the flags and the corpus; the
+ * context (budget > 0: the host backend's default per-device budget is
+ * budget / devices); the bytes of a model's training state; the data
+ * callbacks (arg: the struct run). */
+int tr_shape(struct run *r) SP_MUST_CHECK;
+int tr_open_context(struct run *r, uint64_t budget) SP_MUST_CHECK;
+uint64_t tr_training_state(const struct rt_model *m);
+int tr_data_train(const struct rt_model *m, void *arg, int iter, int sample0, int n, void *in,
+                  void *tg);
+int tr_data_val(const struct rt_model *m, void *arg, int iter, int sample0, int n, void *in,
+                void *tg);
+
 /* train.c: a plan for the run's model (the config's request; twin: the profile
  * text auto simulates, NULL: the context's). */
 int tr_choose_plan(struct run *r, struct tg_plan *plan, const char *twin) SP_MUST_CHECK;

@@ -35,8 +35,9 @@ static int parse_grid(const char *grid, struct axis *ax, int *nax)
 	for (char *item = strtok_r(buf, " \t", &save); item; item = strtok_r(NULL, " \t", &save)) {
 		char *eq = strchr(item, '=');
 		if (!eq || eq == item || !eq[1])
-			return sp_error(-EINVAL, "--grid: '%s' is not KEY=V1,V2,... (keys: lr, "
-			                         "batch, seq, layers, channels, heads)",
+			return sp_error(-EINVAL,
+			                "--grid: '%s' is not KEY=V1,V2,... (keys: lr, "
+			                "batch, seq, layers, channels, heads)",
 			                item);
 		*eq = '\0';
 		size_t k = 0;
@@ -65,8 +66,8 @@ static int parse_grid(const char *grid, struct axis *ax, int *nax)
 				return sp_error(-EINVAL, "--grid: %s=%s is not a positive %s", item,
 				                v, integer ? "integer" : "number");
 			if (x->n == MAXVAR)
-				return sp_error(-EINVAL, "--grid: more than %d values of %s", MAXVAR,
-				                item);
+				return sp_error(-EINVAL, "--grid: more than %d values of %s",
+				                MAXVAR, item);
 			x->v[x->n++] = d;
 		}
 		if (!x->n)
@@ -85,7 +86,7 @@ struct tune {
 	struct rt_run *runs[MAXVAR];
 	int steps[MAXVAR], done[MAXVAR], stopped[MAXVAR];
 	double loss[MAXVAR], val[MAXVAR];
-	int *rung;    /* successive halving: per model, the last rung it reached */
+	int *rung; /* successive halving: per model, the last rung it reached */
 	double *rung_loss;
 	struct tr_data *data;
 	struct rt_ctx *rt;
@@ -99,10 +100,10 @@ static void table(struct tune *t, int final)
 	for (int i = 0; i < t->n; i++)
 		fprintf(t->out, "  %-34s %6d %5d/%-5d %9.4f  %s\n", t->label[i],
 		        t->runs[i]->plan.npacks, t->done[i], t->steps[i], t->loss[i],
-		        t->stopped[i]                ? "stopped (successive halving)"
+		        t->stopped[i]               ? "stopped (successive halving)"
 		        : t->done[i] == t->steps[i] ? "done"
-		        : final                      ? ""
-		                                     : "training");
+		        : final                     ? ""
+		                                    : "training");
 }
 
 /* After each step of model i but its last: progress, successive halving. */
@@ -127,7 +128,8 @@ static int on_step(void *arg, int i, int step, double loss)
 	for (int k = 0; k < t->n; k++)
 		if (k != i && t->rung[k] >= step) {
 			peers++;
-			better += t->rung_loss[(size_t)k * 1024 + (size_t)(step / every) % 1024] < loss;
+			better +=
+			    t->rung_loss[(size_t)k * 1024 + (size_t)(step / every) % 1024] < loss;
 		}
 	t->rung[i] = step;
 	t->rung_loss[(size_t)i * 1024 + (size_t)(step / every) % 1024] = loss;
@@ -190,8 +192,9 @@ static int variants(struct tune *t, const struct axis *ax, int nax)
 			else
 				v->c.heads = (int)x;
 			if (len < (int)sizeof(t->label[k]))
-				len += snprintf(t->label[k] + len, sizeof(t->label[k]) - (size_t)len,
-				                " %s=%g", ax[a].key, x);
+				len +=
+				    snprintf(t->label[k] + len, sizeof(t->label[k]) - (size_t)len,
+				             " %s=%g", ax[a].key, x);
 		}
 		int rc = tr_shape(v);
 		if (rc < 0)
@@ -248,7 +251,8 @@ static int open_all(struct tune *t, double reserve)
 			if (rc < 0)
 				rc = sp_error(rc, "%s", sp_last_error());
 			else
-				rc = rt_run_open(t->rt, &t->v[i]->m, &p, t->c->base.seed, &t->runs[i]);
+				rc = rt_run_open(t->rt, &t->v[i]->m, &p, t->c->base.seed,
+				                 &t->runs[i]);
 		}
 		if (rc == 0)
 			return 0;
@@ -299,9 +303,8 @@ int tr_tune_models(const struct tr_tune_config *c)
 	        "spill tune: %d models on %d %s device(s), %s budget each (the largest model's "
 	        "state: %s), sharp %s%s\n",
 	        t.n, t.rt->ndev, dev_backend_name(t.rt->cfg.dev.backend),
-	        sp_format_size(cap, b1, sizeof(b1)),
-	        sp_format_size(t.v[0]->state, b2, sizeof(b2)), tg_mm_policy_name(pol),
-	        c->no_double_buffer ? "" : " + double buffering");
+	        sp_format_size(cap, b1, sizeof(b1)), sp_format_size(t.v[0]->state, b2, sizeof(b2)),
+	        tg_mm_policy_name(pol), c->no_double_buffer ? "" : " + double buffering");
 	t.t0 = t.last_print = sp_now_s();
 	struct rt_sharp_config sc = {.policy = pol,
 	                             .double_buffer = !c->no_double_buffer,

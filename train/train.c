@@ -54,16 +54,16 @@ static const struct preset *preset_find(const char *name)
 
 /* ---- data -------------------------------------------------------------------------- */
 
-static int data_train(const struct rt_model *m, void *arg, int iter, int sample0, int n, void *in,
-                      void *tg)
+int tr_data_train(const struct rt_model *m, void *arg, int iter, int sample0, int n, void *in,
+                  void *tg)
 {
 	struct run *r = arg;
 	return tr_data_samples(r->data, TR_TRAIN, r->c.seed, (uint64_t)iter, sample0, n, m->T, in,
 	                       tg);
 }
 
-static int data_val(const struct rt_model *m, void *arg, int iter, int sample0, int n, void *in,
-                    void *tg)
+int tr_data_val(const struct rt_model *m, void *arg, int iter, int sample0, int n, void *in,
+                void *tg)
 {
 	struct run *r = arg;
 	return tr_data_samples(r->data, TR_VAL, r->c.seed, (uint64_t)iter, sample0, n, m->T, in,
@@ -73,7 +73,7 @@ static int data_val(const struct rt_model *m, void *arg, int iter, int sample0, 
 /* ---- setup ------------------------------------------------------------------------- */
 
 /* The model's shape from the preset, the flags and the corpus. */
-static int shape(struct run *r)
+int tr_shape(struct run *r)
 {
 	const struct tr_config *c = &r->c;
 	const char *name = c->model ? c->model : "tiny";
@@ -110,7 +110,7 @@ static int shape(struct run *r)
 
 /* Opens the context; budget > 0: the vmm's per-device budget on the host
  * backend when nothing set one (the default: a quarter of the state). */
-static int open_context(struct run *r, uint64_t budget)
+int tr_open_context(struct run *r, uint64_t budget)
 {
 	const struct tr_config *c = &r->c;
 	struct sp_params sp;
@@ -156,7 +156,7 @@ static int open_context(struct run *r, uint64_t budget)
 
 /* Bytes of everything one step keeps: parameters, gradients, optimizer state
  * and a batch's stash (what the executor manages per iteration). */
-static uint64_t training_state(const struct rt_model *m)
+uint64_t tr_training_state(const struct rt_model *m)
 {
 	uint64_t s = 0;
 	for (int l = 0; l < m->nlayers; l++) {
@@ -302,7 +302,7 @@ static int setup(struct run *r)
 		                         "not be negative");
 	if (!c->synthetic)
 		SP_CHECK(tr_data_open(c->data, &r->data));
-	SP_CHECK(shape(r));
+	SP_CHECK(tr_shape(r));
 	if (r->data && tr_data_tokens(r->data, TR_TRAIN) < (uint64_t)r->T + 1)
 		return sp_error(-EINVAL,
 		                "corpus %s has %llu training tokens, fewer than a sequence "
@@ -312,14 +312,15 @@ static int setup(struct run *r)
 	SP_CHECK(rt_model_gpt(&r->kc, r->T, r->batch, &r->m));
 	r->m.opt.lr = r->lr;
 	if (r->data) {
-		r->m.data = data_train;
-		r->m.eval_data = tr_data_tokens(r->data, TR_VAL) > (uint64_t)r->T ? data_val : NULL;
+		r->m.data = tr_data_train;
+		r->m.eval_data =
+		    tr_data_tokens(r->data, TR_VAL) > (uint64_t)r->T ? tr_data_val : NULL;
 		r->m.data_arg = r;
 	} else {
 		r->synth_seed = c->seed;
 		r->m.data_arg = &r->synth_seed;
 	}
-	r->state = training_state(&r->m);
+	r->state = tr_training_state(&r->m);
 	char twin[2048];
 	const char *tp = NULL;
 	if (c->plan_profile) {
@@ -330,7 +331,7 @@ static int setup(struct run *r)
 	/* the default budget, a quarter of the state, grows where no plan fits it
 	 * (a large vocabulary's embedding alone may not) */
 	for (uint64_t b = r->state / 4;; b += b / 2) {
-		SP_CHECK(open_context(r, b));
+		SP_CHECK(tr_open_context(r, b));
 		int rc = tr_choose_plan(r, &plan, tp);
 		if (rc == 0)
 			break;

@@ -183,4 +183,27 @@ int tr_profile_read(const char *path, struct tr_profile *p) SP_MUST_CHECK;
  * overwritten by a run that fails before its first checkpoint. */
 int tr_train(const struct tr_config *c, struct tr_result *res) SP_MUST_CHECK;
 
+/* ---- many models at once: `spill tune` (multi.c) ------------------------------------
+ * Model selection: every preset in models (none: base.model) times the grid's
+ * cartesian product ("lr=1e-3,3e-4 batch=8,16"; keys lr, batch, seq, layers,
+ * channels, heads), trained together under SHARP (rt_sharp_run) on one context
+ * built from base (backend, devices, budget, data, steps, seed; on the host
+ * backend the default budget per device is half the largest model's state, so
+ * every model trains in shards). Prints a progress table, then the ranking by
+ * validation loss (training loss without validation data). */
+struct tr_tune_config {
+	struct tr_config base;
+	const char *models[16];
+	int nmodels;
+	const char *grid;   /* NULL: no grid (one model per preset) */
+	const char *policy; /* lrtf (NULL), random, fifo */
+	int no_double_buffer;
+	double reserve; /* the double-buffer reserve, 0: 0.15 */
+	int halving;    /* successive halving: a rung every this many steps (0: off) */
+};
+/* Returns 0, or -errno with one line: an empty or malformed grid, an unknown
+ * policy or preset, a model that cannot fit one layer per shard (naming the
+ * layer and the shortfall), a corpus that cannot be read. */
+int tr_tune_models(const struct tr_tune_config *c) SP_MUST_CHECK;
+
 #endif

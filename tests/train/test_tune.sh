@@ -51,6 +51,6 @@ bad 'not a positive number' --grid lr=abc
 bad 'not a positive integer' --grid batch=1.5
 bad "policy 'bogus'" --policy bogus
 bad "unknown model 'nope'" --model nope
-bad 'layer 0 (embedding) needs .* short by' --budget 4K
+bad 'layer 0 (embedding) needs .*short by' --budget 4K
 [ "$fails" -eq 0 ] || exit 1
 echo ok
