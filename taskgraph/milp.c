@@ -11,11 +11,15 @@
  *   x_v >= x_u + p[u][d] - M(1-y_uv) - M(2-a_ud-a_vd)   for each d, and
  *   x_u >= x_v + p[v][d] - M y_uv    - M(2-a_ud-a_vd)   (one unit at a time)
  * H is a list schedule's makespan (an upper bound on the optimum, not given to
- * GLPK as an incumbent), LB <= C <= H, M = H + max p. Devices of equal speed are
- * interchangeable: within such a group device g_i may hold unit k only if g_{i-1}
- * holds an earlier unit (unit 0 goes to the group's first device). Times are
- * scaled by LB for GLPK's tolerances; the returned makespan is recomputed exactly
- * from the solver's device assignment and order (left-shifted). */
+ * GLPK as an incumbent), LB <= C <= H with LB = max(longest chain on the fastest
+ * device, total work / total speed), M = H + max p. Devices of equal speed are
+ * interchangeable: within such a group device g_i may hold unit k only if
+ * g_{i-1} holds an earlier unit (so unit 0 goes to the group's first device).
+ * GLPK: the LP relaxation by glp_simplex, then glp_intopt without presolve,
+ * best-bound search after a dive to the first schedule, branching on the longest
+ * unit's device first (milp_callback); the whole run within time_limit_s. Times
+ * are scaled by LB for GLPK's tolerances; the returned makespan is recomputed
+ * exactly from the solver's device assignment and order (left-shifted). */
 #include "taskgraph/taskgraph.h"
 
 #include <float.h>
@@ -23,6 +27,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if SPILL_HAVE_GLPK
 #include <glpk.h>
@@ -170,22 +175,35 @@ static double milp_upper(const struct milp *P)
 	return end;
 }
 
+/* Whether unit a comes before unit b in the solver's schedule (x: start times,
+ * in units of LB). Starts within GLPK's tolerance count as equal; then a
+ * zero-length unit comes first (on one device it must: the other one ends
+ * later than it starts), then the lower index (a model's chain order). */
+static int milp_before(const struct milp *P, const double *x, int a, int b)
+{
+	const double tol = 1e-6;
+	if (fabs(x[a] - x[b]) > tol)
+		return x[a] < x[b];
+	int za = P->dur[a] == 0, zb = P->dur[b] == 0;
+	if (za != zb)
+		return za;
+	return x[a] < x[b] || (x[a] == x[b] && a < b);
+}
+
 /* The exact makespan of the solver's schedule: each unit on the device its a
- * column picks, units taken in order of start time (ties: unit index, which
- * keeps a model's chain order), each as early as its chain and device allow. */
+ * column picks, units taken in the solver's order (milp_before), each as early
+ * as its chain and device allow: a left shift, never later than the solver's. */
 static double milp_replay(const struct milp *P, const double *x, const int *dev)
 {
 	int ord[MILP_MAX_UNITS];
 	double fin[MILP_MAX_UNITS], free_at[MILP_MAX_UNITS], end = 0;
 	for (int u = 0; u < P->nu; u++)
 		ord[u] = u;
-	for (int i = 1; i < P->nu; i++) /* insertion sort by (x, index) */
-		for (int k = i; k > 0; k--) {
-			int a = ord[k - 1], b = ord[k];
-			if (x[a] < x[b] || (x[a] == x[b] && a < b))
-				break;
-			ord[k - 1] = b;
-			ord[k] = a;
+	for (int i = 1; i < P->nu; i++) /* insertion sort */
+		for (int k = i; k > 0 && milp_before(P, x, ord[k], ord[k - 1]); k--) {
+			int t = ord[k - 1];
+			ord[k - 1] = ord[k];
+			ord[k] = t;
 		}
 	for (int d = 0; d < P->nd; d++)
 		free_at[d] = 0;
@@ -208,9 +226,52 @@ static double milp_replay(const struct milp *P, const double *x, const int *dev)
 	return end;
 }
 
+/* The search callback: records the best bound, dives (newest active node) until
+ * the first integer schedule, and branches on the assignment of the longest
+ * unit still fractional, then on the most fractional order (GLPK's pseudo-cost
+ * branching probes every candidate at the root with no regard for tm_lim:
+ * seconds past the limit at 64 units). Presolve is off, so the tree's columns
+ * are the problem's. */
 struct milp_cb {
+	const struct milp *P;
+	int colA, colY, ncols;
+	int found;    /* an integer schedule was found */
 	double bound; /* best global bound seen (scaled), -DBL_MAX if none */
 };
+
+static double frac(double v)
+{
+	return v < 0.5 ? v : 1 - v;
+}
+
+static void milp_branch(glp_tree *T, const struct milp_cb *cb)
+{
+	glp_prob *lp = glp_ios_get_prob(T);
+	int best = 0;
+	double bd = -1, bf = -1;
+	for (int c = cb->colA; c < cb->colY; c++) {
+		if (!glp_ios_can_branch(T, c))
+			continue;
+		double d = cb->P->dur[(c - cb->colA) / cb->P->nd];
+		double f = frac(glp_get_col_prim(lp, c));
+		if (d > bd || (d == bd && f > bf)) {
+			bd = d;
+			bf = f;
+			best = c;
+		}
+	}
+	for (int c = cb->colY; !best && c <= cb->ncols; c++) {
+		if (!glp_ios_can_branch(T, c))
+			continue;
+		double f = frac(glp_get_col_prim(lp, c));
+		if (f > bf) {
+			bf = f;
+			best = c;
+		}
+	}
+	if (best) /* else GLPK's own rule */
+		glp_ios_branch_upon(T, best, GLP_NO_BRNCH);
+}
 
 static void milp_callback(glp_tree *T, void *info)
 {
@@ -221,6 +282,28 @@ static void milp_callback(glp_tree *T, void *info)
 		if (b > cb->bound)
 			cb->bound = b;
 	}
+	switch (glp_ios_reason(T)) {
+	case GLP_IBINGO: cb->found = 1; break;
+	case GLP_IBRANCH: milp_branch(T, cb); break;
+	case GLP_ISELECT:
+		if (!cb->found && (p = glp_ios_prev_node(T, 0)) != 0)
+			glp_ios_select_node(T, p);
+		break;
+	default: break;
+	}
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int ms_left(double t_end)
+{
+	double ms = (t_end - now_s()) * 1000.0;
+	return ms >= INT_MAX ? INT_MAX : (ms < 1 ? 1 : (int)ms);
 }
 
 /* Builds and solves; columns: 1 = C, 2.. = x, then a[u][d], then y pairs. */
@@ -244,6 +327,8 @@ static int milp_solve(struct milp *P, double time_limit_s, double *makespan, dou
 	const int colC = 1, colX = 2, colA = colX + nu, colY = colA + nu * nd;
 	const int ncols = colY + npairs - 1;
 	int rc = 0;
+	double relax = -DBL_MAX;
+	const double t_end = now_s() + (time_limit_s < 1e9 ? time_limit_s : 1e9);
 	glp_prob *lp = NULL;
 	int *ind = malloc((size_t)(ncols + 1) * sizeof(int));
 	double *val = malloc((size_t)(ncols + 1) * sizeof(double));
@@ -352,32 +437,46 @@ static int milp_solve(struct milp *P, double time_limit_s, double *makespan, dou
 	}
 #undef ADD_ROW
 
-	struct milp_cb cb = {.bound = -DBL_MAX};
-	glp_iocp parm;
-	glp_init_iocp(&parm);
-	parm.msg_lev = GLP_MSG_OFF;
-	parm.presolve = GLP_ON;
-	parm.br_tech = GLP_BR_PCH;
-	parm.bt_tech = GLP_BT_BLB;
-	double ms = time_limit_s * 1000.0;
-	parm.tm_lim = ms >= INT_MAX ? INT_MAX : (ms < 1 ? 1 : (int)ms);
-	parm.cb_func = milp_callback;
-	parm.cb_info = &cb;
+	/* the LP relaxation first (an optimal basis for glp_intopt without presolve) */
 	int term = glp_term_out(GLP_OFF);
-	int ret = glp_intopt(lp, &parm);
+	glp_smcp sparm;
+	glp_init_smcp(&sparm);
+	sparm.msg_lev = GLP_MSG_OFF;
+	sparm.tm_lim = ms_left(t_end);
+	int ret = glp_simplex(lp, &sparm);
+	if (ret == 0 && glp_get_status(lp) == GLP_OPT) {
+		struct milp_cb cb = {
+		    .P = P, .colA = colA, .colY = colY, .ncols = ncols, .bound = -DBL_MAX};
+		glp_iocp parm;
+		glp_init_iocp(&parm);
+		parm.msg_lev = GLP_MSG_OFF;
+		parm.presolve = GLP_OFF;
+		parm.bt_tech = GLP_BT_BLB;
+		parm.tm_lim = ms_left(t_end);
+		parm.cb_func = milp_callback;
+		parm.cb_info = &cb;
+		ret = glp_intopt(lp, &parm);
+		relax = cb.bound;
+	} else if (ret == 0) {
+		ret = GLP_EFAIL; /* the relaxation of a feasible, bounded problem */
+	}
 	glp_term_out(term);
 	int status = glp_mip_status(lp);
 
+	if (ret != 0 && ret != GLP_ETMLIM) {
+		rc = sp_error(-EIO, "tg_mm_milp: GLPK failed (code %d)", ret);
+		goto out_free;
+	}
 	if (status != GLP_OPT && status != GLP_FEAS) {
-		if (ret == 0 || ret == GLP_ETMLIM)
+		if (ret == GLP_ETMLIM)
 			rc =
 			    sp_error(-ETIMEDOUT,
 			             "tg_mm_milp: no integer schedule found within %g s (%d units, "
 			             "%d devices)",
 			             time_limit_s, nu, nd);
 		else
-			rc = sp_error(-EIO, "tg_mm_milp: glp_intopt failed (code %d, status %d)",
-			              ret, status);
+			rc = sp_error(-EIO, "tg_mm_milp: GLPK found no schedule (status %d)",
+			              status);
 		goto out_free;
 	}
 	for (int u = 0; u < nu; u++) {
@@ -387,11 +486,13 @@ static int milp_solve(struct milp *P, double time_limit_s, double *makespan, dou
 			if (glp_mip_col_val(lp, A(u, d)) > glp_mip_col_val(lp, A(u, dev[u])))
 				dev[u] = d;
 	}
-	/* the replay is exact and ends no later than glp_mip_obj_val() up to GLPK's
-	 * tolerances (it left-shifts the same schedule) */
-	double mk = milp_replay(P, x, dev);
+	/* the replay is exact and ends no later than glp_mip_obj_val() but for
+	 * GLPK's tolerances; should an order within them mislead it, keep GLPK's */
+	double mk = milp_replay(P, x, dev), obj = glp_mip_obj_val(lp) * sc;
+	if (mk > obj * (1 + 1e-6))
+		mk = obj;
 	int opt = ret == 0 && status == GLP_OPT;
-	double b = cb.bound > -DBL_MAX ? cb.bound * sc : -DBL_MAX;
+	double b = relax > -DBL_MAX ? relax * sc : -DBL_MAX;
 	if (b < P->lb)
 		b = P->lb;
 	if (opt || b > mk)
@@ -413,9 +514,12 @@ out_free:
 
 #endif /* SPILL_HAVE_GLPK */
 
-/* The bound is the best local bound over GLPK's active branch-and-bound nodes,
- * read in the search callback (the last and best one seen), never below the
- * simple lower bound; it equals the makespan when optimal. */
+/* *bound is the best local bound over GLPK's active branch-and-bound nodes, read
+ * in the search callback (the highest seen), never below LB nor above the
+ * makespan, which it equals when optimal. Allocates and frees its own GLPK
+ * problem (glp_free_env() is left to the program); runs with GLPK's terminal
+ * output off, restored after. Thread-safe as far as GLPK is (its environment is
+ * thread-local in GLPK 5 built with TLS). */
 int tg_mm_milp(const struct tg_mm *in, double time_limit_s, double *makespan, double *bound,
                int *optimal)
 {

@@ -3,7 +3,9 @@
  * device) and a brute force over every device assignment and every interleaving
  * of the models' chains (each a topological order, scheduled as early as chains
  * and devices allow: every left-shifted schedule arises so, hence the minimum is
- * the optimum). Bad input gives -EINVAL naming the field, 65 units -E2BIG. */
+ * the optimum) on fixed and 100 random shapes, zero-length units and device
+ * speeds included. Bad input gives -EINVAL naming the field, 65 units -E2BIG;
+ * a tiny time limit gives a schedule or -ETIMEDOUT, nothing else. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,7 +15,7 @@
 #include "taskgraph/taskgraph.h"
 #include "tests/test.h"
 
-#define TLIM 4.0 /* seconds per solve; every instance here solves in well under 1 */
+#define TLIM 4.0 /* seconds per solve; each instance here takes under 0.01 */
 
 static double now_s(void)
 {
@@ -187,12 +189,26 @@ int main(void)
 		    .nmodels = 2, .nunits = nu2, .dur = dd2, .ndev = 2, .speed = sp};
 		expect_opt("two 4 s units, speeds 1 and 2", &in2, 4);
 	}
+	/* many devices: only the fastest few can matter */
+	{
+		const double d1[] = {1}, d2[] = {2}, d3[] = {3};
+		const double *dd[] = {d1, d2, d3};
+		const int nu[] = {1, 1, 1};
+		double sp[50];
+		for (int d = 0; d < 50; d++)
+			sp[d] = d + 1;
+		struct tg_mm in = {.nmodels = 3, .nunits = nu, .dur = dd, .ndev = 50};
+		expect_opt("3 units, 50 identical devices", &in, 3);
+		in.speed = sp;
+		expect_opt("3 units, speeds 1..50", &in, 3.0 / 50);
+	}
 	/* (5) brute force on random instances */
 	{
 		struct {
 			int nm, nu_each, ndev, speeds;
-		} cases[] = {{3, 2, 2, 0}, {3, 2, 2, 1}, {2, 3, 3, 1}, {3, 3, 2, 0},
-		             {4, 2, 2, 1}, {2, 4, 2, 0}, {3, 2, 3, 0}, {3, 3, 2, 1}};
+		} cases[] = {{3, 2, 2, 0}, {3, 2, 2, 1}, {2, 3, 3, 1}, {3, 3, 2, 0}, {4, 2, 2, 1},
+		             {2, 4, 2, 0}, {3, 2, 3, 0}, {3, 3, 2, 1}, {4, 2, 3, 1}, {3, 2, 2, 2}};
+		int above_lb = 0;
 		for (size_t c = 0; c < SP_ARRAY_SIZE(cases); c++) {
 			double dur[4][4], sp[3];
 			const double *dd[4];
@@ -201,10 +217,12 @@ int main(void)
 				nu[m] = cases[c].nu_each;
 				for (int j = 0; j < nu[m]; j++) /* quarters, so ties happen */
 					dur[m][j] = ceil(urand() * 16) / 4;
+				if (cases[c].speeds == 2) /* zero-length units */
+					dur[m][m % nu[m]] = 0;
 				dd[m] = dur[m];
 			}
 			for (int d = 0; d < cases[c].ndev; d++)
-				sp[d] = cases[c].speeds ? 0.5 + floor(urand() * 4) / 2 : 1;
+				sp[d] = cases[c].speeds == 1 ? 0.5 + floor(urand() * 4) / 2 : 1;
 			struct tg_mm in = {.nmodels = cases[c].nm,
 			                   .nunits = nu,
 			                   .dur = dd,
@@ -214,9 +232,63 @@ int main(void)
 			char name[64];
 			snprintf(name, sizeof(name), "brute %dx%d on %d dev%s", cases[c].nm,
 			         cases[c].nu_each, cases[c].ndev,
-			         cases[c].speeds ? " (speeds)" : "");
+			         cases[c].speeds == 1   ? " (speeds)"
+			         : cases[c].speeds == 2 ? " (zeros)"
+			                                : "");
 			expect_opt(name, &in, want);
+			/* the simple bound max(chain / fastest, work / total speed) */
+			double chain = 0, work = 0, smax = 0, ssum = 0;
+			for (int m = 0; m < in.nmodels; m++) {
+				double w = 0;
+				for (int j = 0; j < nu[m]; j++)
+					w += dur[m][j];
+				chain = w > chain ? w : chain;
+				work += w;
+			}
+			for (int d = 0; d < in.ndev; d++) {
+				smax = sp[d] > smax ? sp[d] : smax;
+				ssum += sp[d];
+			}
+			double lb = fmax(chain / smax, work / ssum);
+			above_lb += want > lb + 1e-9;
 		}
+		/* the oracle is not just the simple bound */
+		printf("%d of %zu brute-force optima above the simple bound\n", above_lb,
+		       SP_ARRAY_SIZE(cases));
+		CHECK(above_lb >= 3);
+	}
+	/* (5b) 100 random shapes: up to 4 models, 7 units, 3 devices of speeds in
+	 * {0.5, 1, 1.5, 2}, some zero-length units */
+	{
+		int n = 0;
+		for (int it = 0; it < 100; it++) {
+			double dur[4][3], sp[3];
+			const double *dd[4];
+			int nu[4], nm = 1 + (int)(urand() * 3.999), tot = 0;
+			for (int m = 0; m < nm; m++) {
+				nu[m] = 1 + (int)(urand() * 2.999);
+				if (tot + nu[m] > 7)
+					nu[m] = 7 - tot > 0 ? 7 - tot : 1;
+				tot += nu[m];
+				for (int j = 0; j < nu[m]; j++)
+					dur[m][j] = urand() < 0.15 ? 0 : ceil(urand() * 12) / 4;
+				dd[m] = dur[m];
+			}
+			int nd = 1 + (int)(urand() * 2.999);
+			for (int d = 0; d < nd; d++)
+				sp[d] = urand() < 0.5 ? 1 : 0.5 * ceil(urand() * 4);
+			struct tg_mm in = {
+			    .nmodels = nm, .nunits = nu, .dur = dd, .ndev = nd, .speed = sp};
+			double want = brute_force(&in);
+			CHECK_OK(tg_mm_milp(&in, TLIM, &mk, &b, &opt));
+			CHECK_MSG(opt == 1, "random %d: not proved optimal", it);
+			CHECK_MSG(fabs(mk - want) <= 1e-6 * (1 + want) && b <= mk,
+			          "random %d (%d models, %d devices): makespan %.9f bound %.9f, "
+			          "want %.9f",
+			          it, nm, nd, mk, b, want);
+			n++;
+		}
+		printf("%d random instances match the brute force\n", n);
 	}
 	/* (6) bad input */
 	{
