@@ -1008,11 +1008,6 @@ int rt_xs_state(const struct rt_xs *e, int t)
 	return e->x.st[t];
 }
 
-int rt_xs_done(const struct rt_xs *e)
-{
-	return e->x.ndone == e->x.p->ntask;
-}
-
 int rt_xs_heads(const struct rt_xs *e, struct dev_event **ev, int max)
 {
 	int n = 0;

@@ -30,7 +30,6 @@ int rt_xs_issue(struct rt_xs *x, int t, int dev) SP_MUST_CHECK;
 int rt_xs_reap(struct rt_xs *x) SP_MUST_CHECK;
 enum { RT_XS_WAIT = 0, RT_XS_ISSUED = 1, RT_XS_DONE = 2 };
 int rt_xs_state(const struct rt_xs *x, int t);
-int rt_xs_done(const struct rt_xs *x);
 /* The oldest in-flight task's done event per queue (at most max). */
 int rt_xs_heads(const struct rt_xs *x, struct dev_event **ev, int max);
 /* Waits for whatever is still in flight and frees the state. NULL is ok. */

@@ -86,8 +86,9 @@ struct tune {
 	struct rt_run *runs[MAXVAR];
 	int steps[MAXVAR], done[MAXVAR], stopped[MAXVAR];
 	double loss[MAXVAR], val[MAXVAR];
-	int *rung; /* successive halving: per model, the last rung it reached */
-	double *rung_loss;
+	int *rung;         /* successive halving: per model, the last rung it reached */
+	double *rung_loss; /* [model * nrungs + rung]: its loss there */
+	int nrungs;
 	struct tr_data *data;
 	struct rt_ctx *rt;
 	FILE *out;
@@ -129,10 +130,11 @@ static int on_step(void *arg, int i, int step, double loss)
 		if (k != i && t->rung[k] >= step) {
 			peers++;
 			better +=
-			    t->rung_loss[(size_t)k * 1024 + (size_t)(step / every) % 1024] < loss;
+			    t->rung_loss[(size_t)k * (size_t)t->nrungs + (size_t)(step / every)] <
+			    loss;
 		}
 	t->rung[i] = step;
-	t->rung_loss[(size_t)i * 1024 + (size_t)(step / every) % 1024] = loss;
+	t->rung_loss[(size_t)i * (size_t)t->nrungs + (size_t)(step / every)] = loss;
 	if (peers && 2 * better >= peers + 1) {
 		t->stopped[i] = 1;
 		return 1;
@@ -285,8 +287,11 @@ int tr_tune_models(const struct tr_tune_config *c)
 	if (!c->base.synthetic)
 		SP_CHECK(tr_data_open(c->base.data, &t.data));
 	rc = variants(&t, ax, nax);
+	for (int i = 0; i < t.n; i++) /* rungs: every halving-th step */
+		if (c->halving > 0 && t.steps[i] / c->halving + 1 > t.nrungs)
+			t.nrungs = t.steps[i] / c->halving + 1;
 	t.rung = calloc((size_t)MAXVAR, sizeof(int));
-	t.rung_loss = calloc((size_t)MAXVAR * 1024, sizeof(double));
+	t.rung_loss = calloc((size_t)MAXVAR * (size_t)(t.nrungs + 1), sizeof(double));
 	if (rc == 0 && (!t.rung || !t.rung_loss))
 		rc = sp_error(-ENOMEM, "tune: successive halving state");
 	if (rc == 0)
