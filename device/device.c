@@ -29,6 +29,7 @@ const char *dev_backend_name(enum dev_backend_kind kind)
 	case DEV_BACKEND_CUDA: return "cuda";
 	case DEV_BACKEND_HOST: return "host";
 	case DEV_BACKEND_MODEL: return "model";
+	case DEV_BACKEND_DRIVER: return "driver";
 	}
 	return "?";
 }
@@ -223,6 +224,7 @@ static const struct dev_backend_ops *backend_ops(enum dev_backend_kind kind)
 	case DEV_BACKEND_CUDA: return &dev_cuda_ops;
 	case DEV_BACKEND_HOST: return &dev_host_ops;
 	case DEV_BACKEND_MODEL: return &dev_model_ops;
+	case DEV_BACKEND_DRIVER: return &dev_driver_ops;
 	}
 	return NULL;
 }

@@ -28,7 +28,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum dev_backend_kind { DEV_BACKEND_CUDA, DEV_BACKEND_HOST, DEV_BACKEND_MODEL };
+/* DRIVER: one GPU through driver entry points the caller resolved (the preload
+ * shim; device/driver.h). Never chosen from the parameters. */
+enum dev_backend_kind { DEV_BACKEND_CUDA, DEV_BACKEND_HOST, DEV_BACKEND_MODEL, DEV_BACKEND_DRIVER };
 
 #define DEV_HOST (-1) /* pinned host memory, as a copy endpoint / link end */
 #define DEV_DISK (-2) /* the disk, as a link end (bandwidth only) */
@@ -41,6 +43,7 @@ struct dev_ctx;
 struct dev_stream;
 struct dev_event;
 struct dev_phys; /* a physical chunk of device memory */
+struct dev_driver_api;
 
 struct dev_config {
 	enum dev_backend_kind backend;
@@ -51,6 +54,7 @@ struct dev_config {
 	                             profile: the planner's model of a context */
 	int link_throttle;        /* host: throttle copies to the profile's bandwidths */
 	int threads;              /* host: CPU threads for kernels, 0 = cores */
+	const struct dev_driver_api *driver; /* driver: the entry points (device/driver.h) */
 };
 
 /* Fills *cfg from the parameter table. backend "" picks cuda when a CUDA device

@@ -155,6 +155,7 @@ struct dev_ctx {
 extern const struct dev_backend_ops dev_host_ops;
 extern const struct dev_backend_ops dev_model_ops;
 extern const struct dev_backend_ops dev_cuda_ops;
+extern const struct dev_backend_ops dev_driver_ops;
 
 /* Fills every device's info and the p2p matrix from ctx->prof (capacity from
  * capacity_override when non-zero). Used by host and model. */

@@ -192,6 +192,7 @@ int rt_allreduce_sum(struct rt_ctx *rt, int n, void *const *buf, struct dev_stre
 		return sp_error(-ENOTSUP,
 		                "all-reduce on %d GPUs needs NCCL (spill was built without it)", n);
 #endif
+	case DEV_BACKEND_DRIVER: break; /* one device */
 	}
 	return sp_error(-EINVAL, "all-reduce: unknown backend");
 }

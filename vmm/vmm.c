@@ -932,6 +932,20 @@ uint32_t vmm_obj_where(struct vmm *v, uint64_t id)
 	return mask;
 }
 
+void *vmm_obj_stable_addr(struct vmm *v, uint64_t id)
+{
+	uint32_t idx = 0;
+	void *va = NULL;
+	if (!v)
+		return NULL;
+	pthread_mutex_lock(&v->lock);
+	struct vmm_obj *o = lookup(v, id, &idx);
+	if (o && o->stable)
+		va = o->va;
+	pthread_mutex_unlock(&v->lock);
+	return va;
+}
+
 int vmm_place_peak(struct vmm *v, int place, uint64_t *peak)
 {
 	SP_CHECK_ARG(v && peak, "vmm_place_peak: NULL argument");

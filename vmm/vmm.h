@@ -223,6 +223,9 @@ int vmm_obj_info(struct vmm *v, uint64_t obj, struct vmm_obj_info *out) SP_MUST_
 /* Where obj has a valid copy now (valid_mask bits, filling copies included),
  * cheaply: nothing is retired, no name copied. 0 for a bad id. */
 uint32_t vmm_obj_where(struct vmm *v, uint64_t obj);
+/* The reserved device address of a VMM_OBJ_STABLE object, fixed from create to
+ * destroy (what acquire on its home returns); NULL for another object or a bad id. */
+void *vmm_obj_stable_addr(struct vmm *v, uint64_t obj);
 /* Copies the object's disk copy, when it is current (the object's contents),
  * into dst (its bytes) with no host pool space: a way to read state when the
  * host pool cannot make room (its dirty copies cannot go down to a failing
