@@ -62,16 +62,16 @@ static void drv_leave(const struct dev_driver_api *a, int pushed)
 }
 
 /* Runs one driver call in the context; returns 0 or the mapped error. */
-#define DRV(a, call, what)                                       \
-	do {                                                     \
-		int pushed_;                                     \
-		CUresult r_ = drv_enter((a), &pushed_);          \
-		if (r_ == CUDA_SUCCESS) {                        \
-			r_ = (call);                             \
-			drv_leave((a), pushed_);                 \
-		}                                                \
-		if (r_ != CUDA_SUCCESS)                          \
-			return drv_err((a), r_, (what));         \
+#define DRV(a, call, what)                               \
+	do {                                             \
+		int pushed_;                             \
+		CUresult r_ = drv_enter((a), &pushed_);  \
+		if (r_ == CUDA_SUCCESS) {                \
+			r_ = (call);                     \
+			drv_leave((a), pushed_);         \
+		}                                        \
+		if (r_ != CUDA_SUCCESS)                  \
+			return drv_err((a), r_, (what)); \
 	} while (0)
 
 static double wall_now(void)
@@ -82,34 +82,35 @@ static double wall_now(void)
 }
 
 static const char *const need_names[] = {
-    "ctx_get_current", "ctx_push",     "ctx_pop",        "mem_alloc",       "mem_free",
-    "host_alloc",      "host_free",    "addr_reserve",   "addr_free",       "mem_create",
-    "mem_release",     "mem_map",      "mem_unmap",      "mem_set_access",  "granularity",
-    "stream_create",   "stream_destroy", "stream_sync",  "stream_wait_event", "event_create",
-    "event_destroy",   "event_record", "event_query",    "event_sync",      "event_elapsed",
+    "ctx_get_current", "ctx_push",        "ctx_pop",          "mem_alloc",         "mem_free",
+    "host_alloc",      "host_free",       "addr_reserve",     "addr_free",         "mem_create",
+    "mem_release",     "mem_map",         "mem_unmap",        "mem_set_access",    "granularity",
+    "stream_create",   "stream_destroy",  "stream_sync",      "stream_wait_event", "event_create",
+    "event_destroy",   "event_record",    "event_query",      "event_sync",        "event_elapsed",
     "memcpy_async",    "memset_d8_async", "launch_host_func", "device_total_mem"};
 
 static int check_api(const struct dev_driver_api *a)
 {
 	const void *const fns[] = {
-	    (const void *)a->ctx_get_current, (const void *)a->ctx_push,
-	    (const void *)a->ctx_pop,         (const void *)a->mem_alloc,
-	    (const void *)a->mem_free,        (const void *)a->host_alloc,
-	    (const void *)a->host_free,       (const void *)a->addr_reserve,
-	    (const void *)a->addr_free,       (const void *)a->mem_create,
-	    (const void *)a->mem_release,     (const void *)a->mem_map,
-	    (const void *)a->mem_unmap,       (const void *)a->mem_set_access,
-	    (const void *)a->granularity,     (const void *)a->stream_create,
-	    (const void *)a->stream_destroy,  (const void *)a->stream_sync,
+	    (const void *)a->ctx_get_current,   (const void *)a->ctx_push,
+	    (const void *)a->ctx_pop,           (const void *)a->mem_alloc,
+	    (const void *)a->mem_free,          (const void *)a->host_alloc,
+	    (const void *)a->host_free,         (const void *)a->addr_reserve,
+	    (const void *)a->addr_free,         (const void *)a->mem_create,
+	    (const void *)a->mem_release,       (const void *)a->mem_map,
+	    (const void *)a->mem_unmap,         (const void *)a->mem_set_access,
+	    (const void *)a->granularity,       (const void *)a->stream_create,
+	    (const void *)a->stream_destroy,    (const void *)a->stream_sync,
 	    (const void *)a->stream_wait_event, (const void *)a->event_create,
-	    (const void *)a->event_destroy,   (const void *)a->event_record,
-	    (const void *)a->event_query,     (const void *)a->event_sync,
-	    (const void *)a->event_elapsed,   (const void *)a->memcpy_async,
-	    (const void *)a->memset_d8_async, (const void *)a->launch_host_func,
+	    (const void *)a->event_destroy,     (const void *)a->event_record,
+	    (const void *)a->event_query,       (const void *)a->event_sync,
+	    (const void *)a->event_elapsed,     (const void *)a->memcpy_async,
+	    (const void *)a->memset_d8_async,   (const void *)a->launch_host_func,
 	    (const void *)a->device_total_mem};
 	for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
 		if (!fns[i])
-			return sp_error(-ENODEV, "driver backend: the driver lacks %s", need_names[i]);
+			return sp_error(-ENODEV, "driver backend: the driver lacks %s",
+			                need_names[i]);
 	return 0;
 }
 
@@ -424,8 +425,7 @@ static int drv_memcpy_async(struct dev_stream *s, void *dst, int dst_dev, const 
 {
 	const struct dev_driver_api *a = api_of(s->ctx);
 	DRV(a,
-	    a->memcpy_async((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes,
-	                    cs(s)),
+	    a->memcpy_async((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes, cs(s)),
 	    "cuMemcpyAsync");
 	return 0;
 }

@@ -7,11 +7,14 @@
  *                               (SPILL_VMM_TRACE_FILE: the Belady run's Chrome trace)
  *   spill train [flags]         train a GPT through the executor (spill train --help)
  *   spill sim [flags]           the same run on the model backend: a what-if in virtual time
- *   spill report FILE.json      print a run's swap-volume profile again (--stats-json)
+ *   spill report FILE.json      print a run's swap-volume profile again (--stats-json),
+ *                               or a preloaded program's (spill run --stats-json)
+ *   spill run [flags] -- CMD    run an unmodified CUDA program with the preload shim
  *   spill prepare TEXT... -o DIR   llm.c token shards of text files (bytes as tokens)
  *   spill version
  * Every error is one line on stderr and a non-zero exit.
  */
+#include "common/json.h"
 #include "common/log.h"
 #include "common/params.h"
 #include "common/stats.h"
@@ -551,13 +554,87 @@ static int cmd_tune(int argc, char **argv)
 	return 0;
 }
 
+/* ---- the preload shim: spill run, and spill report of its JSON ---- */
+
+static double jnum(const struct sp_json *o, const char *key)
+{
+	const struct sp_json *v = sp_json_get(o, key);
+	return v && v->type == SP_JSON_NUMBER ? v->num : 0;
+}
+
+static const char *jstr(const struct sp_json *o, const char *key)
+{
+	const struct sp_json *v = sp_json_get(o, key);
+	return v && v->type == SP_JSON_STRING ? v->str : "";
+}
+
+/* The shim's report (shim/report.c writes it): totals, then the allocations
+ * and the kernels that moved the most. */
+static void print_shim_report(const struct sp_json *root)
+{
+	char a[6][32];
+	const struct sp_json *b = sp_json_get(root, "bytes");
+	printf("preloaded program: budget %s, %.0f operations, %.0f allocations (%.0f live at "
+	       "exit)\n",
+	       sp_format_size((uint64_t)jnum(root, "budget"), a[0], 32), jnum(root, "operations"),
+	       jnum(root, "allocations"), jnum(root, "live"));
+	printf("moved: h2d %s, d2h %s, host->disk %s, disk->host %s\n",
+	       sp_format_size((uint64_t)jnum(b, "h2d"), a[1], 32),
+	       sp_format_size((uint64_t)jnum(b, "d2h"), a[2], 32),
+	       sp_format_size((uint64_t)jnum(b, "host2disk"), a[3], 32),
+	       sp_format_size((uint64_t)jnum(b, "disk2host"), a[4], 32));
+	if (jnum(root, "period") > 0)
+		printf("policy %s: an iteration of %.0f operations, repeated %.0f times under "
+		       "Belady\n",
+		       jstr(root, "policy"), jnum(root, "period"), jnum(root, "repeats"));
+	else
+		printf("policy %s: no repeating iteration seen (LRU)\n", jstr(root, "policy"));
+	const struct sp_json *al = sp_json_get(root, "per_allocation");
+	if (al && al->type == SP_JSON_ARRAY && al->n) {
+		printf("%-10s %12s %12s %12s  %s\n", "alloc", "bytes", "h2d", "d2h",
+		       "first kernel");
+		for (int i = 0; i < al->n && i < 20; i++) {
+			const struct sp_json *x = &al->items[i];
+			printf("#%-9.0f %12s %12s %12s  %s\n", jnum(x, "id"),
+			       sp_format_size((uint64_t)jnum(x, "bytes"), a[0], 32),
+			       sp_format_size((uint64_t)jnum(x, "h2d"), a[1], 32),
+			       sp_format_size((uint64_t)jnum(x, "d2h"), a[2], 32),
+			       jstr(x, "first_kernel"));
+		}
+	}
+	const struct sp_json *ks = sp_json_get(root, "per_kernel");
+	if (ks && ks->type == SP_JSON_ARRAY && ks->n) {
+		printf("%-32s %10s %10s %12s\n", "kernel", "ops", "misses", "h2d for it");
+		for (int i = 0; i < ks->n; i++) {
+			const struct sp_json *x = &ks->items[i];
+			printf("%-32.32s %10.0f %10.0f %12s\n", jstr(x, "name"), jnum(x, "ops"),
+			       jnum(x, "misses"),
+			       sp_format_size((uint64_t)jnum(x, "h2d"), a[0], 32));
+		}
+	}
+}
+
 static int cmd_report(int argc, char **argv)
 {
 	if (argc != 2) {
 		fprintf(stderr,
-		        "usage: spill report FILE.json (written by spill train --stats-json)\n");
+		        "usage: spill report FILE.json (written by spill train or spill run "
+		        "--stats-json)\n");
 		return 2;
 	}
+	char *text = NULL;
+	size_t len = 0;
+	struct sp_json *root = NULL;
+	if (sp_json_read_file(argv[1], 64u << 20, &text, &len) == 0 &&
+	    sp_json_parse(text, len, &root) == 0 && root->type == SP_JSON_OBJECT &&
+	    !strcmp(jstr(root, "tool"), "spill-shim")) {
+		print_shim_report(root);
+		sp_json_free(root);
+		free(text);
+		return 0;
+	}
+	sp_json_free(root);
+	free(text);
 	struct tr_profile p;
 	if (tr_profile_read(argv[1], &p) < 0) {
 		fprintf(stderr, "spill report: %s\n", sp_last_error());
@@ -565,6 +642,98 @@ static int cmd_report(int argc, char **argv)
 	}
 	tr_profile_print(&p, stdout);
 	return 0;
+}
+
+static const char run_usage[] =
+    "usage: spill run [flags] [--] CMD [ARGS...]\n"
+    "Runs an unmodified CUDA program with libspill-preload.so: its device allocations\n"
+    "may exceed the GPU (backed by pinned host memory and, with SPILL_DISK_PATH, disk).\n"
+    "  --budget SIZE       device memory the program may use (SPILL_DEVICE_MEM)\n"
+    "  --policy P          belady (recorded iteration; LRU until seen) or lru\n"
+    "  --stats-json FILE   the swap report as JSON at exit (spill report FILE)\n"
+    "  --trace FILE        a Chrome trace of transfers and launches\n"
+    "  --quiet             no report on stderr at exit\n";
+
+/* libspill-preload.so beside the spill binary: <prefix>/bin/spill -> <prefix>/lib. */
+static int find_preload(char *out, size_t n)
+{
+	const char *env = getenv("SPILL_PRELOAD_LIB");
+	if (env && *env) {
+		snprintf(out, n, "%s", env);
+		return access(out, R_OK) == 0 ? 0 : -1;
+	}
+	char exe[4096];
+	ssize_t k = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (k <= 0)
+		return -1;
+	exe[k] = 0;
+	char *slash = strrchr(exe, '/');
+	if (!slash)
+		return -1;
+	*slash = 0;
+	snprintf(out, n, "%s/../lib/libspill-preload.so", exe);
+	return access(out, R_OK) == 0 ? 0 : -1;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+	int i = 1;
+	for (; i < argc; i++) {
+		const char *f = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(f, "--")) {
+			i++;
+			break;
+		}
+		if (f[0] != '-')
+			break;
+		if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+			fputs(run_usage, stdout);
+			return 0;
+		}
+		if (!strcmp(f, "--quiet")) {
+			setenv("SPILL_SHIM_REPORT", "0", 1);
+			continue;
+		}
+		const char *var = !strcmp(f, "--budget")       ? "SPILL_DEVICE_MEM"
+		                  : !strcmp(f, "--policy")     ? "SPILL_SHIM_POLICY"
+		                  : !strcmp(f, "--stats-json") ? "SPILL_SHIM_STATS_JSON"
+		                  : !strcmp(f, "--trace")      ? "SPILL_SHIM_TRACE"
+		                                               : NULL;
+		if (!var) {
+			fprintf(stderr, "spill run: unknown flag %s (spill run --help)\n", f);
+			return 2;
+		}
+		if (!v) {
+			fprintf(stderr, "spill run: %s needs a value\n", f);
+			return 2;
+		}
+		setenv(var, v, 1);
+		i++;
+	}
+	if (i >= argc) {
+		fputs(run_usage, stderr);
+		return 2;
+	}
+	/* bad values fail here, in one line, not inside the program */
+	struct sp_params p;
+	if (load_params(&p) < 0)
+		return 1;
+	char lib[4200];
+	if (find_preload(lib, sizeof(lib)) < 0) {
+		fprintf(stderr,
+		        "spill run: libspill-preload.so not found beside spill (%s); spill was "
+		        "built without the CUDA headers?\n",
+		        lib);
+		return 1;
+	}
+	const char *old = getenv("LD_PRELOAD");
+	char pre[8400];
+	snprintf(pre, sizeof(pre), "%s%s%s", lib, old && *old ? ":" : "", old ? old : "");
+	setenv("LD_PRELOAD", pre, 1);
+	execvp(argv[i], argv + i);
+	fprintf(stderr, "spill run: cannot run %s: %s\n", argv[i], strerror(errno));
+	return 127;
 }
 
 static int cmd_prepare(int argc, char **argv)
@@ -646,7 +815,8 @@ static void usage(FILE *f)
 	        "  train [flags]        train a GPT through the executor (train --help)\n"
 	        "  sim [flags]          the same run on the model backend, in virtual time\n"
 	        "  tune [flags]         many models trained together, ranked (tune --help)\n"
-	        "  report FILE.json     print a run's profile again (train --stats-json)\n"
+	        "  report FILE.json     print a run's profile again (train/run --stats-json)\n"
+	        "  run [flags] -- CMD   run a CUDA program with the preload shim (run --help)\n"
 	        "  prepare TEXT... -o DIR  llm.c token shards of text files\n"
 	        "  version              print the version\n");
 }
@@ -672,6 +842,8 @@ int main(int argc, char **argv)
 		return cmd_report(argc - 1, argv + 1);
 	if (strcmp(cmd, "prepare") == 0)
 		return cmd_prepare(argc - 1, argv + 1);
+	if (strcmp(cmd, "run") == 0)
+		return cmd_run(argc - 1, argv + 1);
 	if (strcmp(cmd, "version") == 0) {
 		printf("spill %s\n", SPILL_VERSION);
 		return 0;

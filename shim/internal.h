@@ -1,0 +1,271 @@
+/* shim/internal.h — what the preload shim's files share.
+ *
+ * The shim is libspill-preload.so: preloaded into an unmodified CUDA program,
+ * it backs the program's device allocations with stable-address vmm objects
+ * (so they can live on the GPU, in pinned host memory or on disk while the
+ * program's pointers stay valid) and makes every allocation an operation
+ * touches resident before the operation reaches the driver. Files:
+ *   hooks.c   exported cu* wrappers, dlsym, cuGetProcAddress: who gets a wrapper
+ *   mem.c     the allocation table, residency before each operation, budget
+ *   record.c  the launch recorder: finds the repeating iteration, Belady hints
+ *   report.c  swap volume per allocation and per kernel, JSON, Chrome trace
+ * The public interface is the CUDA driver API itself and SPILL_* variables
+ * (docs/shim.md). Only cu* and dlsym are exported (shim/exports.map).
+ */
+#ifndef SP_SHIM_INTERNAL_H
+#define SP_SHIM_INTERNAL_H
+
+/* The driver's own spelling of every export (cuMemAlloc_v2 next to the 32-bit
+ * cuMemAlloc, cuLaunchKernel_ptsz next to cuLaunchKernel): no renaming macros. */
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include "common/log.h"
+#include "common/params.h"
+#include "device/driver.h"
+#include "vmm/vmm.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define SHIM_API __attribute__((visibility("default")))
+
+/* ---- hooks.c: the real driver ---- */
+
+/* Real driver entry points by concrete export name, resolved from libcuda.so.1
+ * itself (never through the shim's own hooks). NULL when the driver lacks one. */
+#define SHIM_REAL_FNS(X)                  \
+	X(cuInit)                         \
+	X(cuGetErrorString)               \
+	X(cuGetProcAddress)               \
+	X(cuGetProcAddress_v2)            \
+	X(cuCtxGetCurrent)                \
+	X(cuCtxGetDevice)                 \
+	X(cuCtxPushCurrent_v2)            \
+	X(cuCtxPopCurrent_v2)             \
+	X(cuCtxSynchronize)               \
+	X(cuDeviceTotalMem_v2)            \
+	X(cuDeviceGetName)                \
+	X(cuMemAlloc_v2)                  \
+	X(cuMemAllocPitch_v2)             \
+	X(cuMemFree_v2)                   \
+	X(cuMemGetInfo_v2)                \
+	X(cuMemGetAddressRange_v2)        \
+	X(cuMemHostAlloc)                 \
+	X(cuMemFreeHost)                  \
+	X(cuMemAddressReserve)            \
+	X(cuMemAddressFree)               \
+	X(cuMemCreate)                    \
+	X(cuMemRelease)                   \
+	X(cuMemMap)                       \
+	X(cuMemUnmap)                     \
+	X(cuMemSetAccess)                 \
+	X(cuMemGetAllocationGranularity)  \
+	X(cuIpcGetMemHandle)              \
+	X(cuStreamCreate)                 \
+	X(cuStreamDestroy_v2)             \
+	X(cuStreamSynchronize)            \
+	X(cuStreamWaitEvent)              \
+	X(cuStreamBeginCapture_v2)        \
+	X(cuStreamBeginCapture_v2_ptsz)   \
+	X(cuEventCreate)                  \
+	X(cuEventDestroy_v2)              \
+	X(cuEventRecord)                  \
+	X(cuEventQuery)                   \
+	X(cuEventSynchronize)             \
+	X(cuEventElapsedTime_v2)          \
+	X(cuLaunchHostFunc)               \
+	X(cuFuncGetParamInfo)             \
+	X(cuKernelGetParamInfo)           \
+	X(cuFuncGetName)                  \
+	X(cuLaunchKernel)                 \
+	X(cuLaunchKernel_ptsz)            \
+	X(cuLaunchKernelEx)               \
+	X(cuLaunchKernelEx_ptsz)          \
+	X(cuLaunchCooperativeKernel)      \
+	X(cuLaunchCooperativeKernel_ptsz) \
+	X(cuMemcpy)                       \
+	X(cuMemcpy_ptds)                  \
+	X(cuMemcpyAsync)                  \
+	X(cuMemcpyAsync_ptsz)             \
+	X(cuMemcpyHtoD_v2)                \
+	X(cuMemcpyHtoD_v2_ptds)           \
+	X(cuMemcpyDtoH_v2)                \
+	X(cuMemcpyDtoH_v2_ptds)           \
+	X(cuMemcpyDtoD_v2)                \
+	X(cuMemcpyDtoD_v2_ptds)           \
+	X(cuMemcpyHtoDAsync_v2)           \
+	X(cuMemcpyHtoDAsync_v2_ptsz)      \
+	X(cuMemcpyDtoHAsync_v2)           \
+	X(cuMemcpyDtoHAsync_v2_ptsz)      \
+	X(cuMemcpyDtoDAsync_v2)           \
+	X(cuMemcpyDtoDAsync_v2_ptsz)      \
+	X(cuMemsetD8_v2)                  \
+	X(cuMemsetD8_v2_ptds)             \
+	X(cuMemsetD16_v2)                 \
+	X(cuMemsetD16_v2_ptds)            \
+	X(cuMemsetD32_v2)                 \
+	X(cuMemsetD32_v2_ptds)            \
+	X(cuMemsetD8Async)                \
+	X(cuMemsetD8Async_ptsz)           \
+	X(cuMemsetD16Async)               \
+	X(cuMemsetD16Async_ptsz)          \
+	X(cuMemsetD32Async)               \
+	X(cuMemsetD32Async_ptsz)
+
+struct shim_real {
+#define SHIM_REAL_FIELD(name) __typeof__(&name) name;
+	SHIM_REAL_FNS(SHIM_REAL_FIELD)
+#undef SHIM_REAL_FIELD
+};
+extern struct shim_real shim_real;
+
+/* Resolves the real driver once (cheap; safe from any thread and hook).
+ * Returns 0, or -ENODEV when libcuda.so.1 cannot be loaded. */
+int shim_real_init(void);
+
+/* ---- mem.c: allocations and residency ---- */
+
+/* What an operation does with the memory its pointers reach. */
+enum shim_use { SHIM_USE_READ, SHIM_USE_WRITE, SHIM_USE_OVERWRITE };
+
+/* One range an operation touches; bytes 0 = "from ptr to the end of whatever
+ * allocation holds it" (kernel parameters). */
+struct shim_touch {
+	CUdeviceptr ptr;
+	size_t bytes;
+	enum shim_use use;
+};
+
+/* An operation about to reach the driver: its kind names it in the report
+ * when it is not a kernel (fn NULL). stream is the program's (0, legacy or
+ * per-thread handles included, as the driver sees them); ptds: the stream 0 of
+ * a _ptsz/_ptds export, which is the per-thread stream. */
+struct shim_op {
+	const char *kind; /* "memcpy", "memset", or NULL for a kernel */
+	CUfunction fn;
+	CUstream stream;
+	int ptds;
+	struct shim_touch touch[4];
+	int ntouch;
+	void **params; /* kernels: kernelParams or NULL */
+	void **extra;  /* kernels: the extra array or NULL */
+};
+
+/* Makes every tracked allocation op touches resident and orders the program's
+ * stream after the transfers. On success the shim's lock is held until
+ * shim_op_end(), which must follow the driver call (so no other thread evicts
+ * in between). Returns CUDA_SUCCESS, or the error to return to the program
+ * (nothing was done; the lock is not held). */
+CUresult shim_op_begin(struct shim_op *op);
+/* Records the use, updates the policy, drops the lock. */
+void shim_op_end(struct shim_op *op, CUresult driver_result);
+
+CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, const char *api);
+CUresult shim_mem_free(CUdeviceptr dptr);
+CUresult shim_mem_get_info(size_t *free_b, size_t *total_b);
+/* 1 and the range when ptr is inside a tracked allocation. */
+int shim_mem_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *bytes);
+/* Pins every live allocation for good (graphs being captured may use any). */
+void shim_mem_pin_all(const char *why);
+
+/* ---- record.c: the launch recorder and its policy ---- */
+
+struct shim_alloc;
+struct shim_rec;
+struct shim_rec *shim_rec_new(int belady);
+void shim_rec_free(struct shim_rec *r);
+/* One operation with its touched allocations (keys: their base addresses).
+ * Returns the keys to prefetch next (at most max) into out. */
+int shim_rec_op(struct shim_rec *r, struct vmm *v, uint64_t sig, struct shim_alloc *const *a, int n,
+                uint64_t *prefetch, int max);
+/* The latest iteration found (0: none yet) and how many times it repeated;
+ * returns 1 while the program follows it. */
+int shim_rec_mode(const struct shim_rec *r, uint64_t *period, uint64_t *cycles);
+
+/* ---- report.c ---- */
+
+/* Per kernel name (or "memcpy"/"memset"): operations and the bytes brought in
+ * for them. */
+struct shim_kstat {
+	char name[64];
+	uint64_t ops, misses;
+	uint64_t h2d, disk2h;
+};
+
+struct shim_launch_rec {
+	double t;
+	uint32_t k; /* kstat index */
+};
+
+/* ---- the shim's state (mem.c owns it) ---- */
+
+struct shim_alloc {
+	CUdeviceptr base;
+	size_t bytes;            /* as the program asked */
+	uint64_t obj;            /* vmm object */
+	uint64_t seq;            /* allocation number, for names */
+	int held;                /* acquired on the device (the shim releases in batches) */
+	int pinned;              /* never released (captured, exported, ...) */
+	struct dev_event *ready; /* the acquire's event, until it is known complete */
+	CUstream ready_waited;   /* the stream that already waits for it (if waited) */
+	int waited;
+	uint32_t first_k;                  /* kstat of the first operation that used it, or -1 */
+	uint64_t h2d, d2h, h2disk, disk2h; /* bytes moved, filled in at free */
+};
+
+struct shim_state {
+	pthread_mutex_t lock;
+	int ready;     /* vmm open */
+	int failed;    /* init failed: pass everything through */
+	int capturing; /* a stream began capturing: new allocations are pinned */
+	struct sp_params params;
+	struct dev_driver_api api;
+	struct dev_ctx *dev;
+	struct vmm *vmm;
+	uint64_t budget;
+	CUcontext ctx;
+	CUdevice device;
+	/* allocations sorted by base */
+	struct shim_alloc **allocs;
+	size_t nallocs, cap_allocs;
+	uint64_t nseq;
+	uint64_t held_bytes;
+	/* program streams used since the last batch release */
+	CUstream used[16];
+	int nused, used_overflow;
+	struct dev_stream *join;
+	struct dev_event *join_ev, *used_ev[16];
+	/* freed ranges, to refuse operations on them */
+	struct {
+		CUdeviceptr base;
+		size_t bytes;
+	} grave[256];
+	unsigned ngrave;
+	/* kernels */
+	struct shim_kstat *kstats;
+	uint32_t nk, cap_k;
+	struct shim_fn_info *fns; /* open-addressing table by CUfunction */
+	size_t cap_fns, nfns;
+	/* report */
+	struct shim_alloc **dead; /* freed allocations, for the report */
+	size_t ndead, cap_dead;
+	struct shim_launch_rec *launches; /* trace ring */
+	uint64_t nlaunch;
+	size_t cap_launch;
+	struct shim_rec *rec;
+	uint64_t ops, batch_releases, refused;
+	double t0;
+};
+extern struct shim_state shim;
+
+uint32_t shim_kstat_get(const char *name);
+
+/* report.c */
+void shim_report_print(FILE *f);
+int shim_report_json(FILE *f);
+int shim_trace_write(FILE *f);
+void shim_report_at_exit(void);
+void shim_report_start_signal(void);
+
+#endif

@@ -1,0 +1,885 @@
+/* shim/mem.c — the program's device allocations as stable-address vmm objects,
+ * and residency before every operation that touches them.
+ *
+ * An allocation is a VMM_OBJ_STABLE object on the program's device: its
+ * address is a reserved range that keeps its value while the vmm maps memory
+ * into it, copies it out and unmaps it. Before a launch, copy or memset the
+ * shim finds the tracked allocations the operation reaches (kernel parameters
+ * scanned word by word with the layout from cuFuncGetParamInfo), acquires
+ * them, and makes the program's stream wait for the transfers.
+ *
+ * Acquired allocations stay acquired ("held") after the operation: a launch
+ * whose allocations are resident costs a table lookup, not a round of events.
+ * When an acquire does not fit, the shim releases every held allocation the
+ * operation does not touch in one batch, with one event that covers the
+ * program's streams used since the last batch, and the vmm evicts by its
+ * policy (Belady on the recorded iteration, LRU before one is seen).
+ *
+ * One lock serializes operations from the program's threads: an operation's
+ * acquires, its driver call and its bookkeeping happen under it, so no thread
+ * releases memory another thread is about to launch on.
+ */
+#include "shim/internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct shim_state shim = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* A kernel's parameter layout, cached by CUfunction. nparams -1: unknown. */
+struct shim_fn_info {
+	CUfunction fn;
+	int nparams;
+	uint32_t k; /* kstat */
+	size_t *off, *size;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- kernels and their names ------------------------------------------------- */
+
+uint32_t shim_kstat_get(const char *name)
+{
+	for (uint32_t i = 0; i < shim.nk; i++)
+		if (!strncmp(shim.kstats[i].name, name, sizeof(shim.kstats[i].name) - 1))
+			return i;
+	if (shim.nk == shim.cap_k) {
+		uint32_t cap = shim.cap_k ? 2 * shim.cap_k : 64;
+		struct shim_kstat *k = realloc(shim.kstats, cap * sizeof(*k));
+		if (!k)
+			return 0; /* slot 0 exists: "memcpy" is made first */
+		shim.kstats = k;
+		shim.cap_k = cap;
+	}
+	struct shim_kstat *k = &shim.kstats[shim.nk];
+	memset(k, 0, sizeof(*k));
+	snprintf(k->name, sizeof(k->name), "%s", name);
+	return shim.nk++;
+}
+
+static size_t fn_hash(CUfunction f, size_t cap)
+{
+	uint64_t x = (uint64_t)(uintptr_t)f;
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	return (size_t)x & (cap - 1);
+}
+
+static int fns_grow(void)
+{
+	size_t cap = shim.cap_fns ? 2 * shim.cap_fns : 256;
+	struct shim_fn_info *t = calloc(cap, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	for (size_t i = 0; i < shim.cap_fns; i++) {
+		if (!shim.fns[i].fn)
+			continue;
+		size_t j = fn_hash(shim.fns[i].fn, cap);
+		while (t[j].fn)
+			j = (j + 1) & (cap - 1);
+		t[j] = shim.fns[i];
+	}
+	free(shim.fns);
+	shim.fns = t;
+	shim.cap_fns = cap;
+	return 0;
+}
+
+/* The layout: cuFuncGetParamInfo, or cuKernelGetParamInfo for a CUkernel
+ * passed as a CUfunction (lazy loading), until the index runs past the end. */
+static void fn_layout(struct shim_fn_info *fi)
+{
+	size_t cap = 0;
+	fi->nparams = -1;
+	for (int api = 0; api < 2 && fi->nparams < 0; api++) {
+		__typeof__(shim_real.cuFuncGetParamInfo) get =
+		    api == 0
+		        ? shim_real.cuFuncGetParamInfo
+		        : (__typeof__(shim_real.cuFuncGetParamInfo))shim_real.cuKernelGetParamInfo;
+		if (!get)
+			continue;
+		for (size_t i = 0;; i++) {
+			size_t off = 0, sz = 0;
+			CUresult r = get(fi->fn, i, &off, &sz);
+			if (r != CUDA_SUCCESS) {
+				/* past the end is INVALID_VALUE; another error at 0: not this API */
+				if (i > 0 || r == CUDA_ERROR_INVALID_VALUE)
+					fi->nparams = (int)i;
+				break;
+			}
+			if (i == cap) {
+				cap = cap ? 2 * cap : 8;
+				size_t *o = realloc(fi->off, cap * sizeof(*o));
+				size_t *s = o ? realloc(fi->size, cap * sizeof(*s)) : NULL;
+				if (o)
+					fi->off = o;
+				if (!o || !s)
+					return;
+				fi->size = s;
+			}
+			fi->off[i] = off;
+			fi->size[i] = sz;
+		}
+	}
+}
+
+static struct shim_fn_info *fn_info(CUfunction f)
+{
+	if (shim.nfns * 2 >= shim.cap_fns && fns_grow() < 0)
+		return NULL;
+	size_t j = fn_hash(f, shim.cap_fns);
+	while (shim.fns[j].fn && shim.fns[j].fn != f)
+		j = (j + 1) & (shim.cap_fns - 1);
+	struct shim_fn_info *fi = &shim.fns[j];
+	if (fi->fn)
+		return fi;
+	fi->fn = f;
+	shim.nfns++;
+	fn_layout(fi);
+	const char *name = NULL;
+	if (!shim_real.cuFuncGetName || shim_real.cuFuncGetName(&name, f) != CUDA_SUCCESS)
+		name = NULL;
+	char buf[32];
+	if (!name) {
+		snprintf(buf, sizeof(buf), "kernel@%p", (void *)f);
+		name = buf;
+	}
+	fi->k = shim_kstat_get(name);
+	if (fi->nparams < 0)
+		SP_WARN(SHIM,
+		        "kernel %s: no parameter layout from the driver; every allocation is "
+		        "made resident for its launches",
+		        name);
+	return fi;
+}
+
+/* ---- the allocation table ------------------------------------------------------ */
+
+/* Index of the first allocation whose base is > p. */
+static size_t upper(CUdeviceptr p)
+{
+	size_t lo = 0, hi = shim.nallocs;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (shim.allocs[mid]->base <= p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static struct shim_alloc *find(CUdeviceptr p)
+{
+	size_t i = upper(p);
+	if (!i)
+		return NULL;
+	struct shim_alloc *a = shim.allocs[i - 1];
+	return p - a->base < a->bytes ? a : NULL;
+}
+
+static int table_insert(struct shim_alloc *a)
+{
+	if (shim.nallocs == shim.cap_allocs) {
+		size_t cap = shim.cap_allocs ? 2 * shim.cap_allocs : 256;
+		struct shim_alloc **t = realloc(shim.allocs, cap * sizeof(*t));
+		if (!t)
+			return -ENOMEM;
+		shim.allocs = t;
+		shim.cap_allocs = cap;
+	}
+	size_t i = upper(a->base);
+	memmove(&shim.allocs[i + 1], &shim.allocs[i], (shim.nallocs - i) * sizeof(*shim.allocs));
+	shim.allocs[i] = a;
+	shim.nallocs++;
+	return 0;
+}
+
+static void table_remove(struct shim_alloc *a)
+{
+	size_t i = upper(a->base);
+	if (i && shim.allocs[i - 1] == a) {
+		memmove(&shim.allocs[i - 1], &shim.allocs[i],
+		        (shim.nallocs - i) * sizeof(*shim.allocs));
+		shim.nallocs--;
+	}
+}
+
+/* Freed ranges, newest first wins; a new allocation over one clears it. */
+static int in_grave(CUdeviceptr p)
+{
+	unsigned n = shim.ngrave < 256 ? shim.ngrave : 256;
+	for (unsigned i = 0; i < n; i++)
+		if (shim.grave[i].bytes && p - shim.grave[i].base < shim.grave[i].bytes)
+			return 1;
+	return 0;
+}
+
+static void grave_clear(CUdeviceptr base, size_t bytes)
+{
+	unsigned n = shim.ngrave < 256 ? shim.ngrave : 256;
+	for (unsigned i = 0; i < n; i++)
+		if (shim.grave[i].bytes && shim.grave[i].base < base + bytes &&
+		    base < shim.grave[i].base + shim.grave[i].bytes)
+			shim.grave[i].bytes = 0;
+}
+
+/* ---- init ------------------------------------------------------------------------- */
+
+static int fill_api(void)
+{
+	struct dev_driver_api *a = &shim.api;
+	a->ctx = shim.ctx;
+	a->device = shim.device;
+	a->ctx_get_current = shim_real.cuCtxGetCurrent;
+	a->ctx_push = shim_real.cuCtxPushCurrent_v2;
+	a->ctx_pop = shim_real.cuCtxPopCurrent_v2;
+	a->get_error_string = shim_real.cuGetErrorString;
+	a->device_total_mem = shim_real.cuDeviceTotalMem_v2;
+	a->device_get_name = shim_real.cuDeviceGetName;
+	a->mem_alloc = shim_real.cuMemAlloc_v2;
+	a->mem_free = shim_real.cuMemFree_v2;
+	a->host_alloc = shim_real.cuMemHostAlloc;
+	a->host_free = shim_real.cuMemFreeHost;
+	a->addr_reserve = shim_real.cuMemAddressReserve;
+	a->addr_free = shim_real.cuMemAddressFree;
+	a->mem_create = shim_real.cuMemCreate;
+	a->mem_release = shim_real.cuMemRelease;
+	a->mem_map = shim_real.cuMemMap;
+	a->mem_unmap = shim_real.cuMemUnmap;
+	a->mem_set_access = shim_real.cuMemSetAccess;
+	a->granularity = shim_real.cuMemGetAllocationGranularity;
+	a->stream_create = shim_real.cuStreamCreate;
+	a->stream_destroy = shim_real.cuStreamDestroy_v2;
+	a->stream_sync = shim_real.cuStreamSynchronize;
+	a->stream_wait_event = shim_real.cuStreamWaitEvent;
+	a->event_create = shim_real.cuEventCreate;
+	a->event_destroy = shim_real.cuEventDestroy_v2;
+	a->event_record = shim_real.cuEventRecord;
+	a->event_query = shim_real.cuEventQuery;
+	a->event_sync = shim_real.cuEventSynchronize;
+	a->event_elapsed = shim_real.cuEventElapsedTime_v2;
+	a->memcpy_async = shim_real.cuMemcpyAsync;
+	a->memset_d8_async = shim_real.cuMemsetD8Async;
+	a->launch_host_func = shim_real.cuLaunchHostFunc;
+	return 0;
+}
+
+/* Opens the vmm in the program's current context, at its first allocation.
+ * Under the lock. Returns 0, or -errno (the shim then passes through). */
+static int mm_init(void)
+{
+	if (shim.ready)
+		return 0;
+	if (shim.failed)
+		return -ENODEV;
+	int rc = shim_real_init();
+	CUcontext ctx = NULL;
+	if (rc == 0 && (shim_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx))
+		return -EAGAIN; /* no context yet: the driver answers this call */
+	shim.failed = 1;
+	if (rc < 0)
+		return rc;
+	shim.ctx = ctx;
+	if (shim_real.cuCtxGetDevice(&shim.device) != CUDA_SUCCESS)
+		return sp_error(-ENODEV, "shim: no device for the current context");
+	SP_CHECK(sp_params_load(&shim.params, NULL));
+	if (sp_params_apply_logging(&shim.params) < 0)
+		SP_WARN(SHIM, "%s", sp_last_error());
+	size_t free_b = 0, total_b = 0;
+	if (!shim_real.cuMemGetInfo_v2 || shim_real.cuMemGetInfo_v2(&free_b, &total_b))
+		return sp_error(-ENODEV, "shim: cuMemGetInfo failed");
+	shim.budget = shim.params.device_mem ? shim.params.device_mem : free_b / 10 * 9;
+	fill_api();
+	struct dev_config dc = {.backend = DEV_BACKEND_DRIVER,
+	                        .ndevices = 1,
+	                        .device_mem = shim.budget,
+	                        .driver = &shim.api};
+	SP_CHECK(dev_open(&dc, &shim.dev));
+	struct dev_info in;
+	SP_CHECK(dev_info(shim.dev, 0, &in));
+	shim.budget = in.capacity;
+	struct vmm_config vc;
+	SP_CHECK(vmm_config_from_params(&shim.params, &vc));
+	vc.ndevices = 1;
+	vc.device_mem = shim.budget;
+	vc.stable_mem = shim.budget;
+	vc.stats_at_close = 0;
+	vc.trace_file = NULL;
+	if (*shim.params.shim_trace && vc.trace_cap < (1u << 16))
+		vc.trace_cap = 1u << 16;
+	SP_CHECK(vmm_open(shim.dev, &vc, &shim.vmm));
+	SP_CHECK(dev_stream_create(shim.dev, 0, &shim.join));
+	SP_CHECK(dev_event_create(shim.dev, &shim.join_ev));
+	for (int i = 0; i < 16; i++)
+		SP_CHECK(dev_event_create(shim.dev, &shim.used_ev[i]));
+	shim.rec = shim_rec_new(!strcmp(shim.params.shim_policy, "belady"));
+	if (!shim.rec)
+		return sp_error(-ENOMEM, "shim: out of memory");
+	shim_kstat_get("memcpy");
+	shim_kstat_get("memset");
+	if (*shim.params.shim_trace) {
+		shim.cap_launch = 1u << 16;
+		shim.launches = calloc(shim.cap_launch, sizeof(*shim.launches));
+	}
+	shim.t0 = now_s();
+	shim.failed = 0;
+	shim.ready = 1;
+	char a[32];
+	SP_INFO(SHIM, "device memory budget %s on %s (SPILL_DEVICE_MEM), policy %s",
+	        sp_format_size(shim.budget, a, sizeof(a)), in.name, shim.params.shim_policy);
+	atexit(shim_report_at_exit);
+	shim_report_start_signal();
+	return 0;
+}
+
+/* ---- batch release ---------------------------------------------------------------- */
+
+static void note_stream(CUstream s)
+{
+	for (int i = 0; i < shim.nused; i++)
+		if (shim.used[i] == s)
+			return;
+	if (shim.nused < 16)
+		shim.used[shim.nused++] = s;
+	else
+		shim.used_overflow = 1;
+}
+
+/* One event after every use so far of the allocations about to be released:
+ * the streams used since the last batch joined on the shim's stream. NULL
+ * when the device had to be synchronized instead. */
+static struct dev_event *join_uses(void)
+{
+	if (shim.used_overflow) {
+		shim_real.cuCtxSynchronize();
+		return NULL;
+	}
+	for (int i = 0; i < shim.nused; i++) {
+		if (dev_driver_event_record(shim.used_ev[i], shim.used[i]) < 0 ||
+		    dev_stream_wait_event(shim.join, shim.used_ev[i]) < 0) {
+			SP_WARN(SHIM, "ordering a release: %s; synchronizing", sp_last_error());
+			shim_real.cuCtxSynchronize();
+			return NULL;
+		}
+	}
+	if (dev_event_record(shim.join_ev, shim.join) < 0) {
+		shim_real.cuCtxSynchronize();
+		return NULL;
+	}
+	return shim.join_ev;
+}
+
+static void release_one(struct shim_alloc *a, struct dev_event *done)
+{
+	if (vmm_release(shim.vmm, a->obj, 0, done) < 0)
+		SP_WARN(SHIM, "release of allocation %" PRIu64 ": %s", a->seq, sp_last_error());
+	a->held = 0;
+	a->ready = NULL;
+	shim.held_bytes -= a->bytes;
+}
+
+/* Releases every held allocation except those in keep. */
+static void release_batch(struct shim_alloc *const *keep, int nkeep)
+{
+	struct dev_event *done = join_uses();
+	for (size_t i = 0; i < shim.nallocs; i++) {
+		struct shim_alloc *a = shim.allocs[i];
+		if (!a->held || a->pinned)
+			continue;
+		int k = 0;
+		while (k < nkeep && keep[k] != a)
+			k++;
+		if (k == nkeep)
+			release_one(a, done);
+	}
+	shim.nused = 0;
+	shim.used_overflow = 0;
+	shim.batch_releases++;
+}
+
+/* Acquires a for the device. A miss when the device is full first releases
+ * the held ones not in keep (so the victim is chosen among all of them), and
+ * an acquire that still does not fit tries once more after that.
+ * *where: where its copies were before. */
+static int hold(struct shim_alloc *a, struct shim_alloc *const *keep, int nkeep,
+                enum vmm_access acc, uint32_t *where)
+{
+	void *ptr = NULL;
+	struct dev_event *ready = NULL;
+	*where = vmm_obj_where(shim.vmm, a->obj);
+	if (!(*where & 1u)) {
+		/* a miss that must evict: let the policy choose among everything the
+		 * operation does not need, not only what is not held right now */
+		uint64_t used = 0, cap = 0;
+		if (vmm_place_usage(shim.vmm, 0, &used, &cap) == 0 && used + a->bytes > cap)
+			release_batch(keep, nkeep);
+	}
+	int rc = vmm_acquire(shim.vmm, a->obj, 0, acc, &ptr, &ready);
+	if (rc == -ENOMEM) {
+		release_batch(keep, nkeep);
+		rc = vmm_acquire(shim.vmm, a->obj, 0, acc, &ptr, &ready);
+	}
+	if (rc < 0)
+		return rc;
+	a->held = 1;
+	a->ready = ready;
+	a->waited = 0;
+	shim.held_bytes += a->bytes;
+	return 0;
+}
+
+/* ---- operations --------------------------------------------------------------------- */
+
+#define SHIM_MAX_TOUCH 256
+
+struct op_state {
+	struct shim_alloc *a[SHIM_MAX_TOUCH];
+	enum shim_use use[SHIM_MAX_TOUCH];
+	int n;
+	uint32_t k;
+	uint64_t sig;
+	int all; /* unknown layout: every allocation */
+};
+
+static __thread struct op_state tls_op;
+
+static void add_touch(struct op_state *st, struct shim_alloc *a, enum shim_use use)
+{
+	for (int i = 0; i < st->n; i++) {
+		if (st->a[i] == a) {
+			if (use != SHIM_USE_READ && st->use[i] == SHIM_USE_READ)
+				st->use[i] = SHIM_USE_WRITE;
+			if (use == SHIM_USE_WRITE)
+				st->use[i] = SHIM_USE_WRITE;
+			return;
+		}
+	}
+	if (st->n < SHIM_MAX_TOUCH) {
+		st->a[st->n] = a;
+		st->use[st->n++] = use;
+	}
+}
+
+/* Every 8-byte word of a parameter that points into a tracked allocation.
+ * Returns -1 when a word points into a freed one. */
+static int scan_words(struct op_state *st, const unsigned char *p, size_t bytes)
+{
+	if (!shim.nallocs && !shim.ngrave)
+		return 0;
+	CUdeviceptr lo = shim.nallocs ? shim.allocs[0]->base : 0;
+	for (size_t o = 0; o + 8 <= bytes; o += 8) {
+		uint64_t w;
+		memcpy(&w, p + o, 8);
+		if (w < lo && !shim.ngrave)
+			continue;
+		struct shim_alloc *a = find((CUdeviceptr)w);
+		if (a)
+			add_touch(st, a, SHIM_USE_WRITE);
+		else if (shim.ngrave && w && in_grave((CUdeviceptr)w))
+			return -1;
+	}
+	return 0;
+}
+
+static int scan_params(struct op_state *st, struct shim_op *op)
+{
+	struct shim_fn_info *fi = fn_info(op->fn);
+	if (!fi)
+		return -ENOMEM;
+	st->k = fi->k;
+	/* the extra form: one packed buffer */
+	if (op->extra) {
+		void *buf = NULL;
+		size_t size = 0;
+		for (void **e = op->extra; *e != CU_LAUNCH_PARAM_END; e += 2) {
+			if (e[0] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+				buf = e[1];
+			else if (e[0] == CU_LAUNCH_PARAM_BUFFER_SIZE && e[1])
+				size = *(size_t *)e[1];
+			else if (e[0] != CU_LAUNCH_PARAM_BUFFER_POINTER &&
+			         e[0] != CU_LAUNCH_PARAM_BUFFER_SIZE)
+				break;
+		}
+		if (buf && size)
+			return scan_words(st, buf, size);
+	}
+	if (!op->params)
+		return 0;
+	if (fi->nparams < 0) {
+		st->all = 1;
+		return 0;
+	}
+	for (int i = 0; i < fi->nparams; i++) {
+		if (fi->size[i] < 8 || !op->params[i])
+			continue;
+		if (scan_words(st, op->params[i], fi->size[i]) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static uint64_t mix(uint64_t h, uint64_t x)
+{
+	h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+	return h;
+}
+
+static CUstream effective_stream(const struct shim_op *op)
+{
+	if (op->stream == NULL && op->ptds)
+		return CU_STREAM_PER_THREAD;
+	return op->stream;
+}
+
+/* Makes the program's stream wait for a held allocation's transfer. */
+static CUresult order_after_ready(struct shim_alloc *a, CUstream s)
+{
+	if (!a->ready || (a->waited && a->ready_waited == s))
+		return CUDA_SUCCESS;
+	if (dev_event_query(a->ready) == 0) {
+		a->ready = NULL;
+		return CUDA_SUCCESS;
+	}
+	if (dev_driver_stream_wait(a->ready, s) < 0) {
+		SP_WARN(SHIM, "ordering after a transfer: %s", sp_last_error());
+		return CUDA_ERROR_UNKNOWN;
+	}
+	a->ready_waited = s;
+	a->waited = 1;
+	return CUDA_SUCCESS;
+}
+
+static CUresult errno_to_cu(int rc)
+{
+	switch (rc) {
+	case -ENOMEM: return CUDA_ERROR_OUT_OF_MEMORY;
+	case -EINVAL: return CUDA_ERROR_INVALID_VALUE;
+	case -ENOTSUP: return CUDA_ERROR_NOT_SUPPORTED;
+	default: return CUDA_ERROR_UNKNOWN;
+	}
+}
+
+CUresult shim_op_begin(struct shim_op *op)
+{
+	if (!shim.ready)
+		return CUDA_SUCCESS; /* nothing tracked yet: end() checks ready too */
+	pthread_mutex_lock(&shim.lock);
+	struct op_state *st = &tls_op;
+	st->n = 0;
+	st->all = 0;
+	st->k = op->fn ? 0 : shim_kstat_get(op->kind);
+	int bad = 0;
+	if (op->fn) {
+		if (scan_params(st, op) < 0)
+			bad = 1;
+	} else {
+		for (int i = 0; i < op->ntouch; i++) {
+			struct shim_touch *t = &op->touch[i];
+			struct shim_alloc *a = find(t->ptr);
+			if (!a) {
+				if (shim.ngrave && in_grave(t->ptr))
+					bad = 1;
+				continue;
+			}
+			enum shim_use use = t->use;
+			/* overwriting part of it keeps the rest: a read-modify-write */
+			if (use == SHIM_USE_OVERWRITE && (t->ptr != a->base || t->bytes < a->bytes))
+				use = SHIM_USE_WRITE;
+			add_touch(st, a, use);
+		}
+	}
+	if (bad) {
+		shim.refused++;
+		pthread_mutex_unlock(&shim.lock);
+		SP_WARN(SHIM, "%s %s: refused, it reaches device memory that was freed",
+		        op->fn ? "launch of" : op->kind, op->fn ? shim.kstats[st->k].name : "");
+		return CUDA_ERROR_ILLEGAL_ADDRESS;
+	}
+	if (st->all) {
+		for (size_t i = 0; i < shim.nallocs && st->n < SHIM_MAX_TOUCH; i++)
+			add_touch(st, shim.allocs[i], SHIM_USE_WRITE);
+	}
+	CUstream s = effective_stream(op);
+	struct shim_kstat *ks = &shim.kstats[st->k];
+	uint64_t sig = mix(0, op->fn ? (uint64_t)(uintptr_t)op->fn : st->k);
+	for (int i = 0; i < st->n; i++) {
+		struct shim_alloc *a = st->a[i];
+		sig = mix(sig, a->base);
+		if (!a->held) {
+			/* a held copy may be written by a later operation with no acquire
+			 * in between: it is always held for writing */
+			enum vmm_access acc =
+			    st->use[i] == SHIM_USE_OVERWRITE ? VMM_OVERWRITE : VMM_WRITE;
+			uint32_t where = 0;
+			int rc = hold(a, st->a, st->n, acc, &where);
+			if (rc < 0) {
+				char b1[32], b2[32];
+				SP_WARN(SHIM,
+				        "%s: allocation %" PRIu64 " (%s) cannot be made resident "
+				        "within the budget of %s: %s",
+				        ks->name, a->seq, sp_format_size(a->bytes, b1, sizeof(b1)),
+				        sp_format_size(shim.budget, b2, sizeof(b2)),
+				        sp_last_error());
+				pthread_mutex_unlock(&shim.lock);
+				return errno_to_cu(rc);
+			}
+			if (!(where & 1u) && (where & (VMM_INFO_HOST | VMM_INFO_DISK)) &&
+			    acc != VMM_OVERWRITE) {
+				ks->misses++;
+				ks->h2d += a->bytes;
+				if (!(where & VMM_INFO_HOST))
+					ks->disk2h += a->bytes;
+			}
+		}
+		if (a->first_k == UINT32_MAX)
+			a->first_k = st->k;
+		CUresult r = order_after_ready(a, s);
+		if (r != CUDA_SUCCESS) {
+			pthread_mutex_unlock(&shim.lock);
+			return r;
+		}
+	}
+	st->sig = sig;
+	return CUDA_SUCCESS;
+}
+
+void shim_op_end(struct shim_op *op, CUresult driver_result)
+{
+	if (!shim.ready)
+		return;
+	struct op_state *st = &tls_op;
+	struct shim_kstat *ks = &shim.kstats[st->k];
+	ks->ops++;
+	shim.ops++;
+	if (st->n)
+		note_stream(effective_stream(op));
+	if (op->fn && shim.launches) {
+		struct shim_launch_rec *l = &shim.launches[shim.nlaunch % shim.cap_launch];
+		l->t = now_s();
+		l->k = st->k;
+		shim.nlaunch++;
+	}
+	uint64_t pre[8];
+	int npre = 0;
+	if (driver_result == CUDA_SUCCESS && st->n)
+		npre = shim_rec_op(shim.rec, shim.vmm, st->sig, st->a, st->n, pre, 8);
+	int released = 0;
+	for (int i = 0; i < npre; i++) {
+		struct shim_alloc *a = find((CUdeviceptr)pre[i]);
+		if (!a || a->held || (vmm_obj_where(shim.vmm, a->obj) & 1u))
+			continue;
+		uint64_t used = 0, cap = 0;
+		if (!released && vmm_place_usage(shim.vmm, 0, &used, &cap) == 0 &&
+		    used + a->bytes > cap) {
+			/* the prefetch may evict only what is needed after it: let it
+			 * choose among everything, held or not */
+			release_batch(NULL, 0);
+			released = 1;
+		}
+		if (vmm_prefetch(shim.vmm, a->obj, 0) < 0)
+			SP_TRACE(SHIM, "prefetch of allocation %" PRIu64 ": %s", a->seq,
+			         sp_last_error());
+	}
+	pthread_mutex_unlock(&shim.lock);
+}
+
+/* ---- allocation API ------------------------------------------------------------- */
+
+CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, const char *api)
+{
+	if (!dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!bytes)
+		return CUDA_ERROR_INVALID_VALUE; /* as the driver */
+	pthread_mutex_lock(&shim.lock);
+	int rc = mm_init();
+	if (rc < 0) {
+		pthread_mutex_unlock(&shim.lock);
+		if (rc != -EAGAIN) {
+			static int warned;
+			if (!warned++)
+				SP_WARN(SHIM, "not tracking allocations: %s", sp_last_error());
+		}
+		return shim_real.cuMemAlloc_v2 ? shim_real.cuMemAlloc_v2(dptr, bytes)
+		                               : CUDA_ERROR_NOT_INITIALIZED;
+	}
+	struct shim_alloc *a = calloc(1, sizeof(*a));
+	if (!a) {
+		pthread_mutex_unlock(&shim.lock);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	a->seq = ++shim.nseq;
+	a->bytes = bytes;
+	a->first_k = UINT32_MAX;
+	char name[32];
+	snprintf(name, sizeof(name), "alloc%" PRIu64, a->seq);
+	struct vmm_obj_desc d = {.bytes = bytes,
+	                         .kind = VMM_KIND_WORKSPACE,
+	                         .name = name,
+	                         .flags = VMM_OBJ_STABLE,
+	                         .home = 0};
+	rc = vmm_obj_create(shim.vmm, &d, &a->obj);
+	if (rc < 0) {
+		char b1[32], b2[32];
+		SP_WARN(SHIM, "%s of %s: %s (budget %s)", api, sp_format_size(bytes, b1, 32),
+		        sp_last_error(), sp_format_size(shim.budget, b2, 32));
+		free(a);
+		pthread_mutex_unlock(&shim.lock);
+		return rc == -ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : errno_to_cu(rc);
+	}
+	a->base = (CUdeviceptr)(uintptr_t)vmm_obj_stable_addr(shim.vmm, a->obj);
+	if (table_insert(a) < 0) {
+		if (vmm_obj_destroy(shim.vmm, a->obj) < 0)
+			SP_WARN(SHIM, "%s", sp_last_error());
+		free(a);
+		pthread_mutex_unlock(&shim.lock);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	grave_clear(a->base, a->bytes);
+	if (shim.capturing) {
+		/* a graph being captured may keep its address: resident for good */
+		uint32_t where;
+		if (hold(a, NULL, 0, VMM_WRITE, &where) == 0 &&
+		    (!a->ready || dev_event_sync(a->ready) == 0)) {
+			a->ready = NULL;
+			a->pinned = 1;
+		}
+	}
+	*dptr = a->base;
+	pthread_mutex_unlock(&shim.lock);
+	return CUDA_SUCCESS;
+}
+
+static void bury(struct shim_alloc *a)
+{
+	shim.grave[shim.ngrave % 256].base = a->base;
+	shim.grave[shim.ngrave % 256].bytes = a->bytes;
+	shim.ngrave++;
+	if (shim.ndead == shim.cap_dead) {
+		size_t cap = shim.cap_dead ? 2 * shim.cap_dead : 256;
+		struct shim_alloc **t = realloc(shim.dead, cap * sizeof(*t));
+		if (!t) {
+			free(a);
+			return;
+		}
+		shim.dead = t;
+		shim.cap_dead = cap;
+	}
+	shim.dead[shim.ndead++] = a;
+}
+
+CUresult shim_mem_free(CUdeviceptr dptr)
+{
+	pthread_mutex_lock(&shim.lock);
+	struct shim_alloc *a = shim.ready ? find(dptr) : NULL;
+	if (!a || a->base != dptr) {
+		int freed = shim.ready && in_grave(dptr);
+		pthread_mutex_unlock(&shim.lock);
+		if (freed) {
+			SP_WARN(SHIM, "cuMemFree of %#llx: already freed (double free)",
+			        (unsigned long long)dptr);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		/* not ours: the driver's answer (a plain allocation, or its error) */
+		CUresult r = shim_real.cuMemFree_v2 ? shim_real.cuMemFree_v2(dptr)
+		                                    : CUDA_ERROR_NOT_INITIALIZED;
+		if (r != CUDA_SUCCESS && shim.ready)
+			SP_WARN(SHIM, "cuMemFree of %#llx: not an allocation (%d)",
+			        (unsigned long long)dptr, (int)r);
+		return r;
+	}
+	/* like the driver's free: work queued before it may still use the memory */
+	shim_real.cuCtxSynchronize();
+	if (a->held)
+		release_one(a, NULL);
+	struct vmm_obj_info inf;
+	if (vmm_obj_info(shim.vmm, a->obj, &inf) == 0) {
+		a->h2d = inf.bytes_moved[VMM_XFER_H2D];
+		a->d2h = inf.bytes_moved[VMM_XFER_D2H];
+		a->h2disk = inf.bytes_moved[VMM_XFER_H2DISK];
+		a->disk2h = inf.bytes_moved[VMM_XFER_DISK2H];
+	}
+	table_remove(a);
+	if (vmm_obj_destroy(shim.vmm, a->obj) < 0)
+		SP_WARN(SHIM, "freeing allocation %" PRIu64 ": %s", a->seq, sp_last_error());
+	bury(a);
+	pthread_mutex_unlock(&shim.lock);
+	return CUDA_SUCCESS;
+}
+
+CUresult shim_mem_get_info(size_t *free_b, size_t *total_b)
+{
+	if (!free_b || !total_b)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = shim_real.cuMemGetInfo_v2 ? shim_real.cuMemGetInfo_v2(free_b, total_b)
+	                                       : CUDA_ERROR_NOT_INITIALIZED;
+	if (r != CUDA_SUCCESS)
+		return r;
+	pthread_mutex_lock(&shim.lock);
+	if (shim.ready) {
+		/* the budget is the device the program sees; what the vmm holds is used */
+		uint64_t used = 0, cap = 0;
+		if (vmm_place_usage(shim.vmm, 0, &used, &cap) < 0)
+			used = 0;
+		uint64_t f = shim.budget > used ? shim.budget - used : 0;
+		*total_b = shim.budget;
+		if (f < *free_b)
+			*free_b = f;
+	} else if (shim.params.device_mem || getenv("SPILL_DEVICE_MEM")) {
+		uint64_t b = 0;
+		const char *e = getenv("SPILL_DEVICE_MEM");
+		if (e && sp_parse_size(e, &b) == 0 && b && b < *total_b) {
+			*total_b = b;
+			if (*free_b > b)
+				*free_b = b;
+		}
+	}
+	pthread_mutex_unlock(&shim.lock);
+	return CUDA_SUCCESS;
+}
+
+int shim_mem_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *bytes)
+{
+	pthread_mutex_lock(&shim.lock);
+	struct shim_alloc *a = shim.ready ? find(ptr) : NULL;
+	if (a) {
+		*base = a->base;
+		*bytes = a->bytes;
+	}
+	pthread_mutex_unlock(&shim.lock);
+	return a != NULL;
+}
+
+void shim_mem_pin_all(const char *why)
+{
+	pthread_mutex_lock(&shim.lock);
+	if (shim.ready) {
+		for (size_t i = 0; i < shim.nallocs; i++) {
+			struct shim_alloc *a = shim.allocs[i];
+			uint32_t where;
+			if (!a->held && hold(a, NULL, 0, VMM_WRITE, &where) < 0) {
+				SP_WARN(SHIM, "%s: allocation %" PRIu64 " cannot be pinned: %s",
+				        why, a->seq, sp_last_error());
+				continue;
+			}
+			/* a capturing stream cannot wait for an event from outside */
+			if (a->ready && dev_event_sync(a->ready) < 0)
+				SP_WARN(SHIM, "%s: %s", why, sp_last_error());
+			a->ready = NULL;
+			a->pinned = 1;
+		}
+		shim.capturing = 1;
+		SP_INFO(SHIM, "%s: %zu allocations pinned on the device", why, shim.nallocs);
+	}
+	pthread_mutex_unlock(&shim.lock);
+}

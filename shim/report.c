@@ -1,0 +1,361 @@
+/* shim/report.c — what the shim moved, for whom: at exit, on SIGUSR1, as JSON
+ * (SPILL_SHIM_STATS_JSON, read back by `spill report`) and as a Chrome trace
+ * of transfers and launches (SPILL_SHIM_TRACE).
+ *
+ * Bytes per direction are the vmm's (what its copies moved, counted when they
+ * completed); per allocation they are its object's counters; per kernel they
+ * are the bytes brought to the device for that kernel's launches (the misses
+ * it caused), so a kernel name leads to the layer that thrashes.
+ */
+#include "shim/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct alloc_row {
+	const struct shim_alloc *a;
+	uint64_t h2d, d2h, h2disk, disk2h;
+	int live;
+};
+
+static uint64_t row_total(const struct alloc_row *r)
+{
+	return r->h2d + r->d2h + r->h2disk + r->disk2h;
+}
+
+static int by_moved(const void *x, const void *y)
+{
+	uint64_t a = row_total(x), b = row_total(y);
+	return a < b ? 1 : a > b ? -1 : 0;
+}
+
+static int kstat_by_h2d(const void *x, const void *y)
+{
+	const struct shim_kstat *a = x, *b = y;
+	return a->h2d < b->h2d ? 1 : a->h2d > b->h2d ? -1 : strcmp(a->name, b->name);
+}
+
+/* Every allocation, live and freed, with its bytes; sorted, most moved first.
+ * Under the lock. */
+static struct alloc_row *collect(size_t *n)
+{
+	size_t total = shim.nallocs + shim.ndead;
+	struct alloc_row *rows = calloc(total ? total : 1, sizeof(*rows));
+	if (!rows) {
+		*n = 0;
+		return NULL;
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < shim.nallocs; i++) {
+		struct vmm_obj_info inf;
+		struct alloc_row *r = &rows[k++];
+		r->a = shim.allocs[i];
+		r->live = 1;
+		if (vmm_obj_info(shim.vmm, r->a->obj, &inf) == 0) {
+			r->h2d = inf.bytes_moved[VMM_XFER_H2D];
+			r->d2h = inf.bytes_moved[VMM_XFER_D2H];
+			r->h2disk = inf.bytes_moved[VMM_XFER_H2DISK];
+			r->disk2h = inf.bytes_moved[VMM_XFER_DISK2H];
+		}
+	}
+	for (size_t i = 0; i < shim.ndead; i++) {
+		struct alloc_row *r = &rows[k++];
+		r->a = shim.dead[i];
+		r->h2d = r->a->h2d;
+		r->d2h = r->a->d2h;
+		r->h2disk = r->a->h2disk;
+		r->disk2h = r->a->disk2h;
+	}
+	qsort(rows, k, sizeof(*rows), by_moved);
+	*n = k;
+	return rows;
+}
+
+static const char *first_kernel(const struct shim_alloc *a)
+{
+	return a->first_k < shim.nk ? shim.kstats[a->first_k].name : "-";
+}
+
+/* Lets every transfer land, so the counters are final. Under the lock. */
+static void settle(void)
+{
+	if (vmm_sync(shim.vmm) < 0)
+		SP_WARN(SHIM, "report: %s", sp_last_error());
+}
+
+static void print_locked(FILE *f)
+{
+	settle();
+	char b[6][32];
+	uint64_t period = 0, cycles = 0;
+	shim_rec_mode(shim.rec, &period, &cycles);
+	uint64_t h2d = vmm_xfer_bytes(shim.vmm, VMM_XFER_H2D);
+	uint64_t d2h = vmm_xfer_bytes(shim.vmm, VMM_XFER_D2H);
+	uint64_t h2disk = vmm_xfer_bytes(shim.vmm, VMM_XFER_H2DISK);
+	uint64_t disk2h = vmm_xfer_bytes(shim.vmm, VMM_XFER_DISK2H);
+	fprintf(f,
+	        "spill shim: budget %s, %" PRIu64 " operations, %" PRIu64
+	        " allocations (%zu live)\n",
+	        sp_format_size(shim.budget, b[0], 32), shim.ops, shim.nseq, shim.nallocs);
+	fprintf(f, "spill shim: moved h2d %s, d2h %s, host->disk %s, disk->host %s\n",
+	        sp_format_size(h2d, b[1], 32), sp_format_size(d2h, b[2], 32),
+	        sp_format_size(h2disk, b[3], 32), sp_format_size(disk2h, b[4], 32));
+	if (period)
+		fprintf(f,
+		        "spill shim: policy %s: an iteration of %" PRIu64
+		        " operations, repeated %" PRIu64 " times under Belady; %" PRIu64
+		        " batch releases\n",
+		        shim.params.shim_policy, period, cycles, shim.batch_releases);
+	else
+		fprintf(f,
+		        "spill shim: policy %s: no repeating iteration seen (LRU), %" PRIu64
+		        " batch releases\n",
+		        shim.params.shim_policy, shim.batch_releases);
+	if (shim.refused)
+		fprintf(f, "spill shim: %" PRIu64 " operations refused (freed memory)\n",
+		        shim.refused);
+	size_t n = 0;
+	struct alloc_row *rows = collect(&n);
+	if (rows && n && row_total(&rows[0])) {
+		fprintf(f, "%-10s %12s %12s %12s %12s  %s\n", "alloc", "bytes", "h2d", "d2h",
+		        "disk i/o", "first kernel");
+		for (size_t i = 0; i < n && i < 10 && row_total(&rows[i]); i++) {
+			const struct alloc_row *r = &rows[i];
+			fprintf(f, "#%-9" PRIu64 " %12s %12s %12s %12s  %s%s\n", r->a->seq,
+			        sp_format_size(r->a->bytes, b[0], 32),
+			        sp_format_size(r->h2d, b[1], 32), sp_format_size(r->d2h, b[2], 32),
+			        sp_format_size(r->h2disk + r->disk2h, b[3], 32), first_kernel(r->a),
+			        r->live ? "" : " (freed)");
+		}
+	}
+	free(rows);
+	struct shim_kstat *ks = malloc((shim.nk ? shim.nk : 1) * sizeof(*ks));
+	if (ks && shim.nk) {
+		memcpy(ks, shim.kstats, shim.nk * sizeof(*ks));
+		qsort(ks, shim.nk, sizeof(*ks), kstat_by_h2d);
+		fprintf(f, "%-32s %10s %10s %12s\n", "kernel", "ops", "misses", "h2d for it");
+		for (uint32_t i = 0; i < shim.nk && i < 10; i++)
+			if (ks[i].ops)
+				fprintf(f, "%-32.32s %10" PRIu64 " %10" PRIu64 " %12s\n",
+				        ks[i].name, ks[i].ops, ks[i].misses,
+				        sp_format_size(ks[i].h2d, b[0], 32));
+	}
+	free(ks);
+}
+
+void shim_report_print(FILE *f)
+{
+	pthread_mutex_lock(&shim.lock);
+	if (shim.ready)
+		print_locked(f);
+	pthread_mutex_unlock(&shim.lock);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fprintf(f, "\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			fprintf(f, "\\u%04x", *s);
+		else
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+static int json_locked(FILE *f)
+{
+	settle();
+	uint64_t period = 0, cycles = 0;
+	shim_rec_mode(shim.rec, &period, &cycles);
+	fprintf(f,
+	        "{\"tool\":\"spill-shim\",\"budget\":%" PRIu64 ",\"operations\":%" PRIu64
+	        ",\"allocations\":%" PRIu64 ",\"live\":%zu,\"policy\":\"%s\",\"period\":%" PRIu64
+	        ",\"repeats\":%" PRIu64 ",\"batch_releases\":%" PRIu64 ",\"refused\":%" PRIu64
+	        ",\n\"bytes\":{\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"host2disk\":%" PRIu64
+	        ",\"disk2host\":%" PRIu64 "},\n\"per_allocation\":[",
+	        shim.budget, shim.ops, shim.nseq, shim.nallocs, shim.params.shim_policy, period,
+	        cycles, shim.batch_releases, shim.refused, vmm_xfer_bytes(shim.vmm, VMM_XFER_H2D),
+	        vmm_xfer_bytes(shim.vmm, VMM_XFER_D2H), vmm_xfer_bytes(shim.vmm, VMM_XFER_H2DISK),
+	        vmm_xfer_bytes(shim.vmm, VMM_XFER_DISK2H));
+	size_t n = 0;
+	struct alloc_row *rows = collect(&n);
+	for (size_t i = 0; rows && i < n; i++) {
+		const struct alloc_row *r = &rows[i];
+		fprintf(f, "%s\n{\"id\":%" PRIu64 ",\"bytes\":%zu,\"live\":%s,\"first_kernel\":",
+		        i ? "," : "", r->a->seq, r->a->bytes, r->live ? "true" : "false");
+		json_str(f, first_kernel(r->a));
+		fprintf(f,
+		        ",\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"host2disk\":%" PRIu64
+		        ",\"disk2host\":%" PRIu64 "}",
+		        r->h2d, r->d2h, r->h2disk, r->disk2h);
+	}
+	free(rows);
+	fprintf(f, "],\n\"per_kernel\":[");
+	int first = 1;
+	for (uint32_t i = 0; i < shim.nk; i++) {
+		const struct shim_kstat *k = &shim.kstats[i];
+		if (!k->ops)
+			continue;
+		fprintf(f, "%s\n{\"name\":", first ? "" : ",");
+		json_str(f, k->name);
+		fprintf(f,
+		        ",\"ops\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"h2d\":%" PRIu64
+		        ",\"disk2host\":%" PRIu64 "}",
+		        k->ops, k->misses, k->h2d, k->disk2h);
+		first = 0;
+	}
+	fprintf(f, "]}\n");
+	return ferror(f) ? -EIO : 0;
+}
+
+int shim_report_json(FILE *f)
+{
+	pthread_mutex_lock(&shim.lock);
+	int rc = shim.ready ? json_locked(f) : 0;
+	pthread_mutex_unlock(&shim.lock);
+	return rc;
+}
+
+/* Transfers (one lane per link) and launches (instants on their own lane). */
+static int trace_locked(FILE *f)
+{
+	size_t cap = 1u << 16;
+	struct vmm_trace_rec *tr = malloc(cap * sizeof(*tr));
+	if (!tr)
+		return -ENOMEM;
+	size_t n = vmm_trace_get(shim.vmm, tr, cap, NULL);
+	double t0 = shim.t0;
+	fprintf(f, "{\"traceEvents\":[\n");
+	fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"spill "
+	           "shim\"}}");
+	for (size_t i = 0; i < n; i++) {
+		const struct vmm_trace_rec *r = &tr[i];
+		fprintf(f, ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":\"%s\",\"name\":",
+		        vmm_xfer_kind_name((enum vmm_xfer_kind)r->xfer));
+		json_str(f, r->name);
+		fprintf(f, ",\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"bytes\":%" PRIu64 "}}",
+		        (r->t_start - t0) * 1e6, (r->t_end - r->t_start) * 1e6, r->bytes);
+	}
+	free(tr);
+	uint64_t nl = shim.nlaunch < shim.cap_launch ? shim.nlaunch : shim.cap_launch;
+	for (uint64_t i = 0; i < nl; i++) {
+		const struct shim_launch_rec *l =
+		    &shim.launches[(shim.nlaunch - nl + i) % shim.cap_launch];
+		fprintf(f, ",\n{\"ph\":\"i\",\"s\":\"t\",\"pid\":1,\"tid\":\"launches\",\"name\":");
+		json_str(f, l->k < shim.nk ? shim.kstats[l->k].name : "?");
+		fprintf(f, ",\"ts\":%.3f}", (l->t - t0) * 1e6);
+	}
+	fprintf(f, "\n]}\n");
+	return ferror(f) ? -EIO : 0;
+}
+
+int shim_trace_write(FILE *f)
+{
+	pthread_mutex_lock(&shim.lock);
+	int rc = shim.ready ? trace_locked(f) : 0;
+	pthread_mutex_unlock(&shim.lock);
+	return rc;
+}
+
+/* path with %p replaced by the pid */
+static void expand_path(const char *in, char *out, size_t n)
+{
+	size_t k = 0;
+	for (; *in && k + 1 < n; in++) {
+		if (in[0] == '%' && in[1] == 'p') {
+			k += (size_t)snprintf(out + k, n - k, "%d", (int)getpid());
+			in++;
+		} else {
+			out[k++] = *in;
+		}
+		if (k >= n)
+			k = n - 1;
+	}
+	out[k] = 0;
+}
+
+static void write_file(const char *pattern, int (*fn)(FILE *), const char *what)
+{
+	char path[4096];
+	expand_path(pattern, path, sizeof(path));
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		SP_WARN(SHIM, "cannot write the %s to %s: %s", what, path, strerror(errno));
+		return;
+	}
+	int rc = fn(f);
+	if (fclose(f) != 0 || rc < 0)
+		SP_WARN(SHIM, "writing the %s to %s failed", what, path);
+}
+
+void shim_report_at_exit(void)
+{
+	if (!shim.ready)
+		return;
+	if (shim.params.shim_report)
+		shim_report_print(stderr);
+	if (*shim.params.shim_stats_json)
+		write_file(shim.params.shim_stats_json, shim_report_json, "shim statistics");
+	if (*shim.params.shim_trace)
+		write_file(shim.params.shim_trace, shim_trace_write, "shim trace");
+}
+
+/* SIGUSR1: the handler only writes to a pipe; a thread prints the report. */
+static int sig_pipe[2] = {-1, -1};
+
+static void on_sigusr1(int sig)
+{
+	int saved = errno;
+	char c = 1;
+	if (write(sig_pipe[1], &c, 1) < 0) {
+		/* full pipe: a report is pending anyway */
+	}
+	errno = saved;
+}
+
+static void *report_thread(void *arg)
+{
+	char c;
+	for (;;) {
+		ssize_t r = read(sig_pipe[0], &c, 1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return NULL;
+		shim_report_print(stderr);
+	}
+}
+
+void shim_report_start_signal(void)
+{
+	struct sigaction old;
+	if (sigaction(SIGUSR1, NULL, &old) < 0 || old.sa_handler != SIG_DFL)
+		return; /* the program handles SIGUSR1 itself */
+	if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+		return;
+	int fl = fcntl(sig_pipe[0], F_GETFL);
+	fcntl(sig_pipe[0], F_SETFL, fl & ~O_NONBLOCK);
+	pthread_t t;
+	sigset_t all, prev;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &prev); /* the thread takes no signals */
+	int rc = pthread_create(&t, NULL, report_thread, NULL);
+	pthread_sigmask(SIG_SETMASK, &prev, NULL);
+	if (rc != 0)
+		return;
+	pthread_detach(t);
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_sigusr1;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
+}

@@ -1,0 +1,99 @@
+# The preload shim on the host-emulated CUDA driver (tests/shim/fakecu.h):
+#  - a program whose working set is 3x the budget prints the same checksum with
+#    and without the shim (legacy and per-thread default stream builds), and the
+#    report's bytes per direction equal what the emulated driver copied minus
+#    the program's own copies;
+#  - on a repeating launch sequence Belady-from-recording moves fewer bytes than
+#    LRU (both printed);
+#  - resolvers: unknown entry points pass through unchanged, versions and the
+#    per-thread flag pick the wrapper of the same ABI, RTLD_NEXT still works;
+#    IPC of managed memory is a CUDA error;
+#  - hostile programs: allocation above the budget, double free, unknown free,
+#    launch and copy on freed memory: the driver's error codes, no crash;
+#  - four threads allocating, copying, launching and freeing at once: the same
+#    checksums (and clean under TSAN=1, which builds all of this with it).
+set -u
+P="$O/lib/libspill-preload.so"
+D="$O/tests/shim"
+[ -f "$P" ] && [ -x "$D/cuprog_workset" ] || { echo "SKIP: the shim is not built (no CUDA headers)"; exit 77; }
+command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# an LD_PRELOAD library ahead of the sanitizer runtime is fine here
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}:verify_asan_link_order=0"
+export SPILL_HOST_MEM=256M
+
+shim() { LD_PRELOAD="$P" SHIM_EXPECTED=1 "$@"; }
+
+# ---- working set 3x the budget: 12 buffers of 4 MiB, budget 16 MiB ----------------
+for prog in cuprog_workset cuprog_ptds; do
+	"$D/$prog" 12 4 3 >"$work/plain" 2>&1 || fail "$prog without the shim: $(tail -2 "$work/plain")"
+	SPILL_DEVICE_MEM=16M SPILL_SHIM_STATS_JSON="$work/$prog.json" shim "$D/$prog" 12 4 3 \
+		>"$work/shim" 2>"$work/shim.err" || fail "$prog with the shim: $(tail -3 "$work/shim.err")"
+	a=$(grep checksum= "$work/plain")
+	b=$(grep checksum= "$work/shim")
+	echo "$prog: without $a, with $b"
+	[ -n "$a" ] && [ "$a" = "$b" ] || fail "$prog: checksums differ"
+	grep -q '^spill shim: moved h2d' "$work/shim.err" || fail "$prog: no report at exit"
+	python3 - "$work/$prog.json" "$work/shim" <<'EOF' || fail "$prog: report bytes differ from the driver's"
+import json, re, sys
+j = json.load(open(sys.argv[1]))
+out = open(sys.argv[2]).read()
+app = dict(zip(("h2d", "d2h"), re.findall(r"app h2d=(\d+) d2h=(\d+)", out)[0]))
+drv = dict(zip(("h2d", "d2h"), re.findall(r"driver h2d=(\d+) d2h=(\d+)", out)[0]))
+ok = True
+for k in ("h2d", "d2h"):
+    shim, moved = j["bytes"][k], int(drv[k]) - int(app[k])
+    print(f"  {k}: report {shim} bytes, driver copied {moved} for the shim")
+    ok &= shim == moved
+ok &= j["bytes"]["h2d"] > 0 and j["bytes"]["d2h"] > 0
+ok &= sum(a["h2d"] for a in j["per_allocation"]) == j["bytes"]["h2d"]
+ok &= any(k["name"] == "step" and k["ops"] == 36 for k in j["per_kernel"])
+sys.exit(0 if ok else 1)
+EOF
+done
+
+# ---- Belady from the recorded iteration vs LRU, same program -------------------------
+for pol in lru belady; do
+	SPILL_DEVICE_MEM=16M SPILL_SHIM_POLICY=$pol SPILL_SHIM_STATS_JSON="$work/$pol.json" \
+		shim "$D/cuprog_workset" 12 4 8 >"$work/$pol.out" 2>"$work/$pol.err" ||
+		fail "policy $pol: $(tail -3 "$work/$pol.err")"
+done
+python3 - "$work/lru.json" "$work/belady.json" <<'EOF' || fail "belady does not move fewer bytes than lru"
+import json, sys
+l, b = (json.load(open(f)) for f in sys.argv[1:3])
+lv = l["bytes"]["h2d"] + l["bytes"]["d2h"]
+bv = b["bytes"]["h2d"] + b["bytes"]["d2h"]
+print(f"  lru moved {lv} bytes, belady (an iteration of {b['period']} operations, {b['repeats']} repeats) moved {bv}: belady/lru {bv / lv:.3f}")
+sys.exit(0 if b["policy"] == "belady" and b["period"] == 16 and l["repeats"] == 0 and bv < lv else 1)
+EOF
+[ "$(grep checksum= "$work/lru.out")" = "$(grep checksum= "$work/belady.out")" ] ||
+	fail "lru and belady give different checksums"
+
+# ---- resolvers ------------------------------------------------------------------------
+SHIM_EXPECTED=0 "$D/cuprog_resolve" >"$work/r0" 2>&1 || fail "resolve without the shim: $(grep FAIL "$work/r0")"
+shim "$D/cuprog_resolve" >"$work/r1" 2>&1 || fail "resolve with the shim: $(grep FAIL "$work/r1")"
+grep -q 'IPC of memory the shim manages is not supported' "$work/r1" || fail "no log line for the IPC refusal"
+sed 's/^/    /' "$work/r1" | grep -v '^    \[' | head -20
+
+# ---- hostile programs -----------------------------------------------------------------
+SHIM_EXPECTED=0 "$D/cuprog_hostile" 8 >"$work/h0" 2>&1 || fail "hostile without the shim: $(grep FAIL "$work/h0")"
+SPILL_DEVICE_MEM=8M shim "$D/cuprog_hostile" 8 >"$work/h1" 2>&1 || fail "hostile with the shim: $(grep FAIL "$work/h1") $(tail -2 "$work/h1")"
+grep -q 'hostile: ok' "$work/h1" || fail "hostile: did not finish"
+for msg in 'double free' 'refused, it reaches device memory that was freed' 'cannot be made resident\|larger than the stable budget'; do
+	grep -q "$msg" "$work/h1" || fail "hostile: no log line matching '$msg'"
+done
+
+# ---- threads ----------------------------------------------------------------------------
+"$D/cuprog_threads" 4 6 512 5 >"$work/t0" 2>&1 || fail "threads without the shim: $(tail -2 "$work/t0")"
+SPILL_DEVICE_MEM=4M shim "$D/cuprog_threads" 4 6 512 5 >"$work/t1" 2>"$work/t1.err" ||
+	fail "threads with the shim: $(tail -3 "$work/t1.err")"
+grep -q WARNING "$work/t1.err" && fail "threads: sanitizer report: $(grep -m3 -A3 WARNING "$work/t1.err")"
+[ "$(grep -c checksum= "$work/t1")" -eq 4 ] && cmp -s <(grep checksum= "$work/t0") <(grep checksum= "$work/t1") ||
+	fail "threads: checksums differ"
+echo "threads: $(grep -c checksum= "$work/t1") threads, same checksums with and without the shim"
+
+[ $fails -eq 0 ] || exit 1
+echo "shim: all checks passed"
