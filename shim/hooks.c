@@ -27,7 +27,11 @@ typedef void *(*dlsym_fn)(void *, const char *);
 /* Read by the assembly entry of dlsym: hidden, so it is reached PC-relative. */
 __attribute__((visibility("hidden"))) dlsym_fn shim_real_dlsym;
 
-static dlsym_fn get_real_dlsym(void)
+/* Runs before the sanitizers' runtimes are ready (they look up their real
+ * functions with dlsym while they start): never instrumented. */
+#define SHIM_EARLY __attribute__((no_sanitize_thread, no_sanitize_address, noinline))
+
+SHIM_EARLY static dlsym_fn get_real_dlsym(void)
 {
 	dlsym_fn f = __atomic_load_n(&shim_real_dlsym, __ATOMIC_ACQUIRE);
 	if (f)
@@ -38,6 +42,12 @@ static dlsym_fn get_real_dlsym(void)
 		f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
 	__atomic_store_n(&shim_real_dlsym, f, __ATOMIC_RELEASE);
 	return f;
+}
+
+/* For the assembly entry: the real dlsym, found on first use. */
+__attribute__((visibility("hidden"))) SHIM_EARLY void *shim_resolve_dlsym(void)
+{
+	return (void *)get_real_dlsym();
 }
 
 static _Atomic int real_ok;
@@ -78,12 +88,14 @@ int shim_real_init(void)
 	return rc;
 }
 
-#define ENSURE_REAL(fn)                              \
-	do {                                         \
-		if (!shim_real.fn)                   \
-			shim_real_init();            \
-		if (!shim_real.fn)                   \
-			return CUDA_ERROR_NOT_FOUND; \
+/* The real function, or CUDA_ERROR_NOT_FOUND from the wrapper: shim_real is
+ * read only after real_ok says it is complete. */
+#define ENSURE_REAL(fn)                                                                            \
+	do {                                                                                       \
+		if (!atomic_load_explicit(&real_ok, memory_order_acquire) && shim_real_init() < 0) \
+			return CUDA_ERROR_NOT_FOUND;                                               \
+		if (!shim_real.fn)                                                                 \
+			return CUDA_ERROR_NOT_FOUND;                                               \
 	} while (0)
 
 /* ---- operations through shim_op ---------------------------------------------------- */
@@ -426,16 +438,24 @@ SHIM_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int versio
 	return r;
 }
 
+/* substitute() unless this thread is loading the driver (instrumented code:
+ * only driver names reach it, long after the sanitizers started). */
+static void *substitute_driver(void *p)
+{
+	return in_init ? p : substitute(p);
+}
+
 /* dlsym: the real lookup with the caller's handle, then substitute() for
  * driver names (cu followed by a capital: never cudnn*, cublas*). */
-__attribute__((visibility("hidden"))) void *shim_dlsym_c(void *handle, const char *symbol)
+__attribute__((visibility("hidden"))) SHIM_EARLY void *shim_dlsym_c(void *handle,
+                                                                    const char *symbol)
 {
 	dlsym_fn ds = get_real_dlsym();
 	void *r = ds ? ds(handle, symbol) : NULL;
 	if (!r || !symbol || symbol[0] != 'c' || symbol[1] != 'u' || symbol[2] < 'A' ||
-	    symbol[2] > 'Z' || in_init)
+	    symbol[2] > 'Z')
 		return r;
-	return substitute(r);
+	return substitute_driver(r);
 }
 
 #if defined(__x86_64__)
@@ -450,8 +470,19 @@ __asm__(".text\n"
         "	jne shim_dlsym_c\n"
         "	movq shim_real_dlsym(%rip), %rax\n"
         "	testq %rax, %rax\n"
+        "	jne 1f\n"
+        /* not found yet (a sanitizer runtime starting): find it, keeping
+         * the arguments and a 16-byte aligned stack for the call */
+        "	pushq %rdi\n"
+        "	pushq %rsi\n"
+        "	subq $8, %rsp\n"
+        "	call shim_resolve_dlsym\n"
+        "	addq $8, %rsp\n"
+        "	popq %rsi\n"
+        "	popq %rdi\n"
+        "	testq %rax, %rax\n"
         "	je shim_dlsym_c\n"
-        "	jmp *%rax\n"
+        "1:	jmp *%rax\n"
         ".size dlsym, .-dlsym\n");
 #else
 /* Elsewhere RTLD_NEXT lookups resolve relative to the shim (documented). */

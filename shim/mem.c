@@ -333,7 +333,7 @@ static int mm_init(void)
 	}
 	shim.t0 = now_s();
 	shim.failed = 0;
-	shim.ready = 1;
+	__atomic_store_n(&shim.ready, 1, __ATOMIC_RELEASE);
 	char a[32];
 	SP_INFO(SHIM, "device memory budget %s on %s (SPILL_DEVICE_MEM), policy %s",
 	        sp_format_size(shim.budget, a, sizeof(a)), in.name, shim.params.shim_policy);
@@ -571,7 +571,7 @@ static CUresult errno_to_cu(int rc)
 
 CUresult shim_op_begin(struct shim_op *op)
 {
-	if (!shim.ready)
+	if (!__atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE))
 		return CUDA_SUCCESS; /* nothing tracked yet: end() checks ready too */
 	pthread_mutex_lock(&shim.lock);
 	struct op_state *st = &tls_op;
@@ -655,7 +655,8 @@ CUresult shim_op_begin(struct shim_op *op)
 
 void shim_op_end(struct shim_op *op, CUresult driver_result)
 {
-	if (!shim.ready)
+	/* ready never goes back to 0: begin saw it set and took the lock */
+	if (!__atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE))
 		return;
 	struct op_state *st = &tls_op;
 	struct shim_kstat *ks = &shim.kstats[st->k];
@@ -781,9 +782,10 @@ static void bury(struct shim_alloc *a)
 CUresult shim_mem_free(CUdeviceptr dptr)
 {
 	pthread_mutex_lock(&shim.lock);
-	struct shim_alloc *a = shim.ready ? find(dptr) : NULL;
+	int ready = shim.ready;
+	struct shim_alloc *a = ready ? find(dptr) : NULL;
 	if (!a || a->base != dptr) {
-		int freed = shim.ready && in_grave(dptr);
+		int freed = ready && in_grave(dptr);
 		pthread_mutex_unlock(&shim.lock);
 		if (freed) {
 			SP_WARN(SHIM, "cuMemFree of %#llx: already freed (double free)",
@@ -793,7 +795,7 @@ CUresult shim_mem_free(CUdeviceptr dptr)
 		/* not ours: the driver's answer (a plain allocation, or its error) */
 		CUresult r = shim_real.cuMemFree_v2 ? shim_real.cuMemFree_v2(dptr)
 		                                    : CUDA_ERROR_NOT_INITIALIZED;
-		if (r != CUDA_SUCCESS && shim.ready)
+		if (r != CUDA_SUCCESS && ready)
 			SP_WARN(SHIM, "cuMemFree of %#llx: not an allocation (%d)",
 			        (unsigned long long)dptr, (int)r);
 		return r;

@@ -45,3 +45,12 @@ bench-shim:
 	@echo "bench-shim: needs the CUDA headers ($(CUDA_HOME)/include)"; exit 1
 endif
 .PHONY: bench-shim
+
+# A CUDA C program for the GPU test, as nvcc builds it by default (static cudart).
+ifneq ($(HAVE_CUDA),)
+$(O)/tests/shim/gpu_oversub: tests/shim/gpu_oversub.cu
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  NVCC    $@")
+	$(Q)$(NVCC) -O2 -gencode arch=compute_$(CUDA_ARCH),code=sm_$(CUDA_ARCH) -o $@ $<
+EXTRA_TEST_DEPS += $(O)/tests/shim/gpu_oversub
+endif

@@ -298,7 +298,7 @@ static void write_file(const char *pattern, int (*fn)(FILE *), const char *what)
 
 void shim_report_at_exit(void)
 {
-	if (!shim.ready)
+	if (!__atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE))
 		return;
 	if (shim.params.shim_report)
 		shim_report_print(stderr);
