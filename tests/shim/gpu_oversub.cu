@@ -16,13 +16,13 @@ __global__ void step(float *y, const float *x, float a, int n)
 		y[i] = y[i] * 0.5f + a * x[i];
 }
 
-#define CHECK(call)                                                                   \
-	do {                                                                          \
-		cudaError_t e_ = (call);                                              \
-		if (e_ != cudaSuccess) {                                              \
-			fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));   \
-			return 1;                                                     \
-		}                                                                     \
+#define CHECK(call)                                                                 \
+	do {                                                                        \
+		cudaError_t e_ = (call);                                            \
+		if (e_ != cudaSuccess) {                                            \
+			fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_)); \
+			return 1;                                                   \
+		}                                                                   \
 	} while (0)
 
 int main(int argc, char **argv)
@@ -42,7 +42,8 @@ int main(int argc, char **argv)
 	}
 	for (int it = 0; it < iters; it++)
 		for (int b = 0; b < nbuf; b++) {
-			step<<<(n + 255) / 256, 256>>>(buf[b], buf[(b + 1) % nbuf], 0.25f + 0.01f * b, n);
+			step<<<(n + 255) / 256, 256>>>(buf[b], buf[(b + 1) % nbuf],
+			                               0.25f + 0.01f * b, n);
 			CHECK(cudaGetLastError());
 		}
 	CHECK(cudaDeviceSynchronize());
