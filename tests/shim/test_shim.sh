@@ -95,5 +95,17 @@ grep -q WARNING "$work/t1.err" && fail "threads: sanitizer report: $(grep -m3 -A
 	fail "threads: checksums differ"
 echo "threads: $(grep -c checksum= "$work/t1") threads, same checksums with and without the shim"
 
+# ---- spill run and spill report --------------------------------------------------------
+spill="$O/bin/spill"
+"$spill" run --budget 16M --stats-json "$work/run.json" --trace "$work/run.trace" -- \
+	"$D/cuprog_workset" 12 4 3 >"$work/run.out" 2>&1 || fail "spill run: $(tail -3 "$work/run.out")"
+[ "$(grep checksum= "$work/run.out")" = "$(grep checksum= "$work/plain")" ] || fail "spill run: checksum differs"
+"$spill" report "$work/run.json" >"$work/report" 2>&1 || fail "spill report: $(tail -2 "$work/report")"
+grep -q '^moved: h2d' "$work/report" && grep -q '^step ' "$work/report" || fail "spill report: no totals or kernels"
+python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['traceEvents']; sys.exit(not any(e.get('tid')=='launches' for e in t) or not any(e.get('tid')=='h2d' for e in t))" "$work/run.trace" ||
+	fail "spill run --trace: no launches or transfers in the trace"
+"$spill" run --budget 12Q -- true >"$work/bad" 2>&1 && fail "spill run with a bad budget succeeded"
+[ "$(wc -l <"$work/bad")" -eq 1 ] || fail "spill run with a bad budget: not one line: $(cat "$work/bad")"
+
 [ $fails -eq 0 ] || exit 1
 echo "shim: all checks passed"
