@@ -53,7 +53,7 @@ __attribute__((visibility("hidden"))) SHIM_EARLY void *shim_resolve_dlsym(void)
 static _Atomic int real_ok;
 static __thread int in_init;
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
-static void *libcuda_base, *shim_base;
+static void *libcuda_base;
 
 int shim_real_init(void)
 {
@@ -78,8 +78,6 @@ int shim_real_init(void)
 			Dl_info di;
 			if (shim_real.cuInit && dladdr((void *)shim_real.cuInit, &di))
 				libcuda_base = di.dli_fbase;
-			if (dladdr((void *)&shim_real_init, &di))
-				shim_base = di.dli_fbase;
 			atomic_store_explicit(&real_ok, 1, memory_order_release);
 		}
 	}

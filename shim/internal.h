@@ -173,8 +173,8 @@ void shim_mem_pin_all(const char *why);
 
 struct shim_alloc;
 struct shim_rec;
+/* Lives as long as the process, like the shim's vmm (neither is closed). */
 struct shim_rec *shim_rec_new(int belady);
-void shim_rec_free(struct shim_rec *r);
 /* One operation with its touched allocations (keys: their base addresses).
  * Returns the keys to prefetch next (at most max) into out. */
 int shim_rec_op(struct shim_rec *r, struct vmm *v, uint64_t sig, struct shim_alloc *const *a, int n,
@@ -230,7 +230,6 @@ struct shim_state {
 	struct shim_alloc **allocs;
 	size_t nallocs, cap_allocs;
 	uint64_t nseq;
-	uint64_t held_bytes;
 	/* program streams used since the last batch release */
 	CUstream used[16];
 	int nused, used_overflow;

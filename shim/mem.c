@@ -385,7 +385,6 @@ static void release_one(struct shim_alloc *a, struct dev_event *done)
 		SP_WARN(SHIM, "release of allocation %" PRIu64 ": %s", a->seq, sp_last_error());
 	a->held = 0;
 	a->ready = NULL;
-	shim.held_bytes -= a->bytes;
 }
 
 /* Releases every held allocation except those in keep. */
@@ -434,7 +433,6 @@ static int hold(struct shim_alloc *a, struct shim_alloc *const *keep, int nkeep,
 	a->held = 1;
 	a->ready = ready;
 	a->waited = 0;
-	shim.held_bytes += a->bytes;
 	return 0;
 }
 
@@ -837,7 +835,8 @@ CUresult shim_mem_get_info(size_t *free_b, size_t *total_b)
 		*total_b = shim.budget;
 		if (f < *free_b)
 			*free_b = f;
-	} else if (shim.params.device_mem || getenv("SPILL_DEVICE_MEM")) {
+	} else {
+		/* before the first allocation the parameters are not loaded yet */
 		uint64_t b = 0;
 		const char *e = getenv("SPILL_DEVICE_MEM");
 		if (e && sp_parse_size(e, &b) == 0 && b && b < *total_b) {

@@ -89,20 +89,6 @@ static void reset_recording(struct shim_rec *r)
 	r->nlast = 0;
 }
 
-void shim_rec_free(struct shim_rec *r)
-{
-	if (!r)
-		return;
-	drop_cycle(r);
-	free(r->sig);
-	free(r->start);
-	free(r->keys);
-	free(r->objs);
-	free(r->last_sig);
-	free(r->last_idx);
-	free(r);
-}
-
 static size_t hash64(uint64_t x, size_t cap)
 {
 	x ^= x >> 31;
