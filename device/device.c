@@ -66,6 +66,7 @@ int dev_config_from_params(const struct sp_params *p, struct dev_config *cfg)
 	c.profile = p->profile;
 	c.link_throttle = p->link_throttle;
 	c.threads = (int)p->threads;
+	c.host_fail = p->host_fail;
 	*cfg = c;
 	return 0;
 }
@@ -245,6 +246,7 @@ int dev_open(const struct dev_config *cfg, struct dev_ctx **out)
 	ctx->cfg = *cfg;
 	ctx->cfg.profile = NULL; /* the caller's strings need not outlive open */
 	ctx->cfg.profile_text = NULL;
+	ctx->cfg.host_fail = NULL;
 	pthread_mutex_init(&ctx->lock, NULL);
 	int rc = cfg->profile_text
 	             ? dev_profile_parse(cfg->profile_text, "(text)", &ctx->prof)
@@ -796,6 +798,8 @@ int dev_stream_destroy(struct dev_stream *s)
 	SP_CHECK_ARG(s, "dev_stream_destroy: NULL stream");
 	struct dev_ctx *ctx = s->ctx;
 	int rc = ctx->ops->stream_sync(s);
+	if (rc < 0 && dev_failed(ctx, s->dev))
+		rc = 0; /* its work was dropped: nothing more to say at destroy */
 	pthread_mutex_lock(&ctx->lock);
 	if (s->prev)
 		s->prev->next = s->next;
@@ -910,6 +914,22 @@ int dev_event_peek(struct dev_event *e)
 	SP_CHECK_ARG(e, "dev_event_peek: NULL event");
 	const struct dev_backend_ops *ops = e->ctx->ops;
 	return ops->event_peek ? ops->event_peek(e) : ops->event_query(e);
+}
+
+int dev_fail(struct dev_ctx *ctx, int dev)
+{
+	SP_CHECK_ARG(ctx && dev >= 0 && dev < ctx->ndev, "dev_fail: bad context or device %d", dev);
+	if (!ctx->ops->fail)
+		return sp_error(-ENOTSUP, "dev_fail: the %s backend has no fault injection",
+		                dev_backend_name(ctx->kind));
+	return ctx->ops->fail(ctx, dev);
+}
+
+int dev_failed(const struct dev_ctx *ctx, int dev)
+{
+	if (!ctx || dev < 0 || dev >= ctx->ndev || !ctx->ops->failed)
+		return 0;
+	return ctx->ops->failed(ctx, dev);
 }
 
 int dev_event_sync(struct dev_event *e)

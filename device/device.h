@@ -54,6 +54,7 @@ struct dev_config {
 	                             profile: the planner's model of a context */
 	int link_throttle;        /* host: throttle copies to the profile's bandwidths */
 	int threads;              /* host: CPU threads for kernels, 0 = cores */
+	const char *host_fail;    /* host: "DEV:N", device DEV fails at its Nth kernel (dev_fail) */
 	const struct dev_driver_api *driver; /* driver: the entry points (device/driver.h) */
 };
 
@@ -124,7 +125,8 @@ int dev_va_unmap(struct dev_ctx *ctx, void *va, size_t bytes) SP_MUST_CHECK;
  * with device streams) and charge the profile's CPU on the model backend. Its
  * kernels touch host memory only (pinned host memory, vmm host copies). */
 int dev_stream_create(struct dev_ctx *ctx, int dev, struct dev_stream **out) SP_MUST_CHECK;
-int dev_stream_destroy(struct dev_stream *s) SP_MUST_CHECK; /* syncs first */
+int dev_stream_destroy(struct dev_stream *s) SP_MUST_CHECK; /* syncs first (a failed
+                                                               device's: no error) */
 int dev_stream_sync(struct dev_stream *s) SP_MUST_CHECK;
 int dev_stream_device(const struct dev_stream *s);
 /* The backend's native stream (cudaStream_t for cuda; NULL otherwise). */
@@ -181,6 +183,20 @@ int dev_launch(struct dev_stream *s, const struct dev_kernel *k, const void *arg
 /* Runs fn(arg) on a host thread once all earlier work on s is done; later work
  * on s waits for it to return. fn must not call dev_* sync functions. */
 int dev_host_callback(struct dev_stream *s, void (*fn)(void *arg), void *arg) SP_MUST_CHECK;
+
+/* ---- failures ---- */
+/* Fault injection (host backend; -ENOTSUP elsewhere): device dev fails now, as
+ * a GPU that falls off the bus. Work queued on its streams from now on is
+ * dropped (kernels, copies, memsets and callbacks do not run), and so is any
+ * copy from or to its memory on another stream; waits still wait. An event
+ * covering dropped work completes with -EIO (dev_event_query/sync), and
+ * dev_stream_sync of its streams returns -EIO. Memory calls keep working (the
+ * bytes are not to be trusted). SPILL_HOST_FAIL=DEV:N fails DEV when its Nth
+ * kernel is about to run. */
+int dev_fail(struct dev_ctx *ctx, int dev) SP_MUST_CHECK;
+/* 1 when device dev has failed, 0 otherwise (always 0 where dev_fail is not
+ * supported). */
+int dev_failed(const struct dev_ctx *ctx, int dev);
 
 /* ---- accounting ---- */
 enum dev_copy_kind { DEV_COPY_H2D, DEV_COPY_D2H, DEV_COPY_D2D, DEV_COPY_P2P, DEV_COPY_KINDS };

@@ -53,6 +53,7 @@ enum { LINK_H2D, LINK_D2H, LINK_P2P_OUT, LINK_KINDS };
 struct host_capture {
 	unsigned refs; /* under ev_lock */
 	int done;
+	int err_dev; /* >= 0: work it covers was dropped because this device failed */
 	double time;
 	struct host_capture *next_free;
 };
@@ -66,6 +67,12 @@ struct host_ctx {
 	int throttle;
 	double link_busy[DEV_MAX][LINK_KINDS];
 	double host_busy[2]; /* shared host link: [0] into devices, [1] out of them */
+	/* fault injection: a failed device drops its work (dev_fail, SPILL_HOST_FAIL
+	 * "DEV:N": DEV fails when its Nth kernel is about to run) */
+	_Atomic int failed[DEV_MAX];
+	int fail_dev;
+	long fail_at;
+	_Atomic long kernels[DEV_MAX];
 };
 
 enum host_op_kind { OP_COPY, OP_MEMSET, OP_KERNEL, OP_CALLBACK, OP_RECORD, OP_WAIT };
@@ -103,6 +110,7 @@ struct host_stream {
 	struct host_op *head, *tail, *spare;
 	uint64_t submitted, completed;
 	int stop;
+	int dropped_dev; /* an op since the last record was dropped: its failed device, else -1 */
 };
 
 struct host_event {
@@ -129,6 +137,24 @@ static int host_open(struct dev_ctx *ctx, const struct dev_config *cfg)
 	pthread_mutex_init(&h->ev_lock, NULL);
 	pthread_cond_init(&h->ev_cond, NULL);
 	h->throttle = cfg->link_throttle;
+	h->fail_dev = -1;
+	if (cfg->host_fail && *cfg->host_fail) {
+		char *end;
+		long d = strtol(cfg->host_fail, &end, 10), at = 0;
+		if (*end == ':')
+			at = strtol(end + 1, &end, 10);
+		if (*end || d < 0 || d >= n || at < 1) {
+			pthread_cond_destroy(&h->ev_cond);
+			pthread_mutex_destroy(&h->ev_lock);
+			pthread_mutex_destroy(&h->lock);
+			free(h);
+			return sp_error(
+			    -EINVAL, "SPILL_HOST_FAIL: '%s' is not DEV:N (a device 0..%d, N >= 1)",
+			    cfg->host_fail, n - 1);
+		}
+		h->fail_dev = (int)d;
+		h->fail_at = at;
+	}
 	ctx->impl = h;
 	ctx->ndev = n;
 	/* Emulated GPUs reach each other with a memcpy: peer copies always work, at
@@ -348,6 +374,14 @@ static int host_va_unmap(struct dev_ctx *ctx, int dev, void *va, size_t bytes)
 
 /* ---- streams ------------------------------------------------------------------- */
 
+static int failed_error(int dev)
+{
+	return sp_error(-EIO,
+	                "host backend: emulated device %d has failed (fault injected); "
+	                "work that touched it was dropped",
+	                dev);
+}
+
 static struct host_stream *hs(const struct dev_stream *s)
 {
 	return s->impl;
@@ -408,10 +442,11 @@ static void cap_put(struct host_ctx *h, struct host_capture *c)
 	}
 }
 
-static void cap_complete(struct host_ctx *h, struct host_capture *c)
+static void cap_complete(struct host_ctx *h, struct host_capture *c, int err_dev)
 {
 	pthread_mutex_lock(&h->ev_lock);
 	c->done = 1;
+	c->err_dev = err_dev;
 	c->time = sp_now_s();
 	cap_put(h, c);
 	pthread_cond_broadcast(&h->ev_cond);
@@ -428,10 +463,58 @@ static void cap_wait_put(struct host_ctx *h, struct host_capture *c)
 	pthread_mutex_unlock(&h->ev_lock);
 }
 
+static int host_failed(struct host_ctx *h, int dev)
+{
+	return dev >= 0 && dev < DEV_MAX && h->failed[dev];
+}
+
+static void host_mark_failed(struct dev_ctx *ctx, int dev)
+{
+	struct host_ctx *h = hctx(ctx);
+	if (!h->failed[dev]) {
+		h->failed[dev] = 1;
+		SP_WARN(DEV,
+		        "host backend: emulated device %d failed (fault injected): its work "
+		        "is dropped from now on",
+		        dev);
+	}
+}
+
+/* The device whose failure drops op, or -1 to run it: everything queued on a
+ * failed device's streams, and copies from or to its memory anywhere. Waits
+ * still wait, so what follows them keeps its order. */
+static int op_dropped_by(struct host_stream *st, struct host_op *op)
+{
+	struct dev_ctx *ctx = st->s->ctx;
+	struct host_ctx *h = hctx(ctx);
+	int dev = st->s->dev;
+	if (op->kind == OP_WAIT || op->kind == OP_RECORD)
+		return -1;
+	if (op->kind == OP_KERNEL && dev >= 0 && dev == h->fail_dev &&
+	    ++h->kernels[dev] >= h->fail_at)
+		host_mark_failed(ctx, dev);
+	if (host_failed(h, dev))
+		return dev;
+	if (op->kind == OP_COPY) {
+		if (host_failed(h, op->u.mem.src_dev))
+			return op->u.mem.src_dev;
+		if (host_failed(h, op->u.mem.dst_dev))
+			return op->u.mem.dst_dev;
+	}
+	return -1;
+}
+
 static void run_op(struct host_stream *st, struct host_op *op)
 {
 	struct dev_ctx *ctx = st->s->ctx;
 	struct host_ctx *h = hctx(ctx);
+	int drop = op_dropped_by(st, op);
+	if (drop >= 0) {
+		st->dropped_dev = drop;
+		if (op->kind == OP_KERNEL && op->u.kern.args != op->inline_args)
+			free(op->u.kern.args);
+		return;
+	}
 	switch (op->kind) {
 	case OP_COPY: {
 		double end = h->throttle ? throttle_end(ctx, op->u.mem.src_dev, op->u.mem.dst_dev,
@@ -454,7 +537,14 @@ static void run_op(struct host_stream *st, struct host_op *op)
 		break;
 	}
 	case OP_CALLBACK: op->u.cb.fn(op->u.cb.arg); break;
-	case OP_RECORD: cap_complete(h, op->u.cap); break;
+	case OP_RECORD: {
+		/* an event covers all earlier work of its stream: on a failed device it
+		 * fails; elsewhere it fails when a copy it covers was dropped */
+		int err_dev = host_failed(h, st->s->dev) ? st->s->dev : st->dropped_dev;
+		st->dropped_dev = -1;
+		cap_complete(h, op->u.cap, err_dev);
+		break;
+	}
 	case OP_WAIT: cap_wait_put(h, op->u.cap); break;
 	}
 	if (op->kind == OP_KERNEL && op->u.kern.args != op->inline_args)
@@ -493,6 +583,7 @@ static int host_stream_create(struct dev_stream *s)
 	if (!st)
 		return sp_error(-ENOMEM, "host backend: stream: out of memory");
 	st->s = s;
+	st->dropped_dev = -1;
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_cond_init(&st->work, NULL);
 	pthread_cond_init(&st->idle, NULL);
@@ -515,6 +606,8 @@ static int host_stream_sync(struct dev_stream *s)
 	while (st->completed != st->submitted)
 		pthread_cond_wait(&st->idle, &st->lock);
 	pthread_mutex_unlock(&st->lock);
+	if (host_failed(hctx(s->ctx), s->dev))
+		return failed_error(s->dev);
 	return 0;
 }
 
@@ -592,9 +685,15 @@ static int host_event_sync(struct dev_event *e)
 {
 	struct host_ctx *h = hctx(e->ctx);
 	struct host_capture *c = cap_current(h, e->impl);
-	if (c)
-		cap_wait_put(h, c);
-	return 0;
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&h->ev_lock);
+	while (!c->done)
+		pthread_cond_wait(&h->ev_cond, &h->ev_lock);
+	int err_dev = c->err_dev;
+	cap_put(h, c);
+	pthread_mutex_unlock(&h->ev_lock);
+	return err_dev >= 0 ? failed_error(err_dev) : 0;
 }
 
 static int host_event_wait_any(struct dev_event *const *ev, int n, int *idx)
@@ -641,7 +740,7 @@ static int host_event_record(struct dev_event *e, struct dev_stream *s)
 		free(op);
 		return sp_error(-ENOMEM, "host backend: event record: out of memory");
 	}
-	*c = (struct host_capture){.refs = 2}; /* the event and the record op */
+	*c = (struct host_capture){.refs = 2, .err_dev = -1}; /* the event and the record op */
 	cap_put(h, he->cur);
 	he->cur = c;
 	pthread_mutex_unlock(&h->ev_lock);
@@ -657,8 +756,9 @@ static int host_event_query(struct dev_event *e)
 	struct host_event *he = e->impl;
 	pthread_mutex_lock(&h->ev_lock);
 	int rc = he->cur && !he->cur->done ? -EAGAIN : 0;
+	int err_dev = rc == 0 && he->cur ? he->cur->err_dev : -1;
 	pthread_mutex_unlock(&h->ev_lock);
-	return rc;
+	return err_dev >= 0 ? failed_error(err_dev) : rc;
 }
 
 static int host_stream_wait_event(struct dev_stream *s, struct dev_event *e)
@@ -691,6 +791,17 @@ static int host_event_time(struct dev_event *e, double *out_s)
 		*out_s = he->cur ? he->cur->time : 0;
 	pthread_mutex_unlock(&h->ev_lock);
 	return rc;
+}
+
+static int host_fail(struct dev_ctx *ctx, int dev)
+{
+	host_mark_failed(ctx, dev);
+	return 0;
+}
+
+static int host_is_failed(const struct dev_ctx *ctx, int dev)
+{
+	return host_failed(hctx(ctx), dev);
 }
 
 static double host_now(const struct dev_ctx *ctx)
@@ -787,6 +898,8 @@ const struct dev_backend_ops dev_host_ops = {
     .stream_wait_event = host_stream_wait_event,
     .event_time = host_event_time,
     .now = host_now,
+    .fail = host_fail,
+    .failed = host_is_failed,
     .memcpy_async = host_memcpy_async,
     .memset_async = host_memset_async,
     .launch = host_launch,

@@ -120,6 +120,9 @@ struct dev_backend_ops {
 	int (*stream_wait_event)(struct dev_stream *s, struct dev_event *e);
 	int (*event_time)(struct dev_event *e, double *out_s);
 	double (*now)(const struct dev_ctx *ctx);
+	/* fault injection; NULL: not supported (dev_fail -ENOTSUP, dev_failed 0) */
+	int (*fail)(struct dev_ctx *ctx, int dev);
+	int (*failed)(const struct dev_ctx *ctx, int dev);
 
 	int (*memcpy_async)(struct dev_stream *s, void *dst, int dst_dev, const void *src,
 	                    int src_dev, size_t bytes, enum dev_copy_kind kind);

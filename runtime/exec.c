@@ -879,8 +879,8 @@ static void drain(struct xs *x)
 	for (int q = 0; q < x->nq; q++)
 		while (x->q[q].fln) {
 			int t = x->q[q].fl[x->q[q].flhead];
-			if (dev_event_sync(x->p->ev[t]) < 0)
-				SP_WARN(RT, "%s", sp_last_error());
+			if (dev_event_sync(x->p->ev[t]) < 0) /* the run's error is told already */
+				SP_INFO(RT, "%s", sp_last_error());
 			x->q[q].flhead = (x->q[q].flhead + 1) % x->window;
 			x->q[q].fln--;
 			x->st[t] = T_DONE;

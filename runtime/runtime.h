@@ -485,6 +485,10 @@ struct rt_sharp_config {
 	/* after each step of model i but its last: return 1 to stop it early */
 	int (*on_step)(void *arg, int model, int step, double loss);
 	void *arg;
+	/* 1: each model's state is copied to host memory at every step boundary,
+	 * so a device that fails (dev_failed) costs the models their current step,
+	 * not the run: it reruns on the devices left (host and cuda backends) */
+	int recover;
 };
 
 struct rt_sharp_stats {
@@ -494,6 +498,9 @@ struct rt_sharp_stats {
 	double busy_s[DEV_MAX]; /* per device: time from a unit's issue to its end */
 	uint64_t same_device;   /* units that ran where their model's previous one did */
 	int stopped;            /* models stopped early by on_step */
+	int failures;           /* devices that failed (recover) */
+	uint64_t units_lost;    /* units in flight when a device failed */
+	uint64_t checkpoints;   /* model states copied at step boundaries (recover) */
 };
 
 /* The plan of model m under SHARP: greedy shards (tg_pack_greedy, a whole
@@ -505,7 +512,8 @@ int rt_sharp_plan(const struct rt_ctx *rt, const struct rt_model *m, double rese
                   struct tg_plan *out) SP_MUST_CHECK;
 /* Trains n models together: runs[i] for steps[i] steps (0: none). Returns 0,
  * -EINVAL for a run that is not a one-device plan on rt, or the first error
- * of a unit (what was issued completes before the return). */
+ * of a unit (what was issued completes before the return); -EIO when a device
+ * fails without cfg->recover, or when every device has failed. */
 int rt_sharp_run(struct rt_ctx *rt, struct rt_run *const *runs, const int *steps, int n,
                  const struct rt_sharp_config *cfg, struct rt_sharp_stats *st) SP_MUST_CHECK;
 

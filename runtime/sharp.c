@@ -34,6 +34,10 @@ struct sm { /* one model */
 	int last_dev;        /* device its previous unit ran on */
 	double start;        /* dev_now at the running unit's issue */
 	struct rt_xs *xs;    /* the current step's executor state */
+	/* recover: [2 * layer + rt_state] the state at the last step boundary, with
+	 * the run's position then; ck_new is filled first and swapped in whole */
+	void **ck, **ck_new;
+	int ck_iter, ck_step, ck_done, ck_final; /* ck_final: taken when it finished */
 };
 
 struct sharp {
@@ -44,6 +48,7 @@ struct sharp {
 	struct tg_sharp *pol;
 	int busy[DEV_MAX];     /* model running on the device, or -1 */
 	int reserved[DEV_MAX]; /* double buffering: the model it runs next, or -1 */
+	int dead[DEV_MAX];     /* failed devices already recovered from */
 	struct rt_sharp_stats *st;
 };
 
@@ -136,9 +141,70 @@ static double remaining(const struct sm *s)
 	return left + step * (double)(s->steps - s->done_steps - 1);
 }
 
+/* Recovery: model i's training state (parameters and optimizer state of every
+ * layer) copied to plain host memory, off every device and the vmm. */
+static int checkpoint(struct sharp *h, int i)
+{
+	struct sm *s = &h->m[i];
+	const struct rt_run *r = s->run;
+	size_t n = 2 * (size_t)r->m->nlayers;
+	if (!s->ck_new && !(s->ck_new = calloc(n, sizeof(void *))))
+		return sp_error(-ENOMEM, "sharp: checkpoint of model %s", r->m->name);
+	for (int l = 0; l < r->m->nlayers; l++)
+		for (int w = RT_PARAMS; w <= RT_OPTIM; w++) {
+			void **b = &s->ck_new[2 * l + w];
+			uint64_t bytes = rt_run_state_bytes(r, l, (enum rt_state)w);
+			if (!bytes)
+				continue;
+			if (!*b && !(*b = malloc(bytes)))
+				return sp_error(-ENOMEM,
+				                "sharp: checkpoint of model %s: %llu bytes",
+				                r->m->name, (unsigned long long)bytes);
+			SP_CHECK(rt_run_read_state(s->run, l, (enum rt_state)w, *b));
+		}
+	/* complete: it replaces the last one (whose buffers are reused next) */
+	void **t = s->ck;
+	s->ck = s->ck_new;
+	s->ck_new = t;
+	s->ck_iter = r->iter;
+	s->ck_step = r->step;
+	s->ck_done = s->done_steps;
+	s->ck_final = s->stopped || s->done_steps == s->steps;
+	h->st->checkpoints++;
+	return 0;
+}
+
+/* Model i back to its last checkpoint: every object's contents are dropped
+ * (lost ones too), then the state is written into the host pool. */
+static int restore(struct sharp *h, int i)
+{
+	struct sm *s = &h->m[i];
+	struct rt_run *r = s->run;
+	for (int o = 0; o < r->prog.nobj; o++)
+		if (r->prog.obj[o].vid)
+			SP_CHECK(vmm_discard(h->rt->vmm, r->prog.obj[o].vid));
+	for (int l = 0; l < r->m->nlayers; l++)
+		for (int w = RT_PARAMS; w <= RT_OPTIM; w++)
+			if (s->ck[2 * l + w])
+				SP_CHECK(
+				    rt_run_write_state(r, l, (enum rt_state)w, s->ck[2 * l + w]));
+	r->iter = s->ck_iter;
+	r->step = s->ck_step;
+	s->done_steps = s->ck_done;
+	if (s->finished && !s->ck_final) { /* its last steps were not kept */
+		s->finished = 0;
+		h->st->stopped -= s->stopped;
+		s->stopped = 0;
+		h->alive++;
+	}
+	return 0;
+}
+
 static int begin_step(struct sharp *h, int i)
 {
 	struct sm *s = &h->m[i];
+	if (h->cfg->recover && h->rt->data)
+		SP_CHECK(checkpoint(h, i));
 	SP_CHECK(rt_run_step_begin(s->run));
 	int rc = rt_xs_open(h->rt, &s->run->prog, s->run->iter, &s->xs);
 	if (rc < 0) {
@@ -219,6 +285,8 @@ static int unit_done(struct sharp *h, int i)
 		h->st->stopped++;
 	}
 	if (s->stopped || s->done_steps == s->steps) {
+		if (h->cfg->recover && h->rt->data)
+			SP_CHECK(checkpoint(h, i)); /* its result survives a later failure */
 		s->finished = 1;
 		h->alive--;
 		h->st->makespan_s = t_end - h->st->t0;
@@ -226,6 +294,75 @@ static int unit_done(struct sharp *h, int i)
 	}
 	SP_CHECK(begin_step(h, i));
 	tg_sharp_ready(h->pol, i, remaining(s));
+	return 0;
+}
+
+/* A device that failed since the last look, or -1. */
+static int new_failure(const struct sharp *h)
+{
+	for (int d = 0; d < h->rt->ndev; d++)
+		if (!h->dead[d] && dev_failed(h->rt->dev, d))
+			return d;
+	return -1;
+}
+
+/* Device d failed. Without recovery the run ends. With it: whatever was in
+ * flight completes (dropped work fails), the vmm forgets d, and every model
+ * goes back to its last checkpoint — unfinished ones to the start of their
+ * current step, which reruns on the devices left (work that read a failed
+ * copy, on any device, may be wrong: only a checkpoint is trusted). */
+static int recover(struct sharp *h, int d)
+{
+	h->dead[d] = 1;
+	int left = 0;
+	for (int e = 0; e < h->rt->ndev; e++)
+		left += !h->dead[e];
+	int on = h->cfg->recover && h->rt->data;
+	if (on)
+		SP_WARN(RT,
+		        "sharp: device %d failed; %d model%s go back to their last step boundary "
+		        "on %d device%s",
+		        d, h->alive, h->alive == 1 ? "" : "s", left, left == 1 ? "" : "s");
+	for (int i = 0; i < h->n; i++) {
+		struct sm *s = &h->m[i];
+		if (s->dev >= 0) {
+			h->busy[s->dev] = -1;
+			s->dev = -1;
+			h->st->units_lost++;
+		}
+		rt_xs_close(s->xs); /* waits for what was issued; dropped work fails */
+		s->xs = NULL;
+	}
+	for (int e = 0; e < DEV_MAX; e++)
+		h->reserved[e] = -1;
+	/* the vmm forgets d either way: what survives stays readable */
+	SP_CHECK(vmm_device_failed(h->rt->vmm, d, NULL));
+	for (int k = 0; k < 64 && vmm_sync(h->rt->vmm) < 0; k++)
+		SP_INFO(RT, "sharp recovery: %s", sp_last_error());
+	if (!on)
+		return sp_error(-EIO,
+		                "sharp: device %d failed; %d models unfinished (with recovery on, "
+		                "spill tune --recover, they go back to their last step)",
+		                d, h->alive);
+	if (!left)
+		return sp_error(-EIO, "sharp: every device has failed; %d models unfinished",
+		                h->alive);
+	h->st->failures++;
+	for (int i = 0; i < h->n; i++) {
+		struct sm *s = &h->m[i];
+		if (!s->ck)
+			continue; /* never started */
+		SP_CHECK(restore(h, i));
+		tg_sharp_remove(h->pol, i);
+		if (s->finished)
+			continue;
+		/* the step begins again: same inputs, same update */
+		SP_CHECK(rt_run_step_begin(s->run));
+		SP_CHECK(rt_xs_open(h->rt, &s->run->prog, s->run->iter, &s->xs));
+		s->cur = 0;
+		s->last_dev = -1;
+		tg_sharp_ready(h->pol, i, remaining(s));
+	}
 	return 0;
 }
 
@@ -238,7 +375,12 @@ static int loop(struct sharp *h)
 			struct sm *s = &h->m[i];
 			if (s->dev < 0)
 				continue;
-			SP_CHECK(rt_xs_reap(s->xs));
+			int rc = rt_xs_reap(s->xs);
+			/* a unit is accepted only while no device has failed
+			 * unnoticed: it may have read a copy the failure dropped */
+			if (new_failure(h) >= 0)
+				return -EIO; /* rt_sharp_run recovers */
+			SP_CHECK(rc);
 			if (rt_xs_state(s->xs, s->ufirst[s->cur + 1] - 1) == RT_XS_DONE) {
 				SP_CHECK(unit_done(h, i));
 				progress = 1;
@@ -250,7 +392,7 @@ static int loop(struct sharp *h)
 		 * another device's reservation (that device is busy: running it here
 		 * beats waiting) */
 		for (int d = 0; d < h->rt->ndev; d++) {
-			if (h->busy[d] >= 0)
+			if (h->busy[d] >= 0 || h->dead[d])
 				continue;
 			int i = h->reserved[d] >= 0 ? h->reserved[d] : tg_sharp_pick(h->pol);
 			h->reserved[d] = -1;
@@ -266,7 +408,7 @@ static int loop(struct sharp *h)
 		}
 		/* then double buffering: each busy device reserves its next unit */
 		for (int d = 0; d < h->rt->ndev && h->cfg->double_buffer; d++) {
-			if (h->busy[d] < 0 || h->reserved[d] >= 0)
+			if (h->busy[d] < 0 || h->reserved[d] >= 0 || h->dead[d])
 				continue;
 			int next = tg_sharp_pick(h->pol);
 			if (next < 0)
@@ -324,8 +466,14 @@ int rt_sharp_run(struct rt_ctx *rt, struct rt_run *const *runs, const int *steps
 			s->finished = 1;
 		}
 	}
-	if (rc == 0)
+	/* any error while a device has failed unnoticed is that failure's: recover
+	 * (or stop with it) and go on */
+	for (int f; rc == 0;) {
 		rc = loop(&h);
+		if (rc == 0 || (f = new_failure(&h)) < 0)
+			break;
+		rc = recover(&h, f);
+	}
 	if (rc < 0) {
 		char msg[SP_ERROR_MSG_MAX];
 		snprintf(msg, sizeof(msg), "%s", sp_last_error());
@@ -333,12 +481,22 @@ int rt_sharp_run(struct rt_ctx *rt, struct rt_run *const *runs, const int *steps
 			rt_xs_close(h.m[i].xs);
 		rc = sp_error(rc, "%s", msg);
 	}
+	char msg[SP_ERROR_MSG_MAX];
+	snprintf(msg, sizeof(msg), "%s", sp_last_error());
 	int e = vmm_sync(rt->vmm);
 	if (rc == 0 && e < 0)
 		rc = e;
+	else if (rc < 0)
+		sp_error(rc, "%s", msg); /* the run's error, not a later one */
 	for (int i = 0; i < n; i++) {
 		free(h.m[i].ufirst);
 		free(h.m[i].est);
+		for (int k = 0; (h.m[i].ck || h.m[i].ck_new) && k < 2 * runs[i]->m->nlayers; k++) {
+			free(h.m[i].ck ? h.m[i].ck[k] : NULL);
+			free(h.m[i].ck_new ? h.m[i].ck_new[k] : NULL);
+		}
+		free(h.m[i].ck);
+		free(h.m[i].ck_new);
 	}
 	free(h.m);
 	tg_sharp_close(h.pol);

@@ -110,8 +110,10 @@ struct vmm_obj {
 	uint64_t next_use;
 	void *va; /* stable objects: reserved range on home */
 	uint8_t disk_valid, disk_has;
-	uint8_t busy; /* being brought: its copies are not victims */
-	uint8_t lost; /* a write-down whose source was already released failed */
+	uint8_t busy;    /* being brought: its copies are not victims */
+	uint8_t lost;    /* a write-down whose source was already released failed, or
+	                   the only valid copy was on a failed device (lost_dev) */
+	int8_t lost_dev; /* that device, or -1 (a failed write-down) */
 	uint64_t extent;
 	struct dev_event *xev; /* D2H transfers (out of a device) */
 	int pending_dev;       /* prefetch chain: after disk->host, go on to this device, -1 none */
@@ -137,6 +139,7 @@ struct vmm_place {
 	struct dev_stream *reuse;
 	struct dev_event *free_ev;
 	uint8_t free_pending;
+	uint8_t failed; /* devices: vmm_device_failed; no copies here any more */
 };
 
 struct vmm {

@@ -536,6 +536,8 @@ int vmm_swap_retire(struct vmm *v, uint32_t idx, int block)
 		/* A D2H made to free space had handed the space on already (only a
 		 * device fault fails a copy, and on CUDA that ends the context). */
 		o->lost = x->src_gone && vmm_obj_nvalid(v, o) == 0;
+		if (o->lost)
+			o->lost_dev = -1;
 		char kept[80];
 		if (o->lost)
 			snprintf(kept, sizeof(kept),

@@ -47,9 +47,15 @@ static int writer_elsewhere(struct vmm *v, const struct vmm_obj *o, int p)
 	return -1;
 }
 
-/* An object whose data went with a failed write-down (vmm_swap_retire). */
+/* An object whose data went with a failed write-down (vmm_swap_retire) or a
+ * failed device (vmm_device_failed). */
 static int lost_error(const struct vmm_obj *o)
 {
+	if (o->lost_dev >= 0)
+		return sp_error(-EIO,
+		                "vmm: object '%s' lost its data: its only copy was on device %d, "
+		                "which failed; only VMM_OVERWRITE can use it again",
+		                o->name, o->lost_dev);
 	return sp_error(-EIO,
 	                "vmm: object '%s' lost its data when its write-down failed; only "
 	                "VMM_OVERWRITE can use it again",
@@ -440,6 +446,11 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 	SP_CHECK_ARG(ptr && ready, "vmm_acquire: NULL out-parameter");
 	VMM_ENTER(v, id, place, idx, o, p);
 	struct vmm_copy *c = &o->c[p];
+	if (p < v->ndev && v->pl[p].failed) {
+		rc = sp_error(-ENODEV, "vmm: device %d has failed; object '%s' cannot go there", p,
+		              o->name);
+		goto out;
+	}
 	/* fast path: resident, nothing in flight */
 	if (access == VMM_READ && c->valid && !c->filling && !o->x.active) {
 		c->pins++;
@@ -604,6 +615,11 @@ int vmm_prefetch(struct vmm *v, uint64_t id, int place)
 	uint64_t seq0;
 	struct vmm_obj *o = NULL;
 	VMM_ENTER(v, id, place, idx, o, p);
+	if (p < v->ndev && v->pl[p].failed) {
+		rc = sp_error(-ENODEV, "vmm: device %d has failed; object '%s' cannot go there", p,
+		              o->name);
+		goto out;
+	}
 	if (o->stable && p < v->ndev && p != o->home) {
 		rc = sp_error(-EINVAL, "vmm: stable object '%s' lives on device %d, not %d",
 		              o->name, o->home, p);
@@ -842,6 +858,58 @@ int vmm_progress(struct vmm *v)
 		continue_chain(v, i);
 	pthread_mutex_unlock(&v->lock);
 	return 0;
+}
+
+int vmm_device_failed(struct vmm *v, int dev, uint32_t *nlost)
+{
+	SP_CHECK_ARG(v && dev >= 0 && dev < v->ndev, "vmm_device_failed: bad vmm or device %d",
+	             dev);
+	pthread_mutex_lock(&v->lock);
+	int rc = 0;
+	uint32_t lost = 0;
+	for (uint32_t i = 0; i < v->nobj_hw && rc == 0; i++) {
+		struct vmm_obj *o = vmm_obj_at(v, i);
+		if (o->live && o->c[dev].pins)
+			rc = sp_error(
+			    -EBUSY, "vmm_device_failed: object '%s' is still acquired on device %d",
+			    o->name, dev);
+	}
+	if (rc == 0) {
+		v->pl[dev].failed = 1;
+		/* every transfer lands or fails (those touching dev fail) */
+		(void)vmm_swap_progress(v, 1);
+		for (uint32_t i = 0; i < v->nobj_hw; i++) {
+			struct vmm_obj *o = vmm_obj_at(v, i);
+			if (!o->live)
+				continue;
+			/* a device copy failed only because dev did: what it means is
+			 * told by the lost flag, not by an error to report later */
+			if (o->err && o->err_kind != VMM_XFER_H2DISK &&
+			    o->err_kind != VMM_XFER_DISK2H)
+				o->err = 0;
+			struct vmm_copy *c = &o->c[dev];
+			if (!c->has_mem && !c->valid)
+				continue;
+			int was_valid = c->valid;
+			c->fenced = 0; /* its reader was on dev: nothing to wait for */
+			vmm_swap_free_copy(v, i, dev);
+			o->pending_dev = o->pending_dev == dev ? -1 : o->pending_dev;
+			if (was_valid && !o->lost && vmm_obj_nvalid(v, o) == 0) {
+				o->lost = 1;
+				o->lost_dev = (int8_t)dev;
+				o->pending_wb = 0;
+				lost++;
+			}
+		}
+		v->pl[dev].free_pending = 0;
+		sp_counter_add(&v->st.lost_objects, lost);
+		SP_WARN(VMM, "device %d failed: its copies are gone, %u object%s lost their data",
+		        dev, lost, lost == 1 ? "" : "s");
+	}
+	pthread_mutex_unlock(&v->lock);
+	if (nlost)
+		*nlost = lost;
+	return rc;
 }
 
 int vmm_sync(struct vmm *v)

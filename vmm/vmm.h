@@ -203,6 +203,16 @@ int vmm_progress(struct vmm *v) SP_MUST_CHECK;
  * 0 after), others stay with their objects: call again for the next. */
 int vmm_sync(struct vmm *v) SP_MUST_CHECK;
 
+/* Device dev has failed (dev_failed: its memory and streams are gone). Waits
+ * for every transfer in flight (those touching dev fail), then drops every copy
+ * on dev. An object whose only valid copy was there is lost: READ and WRITE
+ * acquires and prefetches fail with -EIO naming it until a VMM_OVERWRITE
+ * acquire or vmm_discard; *nlost (may be NULL) gets how many. Errors of device
+ * transfers pending report are dropped (they failed with dev; disk errors
+ * stay). Later acquires and prefetches on dev fail with -ENODEV. Returns 0, or
+ * -EBUSY (nothing done) while an object is acquired on dev: release first. */
+int vmm_device_failed(struct vmm *v, int dev, uint32_t *nlost) SP_MUST_CHECK;
+
 /* A snapshot of one object (a completed transfer is retired first). */
 struct vmm_obj_info {
 	size_t bytes;
@@ -294,6 +304,7 @@ int vmm_trace_write(struct vmm *v, FILE *f) SP_MUST_CHECK;
 	X(COUNTER, frag_evictions, "evictions made to open a contiguous hole")          \
 	X(COUNTER, enomem, "requests that did not fit after evicting all unpinned")     \
 	X(COUNTER, disk_errors, "disk allocations or I/Os that failed")                 \
+	X(COUNTER, lost_objects, "objects whose only copy was on a failed device")      \
 	X(COUNTER, waits, "blocking waits on one transfer's event or ticket")           \
 	X(COUNTER, fence_waits, "blocking waits on a caller's done event")              \
 	X(COUNTER, ordered_reuses, "device space reused in stream order, no wait")

@@ -6,13 +6,19 @@
  * training state (so shards really move: evictions and P2P are checked
  * nonzero): every step's loss and every final weight of every model are
  * bit-identical to training that model alone with the reference loop, under
- * lrtf with double buffering, random and fifo. Bad input: a run that is not
- * a SHARP plan, a budget below one layer (the message names the layer). */
+ * lrtf with double buffering, random and fifo. Faults: an emulated device
+ * killed mid-run (SPILL_HOST_FAIL's knob, at its first kernel, mid-unit and
+ * late) with recovery on: the models go back to their last step boundary,
+ * finish on the devices left, and their losses and weights are still those of
+ * the reference loop, bit for bit; with recovery off the run stops with -EIO
+ * naming the device. Bad input: a run that is not a SHARP plan, a budget below
+ * one layer (the message names the layer). */
 #include "runtime/runtime.h"
 #include "tests/test.h"
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define NM       4
@@ -26,7 +32,7 @@ static const int steps[NM] = {3, 4, 2, 3};
 static const int stop_model = 3, stop_after = 1; /* early stop */
 static uint64_t data_seed[NM] = {11, 12, 13, 14};
 
-static struct rt_ctx *open_rt(enum dev_backend_kind b, int ndev, uint64_t budget)
+static struct rt_ctx *open_rt(enum dev_backend_kind b, int ndev, uint64_t budget, const char *fail)
 {
 	struct sp_params sp;
 	sp_params_defaults(&sp);
@@ -35,6 +41,7 @@ static struct rt_ctx *open_rt(enum dev_backend_kind b, int ndev, uint64_t budget
 	c.dev.backend = b;
 	c.dev.ndevices = ndev;
 	c.dev.device_mem = 64 << 20;
+	c.dev.host_fail = fail;
 	c.vmm.device_mem = budget;
 	c.vmm.host_mem = 64 << 20;
 	c.vmm.max_objects = 4096;
@@ -66,9 +73,9 @@ static uint64_t state_bytes(const struct rt_model *m)
 }
 
 static void run(struct rt_model *m, int ndev, enum tg_mm_policy pol, int db, uint64_t budget,
-                void *const ref[NM][16], const double ref_loss[NM][MAXSTEPS])
+                const char *fail, void *const ref[NM][16], const double ref_loss[NM][MAXSTEPS])
 {
-	struct rt_ctx *rt = open_rt(DEV_BACKEND_HOST, ndev, budget);
+	struct rt_ctx *rt = open_rt(DEV_BACKEND_HOST, ndev, budget, fail);
 	struct rt_run *runs[NM];
 	struct tg_plan plan[NM];
 	for (int i = 0; i < NM; i++) {
@@ -77,20 +84,31 @@ static void run(struct rt_model *m, int ndev, enum tg_mm_policy pol, int db, uin
 		CHECK_OK(rt_run_open(rt, &m[i], &plan[i], 42 + (uint64_t)i, &runs[i]));
 	}
 	struct log lg = {0};
-	struct rt_sharp_config sc = {
-	    .policy = pol, .double_buffer = db, .seed = 5, .on_step = on_step, .arg = &lg};
+	struct rt_sharp_config sc = {.policy = pol,
+	                             .double_buffer = db,
+	                             .seed = 5,
+	                             .on_step = on_step,
+	                             .arg = &lg,
+	                             .recover = fail != NULL};
 	struct rt_sharp_stats st;
 	CHECK_OK(rt_sharp_run(rt, runs, steps, NM, &sc, &st));
 	struct vmm_stats vs;
 	vmm_stats_get(rt->vmm, &vs);
-	printf("  %-6s%s %d devices: %" PRIu64 " units (%" PRIu64 " on the device of the one "
-	       "before), %" PRId64 " evictions, %" PRIu64 " B H2D, %" PRIu64 " B P2P\n",
-	       tg_mm_policy_name(pol), db ? "+db" : "   ", ndev, st.units, st.same_device,
-	       vs.evictions.total, vmm_xfer_bytes(rt->vmm, VMM_XFER_H2D),
-	       vmm_xfer_bytes(rt->vmm, VMM_XFER_P2P));
+	printf("  %-6s%s %d devices%s%s: %" PRIu64 " units (%" PRIu64 " on the device of the one "
+	       "before), %" PRId64 " evictions, %" PRIu64 " B H2D, %" PRIu64 " B P2P",
+	       tg_mm_policy_name(pol), db ? "+db" : "   ", ndev, fail ? ", fail " : "",
+	       fail ? fail : "", st.units, st.same_device, vs.evictions.total,
+	       vmm_xfer_bytes(rt->vmm, VMM_XFER_H2D), vmm_xfer_bytes(rt->vmm, VMM_XFER_P2P));
+	if (fail)
+		printf(", %d failure, %" PRIu64 " unit(s) in flight lost, %" PRId64
+		       " objects lost, %" PRIu64 " checkpoints",
+		       st.failures, st.units_lost, vs.lost_objects.total, st.checkpoints);
+	printf("\n");
 	CHECK(st.stopped == 1 && vs.evictions.total > 0);
+	CHECK_MSG(st.failures == (fail != NULL), "%d failures", st.failures);
+	int dead = fail ? atoi(fail) : -1;
 	for (int d = 0; d < ndev; d++)
-		CHECK_MSG(st.units_on[d] > 0, "device %d ran nothing", d);
+		CHECK_MSG(st.units_on[d] > 0 || d == dead, "device %d ran nothing", d);
 	for (int i = 0; i < NM; i++) {
 		int want = i == stop_model ? stop_after : steps[i];
 		CHECK_MSG(runs[i]->step == want, "model %d: %d steps", i, runs[i]->step);
@@ -140,13 +158,36 @@ int main(void)
 	uint64_t budget = state / 2;
 	printf("training state of the largest model %" PRIu64 " B, device budget %" PRIu64 " B\n",
 	       state, budget);
-	run(m, 2, TG_MM_LRTF, 1, budget, ref, ref_loss);
-	run(m, 3, TG_MM_LRTF, 0, budget, ref, ref_loss);
-	run(m, 2, TG_MM_RANDOM, 1, budget, ref, ref_loss);
-	run(m, 3, TG_MM_FIFO, 1, budget, ref, ref_loss);
+	run(m, 2, TG_MM_LRTF, 1, budget, NULL, ref, ref_loss);
+	run(m, 3, TG_MM_LRTF, 0, budget, NULL, ref, ref_loss);
+	run(m, 2, TG_MM_RANDOM, 1, budget, NULL, ref, ref_loss);
+	run(m, 3, TG_MM_FIFO, 1, budget, NULL, ref, ref_loss);
+
+	/* a device dies: at its first kernel, in the middle, late */
+	run(m, 2, TG_MM_LRTF, 1, budget, "1:1", ref, ref_loss);
+	run(m, 2, TG_MM_LRTF, 1, budget, "1:150", ref, ref_loss);
+	run(m, 3, TG_MM_RANDOM, 1, budget, "0:400", ref, ref_loss);
+	run(m, 3, TG_MM_LRTF, 0, budget, "2:77", ref, ref_loss);
+	{ /* without recovery the run stops, naming the device */
+		struct rt_ctx *rt = open_rt(DEV_BACKEND_HOST, 2, budget, "1:60");
+		struct rt_run *runs[NM];
+		struct tg_plan plan[NM];
+		for (int i = 0; i < NM; i++) {
+			CHECK_OK(rt_sharp_plan(rt, &m[i], 0.15, &plan[i]));
+			CHECK_OK(rt_run_open(rt, &m[i], &plan[i], 42 + (uint64_t)i, &runs[i]));
+		}
+		struct rt_sharp_config sc = {.policy = TG_MM_LRTF, .double_buffer = 1};
+		struct rt_sharp_stats st;
+		int rc = rt_sharp_run(rt, runs, steps, NM, &sc, &st);
+		printf("no recovery: %s\n", sp_last_error());
+		CHECK(rc == -EIO && strstr(sp_last_error(), "device 1 failed"));
+		for (int i = 0; i < NM; i++)
+			rt_run_close(runs[i]);
+		rt_close(rt);
+	}
 
 	/* bad input */
-	struct rt_ctx *rt = open_rt(DEV_BACKEND_HOST, 2, budget);
+	struct rt_ctx *rt = open_rt(DEV_BACKEND_HOST, 2, budget, NULL);
 	struct tg_plan p;
 	CHECK(rt_sharp_plan(rt, &m[0], 1.5, &p) == -EINVAL);
 	struct tg_plan two = {
@@ -160,7 +201,7 @@ int main(void)
 	CHECK(rt_sharp_run(rt, &r2, &one, 1, &sc, &st) == -EINVAL);
 	rt_run_close(r2);
 	rt_close(rt);
-	rt = open_rt(DEV_BACKEND_HOST, 2, 4096);
+	rt = open_rt(DEV_BACKEND_HOST, 2, 4096, NULL);
 	int rc = rt_sharp_plan(rt, &m[1], 0.15, &p);
 	printf("budget 4 KiB: %s\n", sp_last_error());
 	CHECK(rc == -ENOMEM && strstr(sp_last_error(), "layer") &&
