@@ -431,6 +431,8 @@ static const char tune_help[] =
     "sched:   --policy lrtf|random|fifo (default lrtf) --no-double-buffer\n"
     "         --reserve F (double-buffer reserve, default 0.15) --halving N (successive\n"
     "         halving: every N steps the worse half of the models at that step stop)\n"
+    "         --recover (each model's state is kept at its step boundaries: a device that\n"
+    "         fails costs the models their current step, not the run)\n"
     "devices: --backend cuda|host|model --devices N --device-mem SIZE --budget SIZE\n"
     "         --profile NAME --sim (the model backend, virtual time, synthetic data)\n"
     "run:     --steps N --seed N --data PATH --eval-batches N\n"
@@ -483,6 +485,10 @@ static int cmd_tune(int argc, char **argv)
 		}
 		if (!strcmp(name, "--no-double-buffer")) {
 			c.no_double_buffer = 1;
+			continue;
+		}
+		if (!strcmp(name, "--recover")) {
+			c.recover = 1;
 			continue;
 		}
 		if (!strcmp(name, "--grid")) { /* its words up to the next flag */

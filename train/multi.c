@@ -315,7 +315,8 @@ int tr_tune_models(const struct tr_tune_config *c)
 	                             .double_buffer = !c->no_double_buffer,
 	                             .seed = c->base.seed,
 	                             .on_step = on_step,
-	                             .arg = &t};
+	                             .arg = &t,
+	                             .recover = c->recover};
 	struct rt_sharp_stats st;
 	rc = rt_sharp_run(t.rt, t.runs, t.steps, t.n, &sc, &st);
 	for (int i = 0; i < t.n && rc == 0; i++) {
@@ -348,6 +349,12 @@ int tr_tune_models(const struct tr_tune_config *c)
 	        t.rt->data ? "" : " (virtual)", (unsigned long long)st.units,
 	        (unsigned long long)st.same_device,
 	        st.makespan_s > 0 ? 100 * busy / (st.makespan_s * t.rt->ndev) : 0, st.stopped);
+	if (st.failures)
+		fprintf(t.out,
+		        "recovered from %d failed device(s): %llu unit(s) in flight lost, every "
+		        "model went back to its last step (%llu checkpoints)\n",
+		        st.failures, (unsigned long long)st.units_lost,
+		        (unsigned long long)st.checkpoints);
 	/* the ranking: validation loss, else the last training loss */
 	int order[MAXVAR], have_val = 0;
 	for (int i = 0; i < t.n; i++) {

@@ -198,6 +198,7 @@ struct tr_tune_config {
 	const char *grid;   /* NULL: no grid (one model per preset) */
 	const char *policy; /* lrtf (NULL), random, fifo */
 	int no_double_buffer;
+	int recover;    /* --recover: models go back to their last step when a device fails */
 	double reserve; /* the double-buffer reserve, 0: 0.15 */
 	int halving;    /* successive halving: a rung every this many steps (0: off) */
 };

@@ -561,6 +561,14 @@ int vmm_swap_retire(struct vmm *v, uint32_t idx, int block)
 	return 0;
 }
 
+static int any_device_failed(struct vmm *v)
+{
+	for (int d = 0; d < v->ndev; d++)
+		if (dev_failed(v->ctx, d))
+			return 1;
+	return 0;
+}
+
 int vmm_swap_progress(struct vmm *v, int block)
 {
 	int first = 0;
@@ -569,7 +577,10 @@ int vmm_swap_progress(struct vmm *v, int block)
 		int32_t next = vmm_obj_at(v, (uint32_t)i)->x.next;
 		int rc = vmm_swap_retire(v, (uint32_t)i, block);
 		if (rc < 0 && rc != -EAGAIN) {
-			SP_WARN(VMM, "%s", sp_last_error());
+			if (any_device_failed(v)) /* expected: the failure is told once */
+				SP_INFO(VMM, "%s", sp_last_error());
+			else
+				SP_WARN(VMM, "%s", sp_last_error());
 			vmm_err_swallowed(v); /* kept in the object's err */
 			if (!first)
 				first = rc;
