@@ -53,4 +53,13 @@ $(O)/tests/shim/gpu_oversub: tests/shim/gpu_oversub.cu
 	$(if $(Q),@echo "  NVCC    $@")
 	$(Q)$(NVCC) -O2 -gencode arch=compute_$(CUDA_ARCH),code=sm_$(CUDA_ARCH) -o $@ $<
 EXTRA_TEST_DEPS += $(O)/tests/shim/gpu_oversub
+ifneq ($(HAVE_NCCL),)
+# cuBLAS and NCCL, each with its own static cudart inside, under the shim.
+$(O)/tests/shim/gpu_cublas_nccl: tests/shim/gpu_cublas_nccl.cu
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  NVCC    $@")
+	$(Q)$(NVCC) -O2 -gencode arch=compute_$(CUDA_ARCH),code=sm_$(CUDA_ARCH) -o $@ $< \
+		-L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublas -lnccl
+EXTRA_TEST_DEPS += $(O)/tests/shim/gpu_cublas_nccl
+endif
 endif
