@@ -977,9 +977,12 @@ int dev_memcpy_async(struct dev_stream *s, void *dst, int dst_dev, const void *s
 	                          : dst_dev == DEV_HOST ? DEV_COPY_D2H
 	                          : src_dev == dst_dev  ? DEV_COPY_D2D
 	                                                : DEV_COPY_P2P;
-	SP_CHECK(ctx->ops->memcpy_async(s, dst, dst_dev, src, src_dev, bytes, kind));
+	/* counted first: a backend may take a dropped copy back (a failed device) */
 	__atomic_add_fetch(&ctx->copied[kind], bytes, __ATOMIC_RELAXED);
-	return 0;
+	int rc = ctx->ops->memcpy_async(s, dst, dst_dev, src, src_dev, bytes, kind);
+	if (rc < 0)
+		__atomic_sub_fetch(&ctx->copied[kind], bytes, __ATOMIC_RELAXED);
+	return rc;
 }
 
 int dev_memset_async(struct dev_stream *s, void *dst, int dst_dev, int value, size_t bytes)

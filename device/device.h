@@ -145,8 +145,9 @@ int dev_event_query(struct dev_event *e);
 int dev_event_peek(struct dev_event *e);
 int dev_event_sync(struct dev_event *e) SP_MUST_CHECK;
 /* Blocks until one of the n events is complete and returns its index in *idx
- * (the lowest complete one). On the model backend virtual time runs to the
- * first completion among them. n must be > 0. Returns 0 or the device error. */
+ * (the lowest complete one; one that failed counts as complete: query it for
+ * its error). On the model backend virtual time runs to the first completion
+ * among them. n must be > 0. Returns 0 or the device error. */
 int dev_event_wait_any(struct dev_event *const *ev, int n, int *idx) SP_MUST_CHECK;
 /* Work queued on s after this call waits for e's captured work. */
 int dev_stream_wait_event(struct dev_stream *s, struct dev_event *e) SP_MUST_CHECK;
@@ -201,7 +202,7 @@ int dev_failed(const struct dev_ctx *ctx, int dev);
 /* ---- accounting ---- */
 enum dev_copy_kind { DEV_COPY_H2D, DEV_COPY_D2H, DEV_COPY_D2D, DEV_COPY_P2P, DEV_COPY_KINDS };
 /* Bytes copied by the device layer since open, per kind (checked against the vmm's
- * own accounting by tests). */
+ * own accounting by tests); a copy a failed device dropped does not count. */
 uint64_t dev_copied_bytes(const struct dev_ctx *ctx, enum dev_copy_kind kind);
 const char *dev_copy_kind_name(enum dev_copy_kind kind);
 

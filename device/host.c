@@ -139,9 +139,12 @@ static int host_open(struct dev_ctx *ctx, const struct dev_config *cfg)
 	h->throttle = cfg->link_throttle;
 	h->fail_dev = -1;
 	if (cfg->host_fail && *cfg->host_fail) {
-		char *end;
-		long d = strtol(cfg->host_fail, &end, 10), at = 0;
-		if (*end == ':')
+		const char *f = cfg->host_fail;
+		char *end = (char *)f;
+		long d = -1, at = 0;
+		if (*f >= '0' && *f <= '9')
+			d = strtol(f, &end, 10);
+		if (d >= 0 && end[0] == ':' && end[1] >= '0' && end[1] <= '9')
 			at = strtol(end + 1, &end, 10);
 		if (*end || d < 0 || d >= n || at < 1) {
 			pthread_cond_destroy(&h->ev_cond);
@@ -511,6 +514,14 @@ static void run_op(struct host_stream *st, struct host_op *op)
 	int drop = op_dropped_by(st, op);
 	if (drop >= 0) {
 		st->dropped_dev = drop;
+		if (op->kind == OP_COPY) { /* counted at submission: it never happened */
+			int sd = op->u.mem.src_dev, dd = op->u.mem.dst_dev;
+			enum dev_copy_kind k = sd == DEV_HOST   ? DEV_COPY_H2D
+			                       : dd == DEV_HOST ? DEV_COPY_D2H
+			                       : sd == dd       ? DEV_COPY_D2D
+			                                        : DEV_COPY_P2P;
+			__atomic_sub_fetch(&ctx->copied[k], op->u.mem.bytes, __ATOMIC_RELAXED);
+		}
 		if (op->kind == OP_KERNEL && op->u.kern.args != op->inline_args)
 			free(op->u.kern.args);
 		return;

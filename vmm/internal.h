@@ -110,10 +110,11 @@ struct vmm_obj {
 	uint64_t next_use;
 	void *va; /* stable objects: reserved range on home */
 	uint8_t disk_valid, disk_has;
-	uint8_t busy;    /* being brought: its copies are not victims */
-	uint8_t lost;    /* a write-down whose source was already released failed, or
+	uint8_t busy;      /* being brought: its copies are not victims */
+	uint8_t lost;      /* a write-down whose source was already released failed, or
 	                   the only valid copy was on a failed device (lost_dev) */
-	int8_t lost_dev; /* that device, or -1 (a failed write-down) */
+	int8_t lost_dev;   /* that device, or -1 (a failed write-down) */
+	uint8_t lost_told; /* counted by vmm_device_failed */
 	uint64_t extent;
 	struct dev_event *xev; /* D2H transfers (out of a device) */
 	int pending_dev;       /* prefetch chain: after disk->host, go on to this device, -1 none */

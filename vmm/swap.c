@@ -527,21 +527,33 @@ int vmm_swap_retire(struct vmm *v, uint32_t idx, int block)
 		char a[16], b[16], sz[32];
 		int err = rc;
 		sp_counter_add(&v->st.disk_errors, x->dst == P_DISK(v) || x->src == P_DISK(v));
-		if (x->dst == P_DISK(v))
+		struct vmm_copy *dc = x->dst == P_DISK(v) ? NULL : &o->c[x->dst];
+		if (!dc)
 			vmm_swap_free_disk(v, idx);
+		else if (dc->pins) /* the acquirer holds its address: keep the space */
+			dc->valid = dc->filling = 0;
 		else
 			vmm_swap_free_copy(v, idx, x->dst);
+		/* a source a write acquire made invalid goes, as on success */
+		if (x->drop_src && x->src != P_DISK(v) && !o->c[x->src].valid && !o->c[x->src].pins)
+			vmm_swap_free_copy(v, idx, x->src);
 		o->pending_dev = -1; /* a prefetch chain stops here */
 		vmm_err_set(v, o, err, x->kind);
-		/* A D2H made to free space had handed the space on already (only a
-		 * device fault fails a copy, and on CUDA that ends the context). */
-		o->lost = x->src_gone && vmm_obj_nvalid(v, o) == 0;
-		if (o->lost)
-			o->lost_dev = -1;
+		/* With no valid copy left the data is gone: a D2H made to free space
+		 * had handed the space on already, or a write acquire elsewhere had
+		 * invalidated the source (only a device fault fails a device copy,
+		 * and on CUDA that ends the context). */
+		o->lost = vmm_obj_nvalid(v, o) == 0;
+		if (o->lost) {
+			int ps = vmm_place_public(v, x->src), pd = vmm_place_public(v, x->dst);
+			o->lost_dev = (int8_t)(ps >= 0 && dev_failed(v->ctx, ps)   ? ps
+			                       : pd >= 0 && dev_failed(v->ctx, pd) ? pd
+			                                                           : -1);
+			o->lost_told = 0;
+		}
 		char kept[80];
 		if (o->lost)
-			snprintf(kept, sizeof(kept),
-			         "its device space was reused: the data is lost");
+			snprintf(kept, sizeof(kept), "no valid copy is left: the data is lost");
 		else
 			snprintf(kept, sizeof(kept), "the %s copy is kept",
 			         x->src_gone ? "other" : place_name(v, x->src, a, 16));

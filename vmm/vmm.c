@@ -779,6 +779,10 @@ static void continue_chain(struct vmm *v, uint32_t i)
 	}
 	if (o->pending_dev < 0 || o->x.active)
 		return;
+	if (v->pl[o->pending_dev].failed) {
+		o->pending_dev = -1;
+		return;
+	}
 	if (writer_elsewhere(v, o, o->pending_dev) >= 0) {
 		o->pending_dev = -1;
 		return;
@@ -887,17 +891,23 @@ int vmm_device_failed(struct vmm *v, int dev, uint32_t *nlost)
 			if (o->err && o->err_kind != VMM_XFER_H2DISK &&
 			    o->err_kind != VMM_XFER_DISK2H)
 				o->err = 0;
+			if (o->pending_dev == dev) /* a prefetch chain ends here */
+				o->pending_dev = -1;
 			struct vmm_copy *c = &o->c[dev];
-			if (!c->has_mem && !c->valid)
-				continue;
-			int was_valid = c->valid;
-			c->fenced = 0; /* its reader was on dev: nothing to wait for */
-			vmm_swap_free_copy(v, i, dev);
-			o->pending_dev = o->pending_dev == dev ? -1 : o->pending_dev;
-			if (was_valid && !o->lost && vmm_obj_nvalid(v, o) == 0) {
-				o->lost = 1;
-				o->lost_dev = (int8_t)dev;
-				o->pending_wb = 0;
+			if (c->has_mem || c->valid) {
+				int was_valid = c->valid;
+				c->fenced = 0; /* its reader was on dev: nothing to wait for */
+				vmm_swap_free_copy(v, i, dev);
+				if (was_valid && !o->lost && vmm_obj_nvalid(v, o) == 0) {
+					o->lost = 1;
+					o->lost_dev = (int8_t)dev;
+					o->lost_told = 0;
+					o->pending_wb = 0;
+				}
+			}
+			/* lost here, or by a transfer that failed with dev before */
+			if (o->lost && o->lost_dev == dev && !o->lost_told) {
+				o->lost_told = 1;
 				lost++;
 			}
 		}

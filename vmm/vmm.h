@@ -209,8 +209,11 @@ int vmm_sync(struct vmm *v) SP_MUST_CHECK;
  * acquires and prefetches fail with -EIO naming it until a VMM_OVERWRITE
  * acquire or vmm_discard; *nlost (may be NULL) gets how many. Errors of device
  * transfers pending report are dropped (they failed with dev; disk errors
- * stay). Later acquires and prefetches on dev fail with -ENODEV. Returns 0, or
- * -EBUSY (nothing done) while an object is acquired on dev: release first. */
+ * stay). A copy elsewhere that was being filled from dev (a P2P) is dropped,
+ * or, while acquired, keeps its space but holds no valid data: an object left
+ * without a valid copy that way is lost too. Later acquires and prefetches on
+ * dev fail with -ENODEV. Returns 0, or -EBUSY (nothing done) while an object
+ * is acquired on dev: release first. */
 int vmm_device_failed(struct vmm *v, int dev, uint32_t *nlost) SP_MUST_CHECK;
 
 /* A snapshot of one object (a completed transfer is retired first). */
