@@ -896,7 +896,11 @@ int vmm_device_failed(struct vmm *v, int dev, uint32_t *nlost)
 			struct vmm_copy *c = &o->c[dev];
 			if (c->has_mem || c->valid) {
 				int was_valid = c->valid;
-				c->fenced = 0; /* its reader was on dev: nothing to wait for */
+				/* its last reader may still be running (work queued
+				 * before the failure finishes): wait, its error is known */
+				if (c->fenced && dev_event_sync(c->fence) < 0)
+					SP_INFO(VMM, "%s", sp_last_error());
+				c->fenced = 0;
 				vmm_swap_free_copy(v, i, dev);
 				if (was_valid && !o->lost && vmm_obj_nvalid(v, o) == 0) {
 					o->lost = 1;
