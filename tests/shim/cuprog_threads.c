@@ -6,6 +6,7 @@
  * prints the FNV-1a hash of its final buffers: the same numbers with and
  * without the shim, and clean under ThreadSanitizer.
  */
+#include "tests/shim/cuprog.h"
 #include "tests/shim/fakecu.h"
 
 #include <cuda.h>
@@ -19,20 +20,6 @@ static int nbuf, iters;
 static size_t bytes;
 static CUcontext ctx;
 static CUfunction step;
-
-struct step_args {
-	float *y;
-	const float *x;
-	float a;
-	int n;
-};
-
-static void k_step(const void *p)
-{
-	const struct step_args *s = p;
-	for (int i = 0; i < s->n; i++)
-		s->y[i] = s->y[i] * 0.5f + s->a * s->x[i];
-}
 
 #define CHECK(call)                                                                        \
 	do {                                                                               \

@@ -14,6 +14,7 @@
  * Prints: "checksum=<hex>", "app h2d=<bytes> d2h=<bytes>" (its own copies)
  * and, at exit (after the shim's report), "driver h2d=.. d2h=.. launches=..".
  */
+#include "tests/shim/cuprog.h"
 #include "tests/shim/fakecu.h"
 
 #include <cuda.h>
@@ -38,20 +39,6 @@
 			exit(1);                                                             \
 		}                                                                            \
 	} while (0)
-
-struct step_args {
-	float *y;
-	const float *x;
-	float a;
-	int n;
-};
-
-static void k_step(const void *p)
-{
-	const struct step_args *s = p;
-	for (int i = 0; i < s->n; i++)
-		s->y[i] = s->y[i] * 0.5f + s->a * s->x[i];
-}
 
 struct scale_args {
 	float *y;

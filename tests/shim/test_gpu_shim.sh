@@ -19,16 +19,23 @@ fails=0 ran=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 shim() { LD_PRELOAD="$P" SPILL_HOST_MEM=${SPILL_HOST_MEM:-8G} "$@"; }
 
-prog="$O/tests/shim/gpu_oversub"
-if [ -x "$prog" ]; then
+# same_checksum N PROG BUDGET ARGS...: PROG prints the same line with and without
+# the shim under BUDGET.
+same_checksum() {
+	local n="$1" prog="$O/tests/shim/$2" budget="$3" a b
+	shift 3
+	if [ ! -x "$prog" ]; then
+		echo "$n. SKIP: $(basename "$prog") not built"
+		return
+	fi
 	ran=$((ran + 1))
-	a=$("$prog" 12 64 4) || fail "gpu_oversub without the shim"
-	b=$(shim env SPILL_DEVICE_MEM=256M "$prog" 12 64 4) || fail "gpu_oversub with the shim"
-	echo "1. gpu_oversub without: $a; with the shim (256 MiB budget): $b"
-	[ "$a" = "$b" ] || fail "gpu_oversub: checksums differ"
-else
-	echo "1. SKIP: gpu_oversub not built"
-fi
+	a=$("$prog" "$@") || fail "$(basename "$prog") without the shim"
+	b=$(shim env SPILL_DEVICE_MEM="$budget" "$prog" "$@") || fail "$(basename "$prog") with the shim"
+	echo "$n. $(basename "$prog") $*: without $a; with the shim ($budget budget): $b"
+	[ "$a" = "$b" ] || fail "$(basename "$prog"): checksums differ"
+}
+
+same_checksum 1 gpu_oversub 256M 12 64 4
 
 py=$(command -v python3 || true)
 script="$(dirname "$0")/torch_gpt_shim.py"
@@ -62,16 +69,7 @@ else
 	echo "2./3. SKIP: no PyTorch with CUDA"
 fi
 
-prog="$O/tests/shim/gpu_cublas_nccl"
-if [ -x "$prog" ]; then
-	ran=$((ran + 1))
-	a=$("$prog" 8 2048 2) || fail "gpu_cublas_nccl without the shim"
-	b=$(shim env SPILL_DEVICE_MEM=128M "$prog" 8 2048 2) || fail "gpu_cublas_nccl with the shim"
-	echo "4. cuBLAS + NCCL without: $a; with the shim (128 MiB budget, 256 MiB allocated): $b"
-	[ "$a" = "$b" ] || fail "gpu_cublas_nccl: checksums differ"
-else
-	echo "4. SKIP: gpu_cublas_nccl not built (needs NCCL)"
-fi
+same_checksum 4 gpu_cublas_nccl 128M 8 2048 2 # 256 MiB allocated
 [ "$ran" -gt 0 ] || { echo "SKIP: nothing to run"; exit 77; }
 [ "$fails" -eq 0 ] || exit 1
 echo ok
