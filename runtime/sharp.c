@@ -14,8 +14,12 @@
  * vmm copies from a device holding a valid copy first).
  * Lrtf's remaining time of a model: its units left in this step plus its
  * steps left, from measured unit times (the first step: FLOPs at the device's
- * rate). Every model's tasks keep the order of training it alone, so its
- * weights are those of the reference loop, bit for bit. */
+ * rate). The same estimates give the vmm its Belady hints: when each object's
+ * next unit should start, on the backend's clock (hint_model). The plan
+ * recomputes a shard's forward in its backward unit, as Hydra does, when
+ * moving the stash out and back would take longer.
+ * Every model's tasks keep the order of training it alone, so its weights are
+ * those of the reference loop, bit for bit. */
 #include "runtime/internal.h"
 
 #include "common/log.h"
@@ -28,12 +32,16 @@ struct sm { /* one model */
 	struct rt_run *run;
 	int steps, done_steps, stopped, finished;
 	int nunits, *ufirst; /* unit u: tasks [ufirst[u], ufirst[u + 1]) */
-	double *est;         /* seconds per unit (measured, or estimated) */
-	int cur;             /* the next unit of the current step */
-	int dev;             /* device running its unit, or -1 */
-	int last_dev;        /* device its previous unit ran on */
-	double start;        /* dev_now at the running unit's issue */
-	struct rt_xs *xs;    /* the current step's executor state */
+	/* object o is used by units use[ufrom[o]] .. use[ufrom[o + 1] - 1] (rising);
+	 * dead_at[k]: that use starts by overwriting it (the old contents are dead) */
+	int *ufrom, *use;
+	unsigned char *dead_at;
+	double *est;      /* seconds per unit (measured, or estimated) */
+	int cur;          /* the next unit of the current step */
+	int dev;          /* device running its unit, or -1 */
+	int last_dev;     /* device its previous unit ran on */
+	double start;     /* dev_now at the running unit's issue */
+	struct rt_xs *xs; /* the current step's executor state */
 	/* recover: [2 * layer + rt_state] the state at the last step boundary, with
 	 * the run's position then; ck_new is filled first and swapped in whole */
 	void **ck, **ck_new;
@@ -51,6 +59,23 @@ struct sharp {
 	int dead[DEV_MAX];     /* failed devices already recovered from */
 	struct rt_sharp_stats *st;
 };
+
+/* Between a model's forward and backward units its device runs other models'
+ * units, so what a forward stashes goes to the host and comes back: 1 when
+ * those two copies take longer than running the forwards again. */
+static int stash_costs_more(const struct tg_graph *g, const struct tg_hw *hw)
+{
+	double stash = 0, fwd = 0;
+	for (int o = 0; o < g->nobj; o++)
+		if (g->obj[o].kind == TG_O_STASH)
+			stash += (double)g->obj[o].bytes;
+	for (int t = 0; t < g->ntask; t++)
+		if (g->task[t].kind == TG_FWD)
+			fwd += g->task[t].flops;
+	if (hw->h2d_bw <= 0 || hw->d2h_bw <= 0 || hw->flops <= 0)
+		return 0;
+	return stash / hw->d2h_bw + stash / hw->h2d_bw > fwd / hw->flops;
+}
 
 int rt_sharp_plan(const struct rt_ctx *rt, const struct rt_model *m, double reserve,
                   struct tg_plan *out)
@@ -84,6 +109,16 @@ int rt_sharp_plan(const struct rt_ctx *rt, const struct rt_model *m, double rese
 			break;
 		int worst;
 		uint64_t need = tg_graph_min_capacity(&g, &worst);
+		if (need <= hw.capacity && !out->recompute && stash_costs_more(&g, &hw)) {
+			/* Hydra's backward unit runs its shard's forward again (the
+			 * unit keeps only the shard's input): the stash would go to the
+			 * host and back between a model's units; recompute works in the
+			 * unit's own space, so the fit is checked again */
+			out->recompute = 1;
+			tg_graph_free(&g);
+			tries--;
+			continue;
+		}
 		tg_graph_free(&g);
 		if (need <= hw.capacity)
 			break;
@@ -98,6 +133,96 @@ int rt_sharp_plan(const struct rt_ctx *rt, const struct rt_model *m, double rese
 	if (rc < 0)
 		return sp_error(rc, "model %s: %s", m->name, sp_last_error());
 	return 0;
+}
+
+/* Which units use each object, for the hints (after units_of). */
+static int uses_of(struct sm *s)
+{
+	const struct rt_prog *p = &s->run->prog;
+	int no = p->nobj, total = 0;
+	s->ufrom = calloc((size_t)no + 1, sizeof(int));
+	int *last = malloc((size_t)no * sizeof(int));
+	if (!s->ufrom || !last) {
+		free(last);
+		return sp_error(-ENOMEM, "sharp: uses of %d objects", no);
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		for (int o = 0; o < no; o++)
+			last[o] = -1;
+		for (int u = 0; u < s->nunits; u++)
+			for (int t = s->ufirst[u]; t < s->ufirst[u + 1]; t++)
+				for (int r = 0; r < p->task[t].nref; r++) {
+					int o = p->task[t].ref[r].obj;
+					if (last[o] == u)
+						continue;
+					last[o] = u;
+					if (!pass) {
+						s->ufrom[o + 1]++;
+						total++;
+						continue;
+					}
+					int k = s->ufrom[o]++; /* filled, then shifted back */
+					s->use[k] = u;
+					s->dead_at[k] = p->task[t].ref[r].mode == VMM_OVERWRITE;
+				}
+		if (!pass) {
+			for (int o = 0; o < no; o++)
+				s->ufrom[o + 1] += s->ufrom[o];
+			s->use = malloc((size_t)(total + 1) * sizeof(int));
+			s->dead_at = malloc((size_t)total + 1);
+			if (!s->use || !s->dead_at) {
+				free(last);
+				return sp_error(-ENOMEM, "sharp: %d object uses", total);
+			}
+		}
+	}
+	for (int o = no; o > 0; o--)
+		s->ufrom[o] = s->ufrom[o - 1];
+	s->ufrom[0] = 0;
+	free(last);
+	return 0;
+}
+
+/* The vmm's eviction ranks copies by next use (Belady). The executor's own
+ * hints count in one program's tasks, which says nothing across models; here
+ * the clock is the backend's, in microseconds: each object of model i gets
+ * the time its next unit using it should start, from the measured unit
+ * times, stretched by the models sharing each device. Contents that the next
+ * use overwrites, and state no step will read again, get no hint (evicted
+ * first). Called whenever model i's position changes. */
+static void hint_model(struct sharp *h, int i)
+{
+	struct sm *s = &h->m[i];
+	const struct rt_prog *p = &s->run->prog;
+	int live = 0;
+	for (int d = 0; d < h->rt->ndev; d++)
+		live += !h->dead[d];
+	double slow = live && h->alive > live ? (double)h->alive / live : 1.0;
+	double now = dev_now(h->rt->dev) - h->st->t0, to_end = 0;
+	for (int u = s->cur; u < s->nunits; u++)
+		to_end += s->est[u];
+	int more = s->done_steps + 1 < s->steps;
+	for (int o = 0; o < p->nobj; o++) {
+		if (!p->obj[o].vid || s->ufrom[o] == s->ufrom[o + 1])
+			continue;
+		int k = s->ufrom[o], end = s->ufrom[o + 1];
+		while (k < end && s->use[k] < s->cur)
+			k++;
+		double dist = 0;
+		int wrap = k == end;
+		if (wrap)
+			k = s->ufrom[o];
+		int u = s->use[k];
+		for (int j = wrap ? 0 : s->cur; j < u; j++)
+			dist += s->est[j];
+		if (wrap)
+			dist += to_end;
+		uint64_t next = VMM_NO_HINT;
+		if (!s->dead_at[k] && (!wrap || more))
+			next = (uint64_t)(1e6 * (now + slow * dist));
+		if (vmm_hint(h->rt->vmm, p->obj[o].vid, next) < 0)
+			SP_INFO(RT, "sharp hint %s: %s", p->obj[o].name, sp_last_error());
+	}
 }
 
 /* Splits the program into units: a forward or backward task starts one, the
@@ -127,7 +252,7 @@ static int units_of(struct sm *s)
 		for (int t = s->ufirst[u]; t < s->ufirst[u + 1]; t++)
 			SP_TRACE(RT, "sharp %s: unit %d task %d %s", r->m->name, u, t,
 			         r->prog.task[t].name);
-	return 0;
+	return uses_of(s);
 }
 
 static double remaining(const struct sm *s)
@@ -231,7 +356,9 @@ static int issue_unit(struct sharp *h, int i, int d)
 	return 0;
 }
 
-/* Double buffering: what model i's next unit reads comes to device d now. */
+/* Double buffering: what model i's next unit reads comes to device d, as far
+ * as it fits. Called again on every pass of the loop while the reservation
+ * stands: room frees as the running unit's predecessors are written back. */
 static void prefetch_unit(struct sharp *h, int i, int d)
 {
 	struct sm *s = &h->m[i];
@@ -239,10 +366,12 @@ static void prefetch_unit(struct sharp *h, int i, int d)
 	for (int t = s->ufirst[s->cur]; t < s->ufirst[s->cur + 1]; t++)
 		for (int r = 0; r < p->task[t].nref; r++) {
 			const struct rt_obj *o = &p->obj[p->task[t].ref[r].obj];
-			if (!o->vid || p->task[t].ref[r].mode == VMM_OVERWRITE)
+			if (!o->vid || p->task[t].ref[r].mode == VMM_OVERWRITE ||
+			    (vmm_obj_where(h->rt->vmm, o->vid) & (1u << d)))
 				continue;
 			/* Hydra loads only what fits the free space: evicting for it
-			 * (LRU) threw out intermediates that running models need next */
+			 * threw out copies that running models need next (bench-hydra:
+			 * 1.6x slower under LRU, still 1.2-1.4x with the hints) */
 			uint64_t used, cap;
 			if (vmm_place_usage(h->rt->vmm, d, &used, &cap) == 0 &&
 			    used + o->bytes > cap)
@@ -272,6 +401,7 @@ static int unit_done(struct sharp *h, int i)
 	s->last_dev = d;
 	if (++s->cur < s->nunits) {
 		tg_sharp_ready(h->pol, i, remaining(s));
+		hint_model(h, i);
 		return 0;
 	}
 	double loss;
@@ -288,12 +418,14 @@ static int unit_done(struct sharp *h, int i)
 		if (h->cfg->recover && h->rt->data)
 			SP_CHECK(checkpoint(h, i)); /* its result survives a later failure */
 		s->finished = 1;
+		hint_model(h, i); /* nothing of it is needed again */
 		h->alive--;
 		h->st->makespan_s = t_end - h->st->t0;
 		return 0;
 	}
 	SP_CHECK(begin_step(h, i));
 	tg_sharp_ready(h->pol, i, remaining(s));
+	hint_model(h, i);
 	return 0;
 }
 
@@ -362,8 +494,38 @@ static int recover(struct sharp *h, int d)
 		s->cur = 0;
 		s->last_dev = -1;
 		tg_sharp_ready(h->pol, i, remaining(s));
+		hint_model(h, i);
 	}
 	return 0;
+}
+
+/* For a device with no reservation of its own: the policy's pick, or a model
+ * another (busy) device reserved. Lrtf takes the longest remaining of them
+ * all: a long model left waiting on a busy device's reservation while free
+ * devices run shorter ones is what stretches the makespan's tail (its
+ * prefetched part comes GPU->GPU). The other policies steal only when they
+ * have nothing. */
+static int pick_or_steal(struct sharp *h)
+{
+	int i = tg_sharp_pick(h->pol), from = -1;
+	double best = i >= 0 ? remaining(&h->m[i]) : -1;
+	for (int o = 0; o < h->rt->ndev; o++) {
+		int r = h->reserved[o];
+		if (r < 0 || (i >= 0 && h->cfg->policy != TG_MM_LRTF))
+			continue;
+		double left = remaining(&h->m[r]);
+		if (left > best) {
+			best = left;
+			from = o;
+		}
+	}
+	if (from < 0)
+		return i;
+	if (i >= 0) /* back to the policy, unchanged */
+		tg_sharp_ready(h->pol, i, remaining(&h->m[i]));
+	i = h->reserved[from];
+	h->reserved[from] = -1;
+	return i;
 }
 
 static int loop(struct sharp *h)
@@ -388,33 +550,30 @@ static int loop(struct sharp *h)
 		}
 		if (vmm_progress(h->rt->vmm) < 0)
 			SP_INFO(RT, "%s", sp_last_error());
-		/* idle devices first: their reservation, else the policy's pick, else
+		/* idle devices first: their reservation, else the policy's pick or
 		 * another device's reservation (that device is busy: running it here
 		 * beats waiting) */
 		for (int d = 0; d < h->rt->ndev; d++) {
 			if (h->busy[d] >= 0 || h->dead[d])
 				continue;
-			int i = h->reserved[d] >= 0 ? h->reserved[d] : tg_sharp_pick(h->pol);
+			int i = h->reserved[d];
 			h->reserved[d] = -1;
-			for (int o = 0; o < h->rt->ndev && i < 0; o++)
-				if (h->reserved[o] >= 0) {
-					i = h->reserved[o];
-					h->reserved[o] = -1;
-				}
+			if (i < 0)
+				i = pick_or_steal(h);
 			if (i < 0)
 				continue;
 			SP_CHECK(issue_unit(h, i, d));
 			progress = 1;
 		}
-		/* then double buffering: each busy device reserves its next unit */
+		/* then double buffering: each busy device reserves its next unit
+		 * and loads what of it fits */
 		for (int d = 0; d < h->rt->ndev && h->cfg->double_buffer; d++) {
-			if (h->busy[d] < 0 || h->reserved[d] >= 0 || h->dead[d])
+			if (h->busy[d] < 0 || h->dead[d])
 				continue;
-			int next = tg_sharp_pick(h->pol);
-			if (next < 0)
-				break;
-			h->reserved[d] = next;
-			prefetch_unit(h, next, d);
+			if (h->reserved[d] < 0)
+				h->reserved[d] = tg_sharp_pick(h->pol);
+			if (h->reserved[d] >= 0)
+				prefetch_unit(h, h->reserved[d], d);
 		}
 		if (progress || !h->alive)
 			continue;
@@ -462,6 +621,8 @@ int rt_sharp_run(struct rt_ctx *rt, struct rt_run *const *runs, const int *steps
 			rc = begin_step(&h, i);
 			if (rc == 0)
 				tg_sharp_ready(h.pol, i, remaining(s));
+			if (rc == 0)
+				hint_model(&h, i);
 		} else {
 			s->finished = 1;
 		}
@@ -491,6 +652,9 @@ int rt_sharp_run(struct rt_ctx *rt, struct rt_run *const *runs, const int *steps
 	for (int i = 0; i < n; i++) {
 		free(h.m[i].ufirst);
 		free(h.m[i].est);
+		free(h.m[i].ufrom);
+		free(h.m[i].use);
+		free(h.m[i].dead_at);
 		for (int k = 0; (h.m[i].ck || h.m[i].ck_new) && k < 2 * runs[i]->m->nlayers; k++) {
 			free(h.m[i].ck ? h.m[i].ck[k] : NULL);
 			free(h.m[i].ck_new ? h.m[i].ck_new[k] : NULL);
