@@ -489,6 +489,12 @@ struct rt_sharp_config {
 	 * so a device that fails (dev_failed) costs the models their current step,
 	 * not the run: it reruns on the devices left (host and cuda backends) */
 	int recover;
+	/* devices that join later or leave: asked before device dev takes a unit
+	 * (with arg); 0 keeps it out for now (a unit running there finishes, a
+	 * reservation passes to another device). NULL: every device, always.
+	 * While models are left some device must come back: with none running
+	 * and none available the run ends with -EDEADLK. */
+	int (*device_ready)(void *arg, int dev);
 };
 
 struct rt_sharp_stats {

@@ -505,6 +505,11 @@ static int recover(struct sharp *h, int d)
  * devices run shorter ones is what stretches the makespan's tail (its
  * prefetched part comes GPU->GPU). The other policies steal only when they
  * have nothing. */
+static int available(const struct sharp *h, int d)
+{
+	return !h->cfg->device_ready || h->cfg->device_ready(h->cfg->arg, d);
+}
+
 static int pick_or_steal(struct sharp *h)
 {
 	int i = tg_sharp_pick(h->pol), from = -1;
@@ -558,6 +563,11 @@ static int loop(struct sharp *h)
 				continue;
 			int i = h->reserved[d];
 			h->reserved[d] = -1;
+			if (!available(h, d)) {
+				if (i >= 0) /* another device takes it */
+					tg_sharp_ready(h->pol, i, remaining(&h->m[i]));
+				continue;
+			}
 			if (i < 0)
 				i = pick_or_steal(h);
 			if (i < 0)
@@ -570,7 +580,7 @@ static int loop(struct sharp *h)
 		for (int d = 0; d < h->rt->ndev && h->cfg->double_buffer; d++) {
 			if (h->busy[d] < 0 || h->dead[d])
 				continue;
-			if (h->reserved[d] < 0)
+			if (h->reserved[d] < 0 && available(h, d)) /* not one leaving */
 				h->reserved[d] = tg_sharp_pick(h->pol);
 			if (h->reserved[d] >= 0)
 				prefetch_unit(h, h->reserved[d], d);
@@ -582,7 +592,9 @@ static int loop(struct sharp *h)
 			if (h->m[i].dev >= 0)
 				nev += rt_xs_heads(h->m[i].xs, ev + nev, DEV_MAX + 1 - nev);
 		if (!nev)
-			return sp_error(-EDEADLK, "sharp: %d models left, nothing running",
+			return sp_error(-EDEADLK,
+			                "sharp: %d models left, nothing running and no device "
+			                "available",
 			                h->alive);
 		int idx;
 		SP_CHECK(dev_event_wait_any(ev, nev, &idx));

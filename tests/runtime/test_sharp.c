@@ -32,6 +32,8 @@ static const int steps[NM] = {3, 4, 2, 3};
 static const int stop_model = 3, stop_after = 1; /* early stop */
 static uint64_t data_seed[NM] = {11, 12, 13, 14};
 
+static const char *profile; /* NULL: the default */
+
 static struct rt_ctx *open_rt(enum dev_backend_kind b, int ndev, uint64_t budget, const char *fail)
 {
 	struct sp_params sp;
@@ -42,6 +44,7 @@ static struct rt_ctx *open_rt(enum dev_backend_kind b, int ndev, uint64_t budget
 	c.dev.ndevices = ndev;
 	c.dev.device_mem = 64 << 20;
 	c.dev.host_fail = fail;
+	c.dev.profile = profile;
 	c.vmm.device_mem = budget;
 	c.vmm.host_mem = 64 << 20;
 	c.vmm.max_objects = 4096;
@@ -54,7 +57,33 @@ static struct rt_ctx *open_rt(enum dev_backend_kind b, int ndev, uint64_t budget
 struct log {
 	double loss[NM][MAXSTEPS];
 	int nstep[NM];
+	const struct rt_sharp_stats *st;
+	int left;            /* the leaving device was turned away once */
+	uint64_t left_units; /* its units then */
+	uint64_t joined_at;  /* units run when the joining device took its first */
 };
+
+/* Devices that come and go: join_dev takes no unit before join_after units
+ * have run, leave_dev none from leave_after on (-1: no such device). */
+static int join_dev = -1, leave_dev = -1;
+static uint64_t join_after, leave_after;
+
+static int device_ready(void *arg, int dev)
+{
+	struct log *lg = arg;
+	uint64_t u = lg->st->units;
+	if (dev == join_dev && u < join_after)
+		return 0;
+	if (dev == join_dev && !lg->joined_at)
+		lg->joined_at = u;
+	if (dev == leave_dev && u >= leave_after) {
+		if (!lg->left)
+			lg->left_units = lg->st->units_on[dev];
+		lg->left = 1;
+		return 0;
+	}
+	return 1;
+}
 
 static int on_step(void *arg, int model, int step, double loss)
 {
@@ -95,8 +124,10 @@ static void run(struct rt_model *m, int ndev, enum tg_mm_policy pol, int db, uin
 	                             .seed = 5,
 	                             .on_step = on_step,
 	                             .arg = &lg,
+	                             .device_ready = device_ready,
 	                             .recover = fail != NULL};
 	struct rt_sharp_stats st;
+	lg.st = &st;
 	CHECK_OK(rt_sharp_run(rt, runs, steps, NM, &sc, &st));
 	struct vmm_stats vs;
 	vmm_stats_get(rt->vmm, &vs);
@@ -110,8 +141,21 @@ static void run(struct rt_model *m, int ndev, enum tg_mm_policy pol, int db, uin
 		printf(", %d failure, %" PRIu64 " unit(s) in flight lost, %" PRId64
 		       " objects lost, %" PRIu64 " checkpoints",
 		       st.failures, st.units_lost, vs.lost_objects.total, st.checkpoints);
+	if (profile)
+		printf(", %s, units per device %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
+		       ", busy %.3f %.3f %.3f %.3f s",
+		       profile, st.units_on[0], st.units_on[1], st.units_on[2], st.units_on[3],
+		       st.busy_s[0], st.busy_s[1], st.busy_s[2], st.busy_s[3]);
+	if (join_dev >= 0)
+		printf(", device %d joined after %" PRIu64 " units", join_dev, lg.joined_at);
+	if (leave_dev >= 0)
+		printf(", device %d left after %" PRIu64 " of its units", leave_dev, lg.left_units);
 	printf("\n");
 	CHECK(st.stopped == 1 && vs.evictions.total > 0);
+	CHECK(join_dev < 0 || lg.joined_at >= join_after);
+	CHECK_MSG(leave_dev < 0 || (lg.left && st.units_on[leave_dev] == lg.left_units),
+	          "device %d: %" PRIu64 " units, %" PRIu64 " when it left", leave_dev,
+	          st.units_on[leave_dev], lg.left_units);
 	CHECK_MSG(st.failures == (fail != NULL), "%d failures", st.failures);
 	int dead = fail ? atoi(fail) : -1;
 	for (int d = 0; d < ndev; d++)
@@ -135,6 +179,28 @@ static void run(struct rt_model *m, int ndev, enum tg_mm_policy pol, int db, uin
 		rt_run_close(runs[i]);
 	}
 	rt_close(rt);
+}
+
+/* Makespan (virtual seconds) of the models under lrtf + double buffering on
+ * the model backend: ndev devices of profile prof. */
+static double makespan_on(struct rt_model *m, const char *prof, int ndev, uint64_t budget,
+                          struct rt_sharp_stats *st)
+{
+	profile = prof;
+	struct rt_ctx *rt = open_rt(DEV_BACKEND_MODEL, ndev, budget, NULL);
+	profile = NULL;
+	struct rt_run *runs[NM];
+	struct tg_plan plan[NM];
+	for (int i = 0; i < NM; i++) {
+		CHECK_OK(rt_sharp_plan(rt, &m[i], 0.15, &plan[i]));
+		CHECK_OK(rt_run_open(rt, &m[i], &plan[i], 42 + (uint64_t)i, &runs[i]));
+	}
+	struct rt_sharp_config sc = {.policy = TG_MM_LRTF, .double_buffer = 1};
+	CHECK_OK(rt_sharp_run(rt, runs, steps, NM, &sc, st));
+	for (int i = 0; i < NM; i++)
+		rt_run_close(runs[i]);
+	rt_close(rt);
+	return st->makespan_s;
 }
 
 int main(void)
@@ -171,6 +237,33 @@ int main(void)
 	keep_stash = 0;
 	run(m, 2, TG_MM_RANDOM, 1, budget, NULL, ref, ref_loss);
 	run(m, 3, TG_MM_FIFO, 1, budget, NULL, ref, ref_loss);
+
+	/* devices that come and go: the third joins late, the first leaves */
+	join_dev = 2;
+	join_after = 30;
+	leave_dev = 0;
+	leave_after = 70;
+	run(m, 3, TG_MM_LRTF, 1, budget, NULL, ref, ref_loss);
+	join_dev = leave_dev = -1;
+
+	/* devices of different speeds: the fourth at half speed */
+	profile = "gtx1080ti-x4-mixed";
+	run(m, 4, TG_MM_LRTF, 1, budget, NULL, ref, ref_loss);
+	profile = NULL;
+
+	{ /* the same on the model backend, deterministic: a half-speed fourth
+	   * device must help, less than a full-speed one, and run fewer units */
+		struct rt_sharp_stats s3, s4, sm;
+		double t3 = makespan_on(m, "gtx1080ti-x4", 3, budget, &s3);
+		double t4 = makespan_on(m, "gtx1080ti-x4", 4, budget, &s4);
+		double tm = makespan_on(m, "gtx1080ti-x4-mixed", 4, budget, &sm);
+		printf("model backend makespan: 3 devices %.6f s, 4 %.6f s, 4 with one at half "
+		       "speed %.6f s (units %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 ")\n",
+		       t3, t4, tm, sm.units_on[0], sm.units_on[1], sm.units_on[2], sm.units_on[3]);
+		CHECK(t4 <= tm && tm <= t3);
+		for (int d = 0; d < 3; d++)
+			CHECK(sm.units_on[3] < sm.units_on[d]);
+	}
 
 	/* a device dies: at its first kernel, in the middle, late */
 	run(m, 2, TG_MM_LRTF, 1, budget, "1:1", ref, ref_loss);
