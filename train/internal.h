@@ -35,6 +35,7 @@ struct run {
 	uint64_t synth_seed;
 	uint64_t state; /* training state bytes (training_state) */
 	int quarter;    /* the budget is the host default: a quarter of the state */
+	int per_device; /* tr_open_context's budget is each device's, not the total */
 	int grown;      /* ... grown from it until a plan fits */
 	/* execution */
 	struct rt_ctx *rt;
@@ -68,7 +69,7 @@ struct run {
 
 /* train.c: the model's shape from the preset, the flags and the corpus; the
  * context (budget > 0: the host backend's default per-device budget is
- * budget / devices); the bytes of a model's training state; the data
+ * budget / devices, or budget with r->per_device); the bytes of a model's training state; the data
  * callbacks (arg: the struct run). */
 int tr_shape(struct run *r) SP_MUST_CHECK;
 int tr_open_context(struct run *r, uint64_t budget) SP_MUST_CHECK;

@@ -234,18 +234,11 @@ static int open_all(struct tune *t, double reserve)
 	}
 	struct run probe = *t->v[0];
 	probe.state = sum; /* the model backend's host pool holds every model */
-	int nd = 0;
+	probe.per_device = 1;
 	for (uint64_t b = largest / 2;; b += b / 2) {
 		probe.quarter = 0;
-		SP_CHECK(tr_open_context(&probe, b * 2 /* per device: b, for 2 devices */));
+		SP_CHECK(tr_open_context(&probe, b));
 		t->rt = probe.rt;
-		nd = t->rt->ndev;
-		if (probe.quarter && nd != 2) { /* the budget is per device: reopen */
-			rt_close(t->rt);
-			t->rt = NULL;
-			SP_CHECK(tr_open_context(&probe, b * (uint64_t)nd));
-			t->rt = probe.rt;
-		}
 		int rc = 0;
 		for (int i = 0; i < t->n && !rc; i++) {
 			struct tg_plan p;

@@ -141,7 +141,7 @@ int tr_open_context(struct run *r, uint64_t budget)
 		/* the emulated GPUs together hold a quarter of the training state:
 		 * it swaps whatever the schedule spreads over them */
 		int nd = rc.dev.ndevices > 0 ? rc.dev.ndevices : 2;
-		rc.vmm.device_mem = budget / (uint64_t)nd;
+		rc.vmm.device_mem = r->per_device ? budget : budget / (uint64_t)nd;
 		if (!rc.dev.device_mem || rc.dev.device_mem < rc.vmm.device_mem * 2)
 			rc.dev.device_mem = rc.vmm.device_mem * 2;
 		r->quarter = 1;
