@@ -105,12 +105,10 @@ static uint64_t state_bytes(const struct rt_model *m)
  * recompute on these links; its packs fit either way, it checks both) */
 static int keep_stash;
 
-static void run(struct rt_model *m, int ndev, enum tg_mm_policy pol, int db, uint64_t budget,
-                const char *fail, void *const ref[NM][16], const double ref_loss[NM][MAXSTEPS])
+/* Every model under its SHARP plan on rt, in shards. */
+static void open_runs(struct rt_ctx *rt, struct rt_model *m, struct rt_run **runs,
+                      struct tg_plan *plan)
 {
-	struct rt_ctx *rt = open_rt(DEV_BACKEND_HOST, ndev, budget, fail);
-	struct rt_run *runs[NM];
-	struct tg_plan plan[NM];
 	for (int i = 0; i < NM; i++) {
 		CHECK_OK(rt_sharp_plan(rt, &m[i], 0.15, &plan[i]));
 		if (keep_stash)
@@ -118,6 +116,15 @@ static void run(struct rt_model *m, int ndev, enum tg_mm_policy pol, int db, uin
 		CHECK_MSG(plan[i].npacks >= 2, "model %d in %d shard(s)", i, plan[i].npacks);
 		CHECK_OK(rt_run_open(rt, &m[i], &plan[i], 42 + (uint64_t)i, &runs[i]));
 	}
+}
+
+static void run(struct rt_model *m, int ndev, enum tg_mm_policy pol, int db, uint64_t budget,
+                const char *fail, void *const ref[NM][16], const double ref_loss[NM][MAXSTEPS])
+{
+	struct rt_ctx *rt = open_rt(DEV_BACKEND_HOST, ndev, budget, fail);
+	struct rt_run *runs[NM];
+	struct tg_plan plan[NM];
+	open_runs(rt, m, runs, plan);
 	struct log lg = {0};
 	struct rt_sharp_config sc = {.policy = pol,
 	                             .double_buffer = db,
@@ -191,10 +198,7 @@ static double makespan_on(struct rt_model *m, const char *prof, int ndev, uint64
 	profile = NULL;
 	struct rt_run *runs[NM];
 	struct tg_plan plan[NM];
-	for (int i = 0; i < NM; i++) {
-		CHECK_OK(rt_sharp_plan(rt, &m[i], 0.15, &plan[i]));
-		CHECK_OK(rt_run_open(rt, &m[i], &plan[i], 42 + (uint64_t)i, &runs[i]));
-	}
+	open_runs(rt, m, runs, plan);
 	struct rt_sharp_config sc = {.policy = TG_MM_LRTF, .double_buffer = 1};
 	CHECK_OK(rt_sharp_run(rt, runs, steps, NM, &sc, st));
 	for (int i = 0; i < NM; i++)
@@ -274,10 +278,7 @@ int main(void)
 		struct rt_ctx *rt = open_rt(DEV_BACKEND_HOST, 2, budget, "1:60");
 		struct rt_run *runs[NM];
 		struct tg_plan plan[NM];
-		for (int i = 0; i < NM; i++) {
-			CHECK_OK(rt_sharp_plan(rt, &m[i], 0.15, &plan[i]));
-			CHECK_OK(rt_run_open(rt, &m[i], &plan[i], 42 + (uint64_t)i, &runs[i]));
-		}
+		open_runs(rt, m, runs, plan);
 		struct rt_sharp_config sc = {.policy = TG_MM_LRTF, .double_buffer = 1};
 		struct rt_sharp_stats st;
 		int rc = rt_sharp_run(rt, runs, steps, NM, &sc, &st);
