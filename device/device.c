@@ -272,6 +272,11 @@ static void warn_close(int rc, const char *what)
 		SP_WARN(DEV, "dev_close: %s: %s", what, sp_last_error());
 }
 
+static size_t gran_of(const struct dev_ctx *ctx, int dev)
+{
+	return dev == DEV_HOST ? ctx->host_gran : ctx->info[dev].granularity;
+}
+
 void dev_close(struct dev_ctx *ctx)
 {
 	if (!ctx)
@@ -281,7 +286,7 @@ void dev_close(struct dev_ctx *ctx)
 	/* Mappings first, then chunks, then reservations and allocations. */
 	for (size_t i = 0; i < ctx->nvas; i++) {
 		struct dev_va_rec *r = ctx->vas[i];
-		size_t g = ctx->info[r->dev].granularity;
+		size_t g = gran_of(ctx, r->dev);
 		for (size_t k = 0; k < r->granules; k++)
 			if (r->mapped[k])
 				warn_close(
@@ -535,25 +540,45 @@ int dev_host_free(struct dev_ctx *ctx, void *ptr)
 	return rc;
 }
 
+size_t dev_host_granularity(const struct dev_ctx *ctx)
+{
+	return ctx ? ctx->host_gran : 0;
+}
+
+/* A device, or DEV_HOST where the backend has host chunks. */
+static int check_chunk_place(const struct dev_ctx *ctx, int dev, const char *fn)
+{
+	if (ctx && dev == DEV_HOST)
+		return ctx->host_gran ? 0
+		                      : sp_error(-ENOTSUP, "%s: the %s backend has no host chunks",
+		                                 fn, dev_backend_name(ctx->kind));
+	return check_dev(ctx, dev, fn);
+}
+
 static int check_gran(const struct dev_ctx *ctx, int dev, size_t v, const char *fn,
                       const char *what)
 {
-	size_t g = ctx->info[dev].granularity;
-	if (v % g)
+	size_t g = gran_of(ctx, dev);
+	if (v % g) {
+		if (dev == DEV_HOST)
+			return sp_error(-EINVAL,
+			                "%s: %s %zu is not a multiple of the host granularity %zu",
+			                fn, what, v, g);
 		return sp_error(-EINVAL,
 		                "%s: %s %zu is not a multiple of device %d's granularity %zu", fn,
 		                what, v, dev, g);
+	}
 	return 0;
 }
 
 int dev_va_reserve(struct dev_ctx *ctx, int dev, size_t bytes, void **out)
 {
-	SP_CHECK(check_dev(ctx, dev, "dev_va_reserve"));
+	SP_CHECK(check_chunk_place(ctx, dev, "dev_va_reserve"));
 	SP_CHECK_ARG(out, "dev_va_reserve: NULL output");
 	SP_CHECK_ARG(bytes > 0, "dev_va_reserve: zero bytes");
 	SP_CHECK(check_gran(ctx, dev, bytes, "dev_va_reserve", "size"));
 	struct dev_va_rec *r = calloc(1, sizeof(*r));
-	size_t granules = bytes / ctx->info[dev].granularity;
+	size_t granules = bytes / gran_of(ctx, dev);
 	struct dev_phys **mapped = calloc(granules, sizeof(*mapped));
 	if (!r || !mapped) {
 		free(r);
@@ -612,7 +637,7 @@ int dev_va_release(struct dev_ctx *ctx, void *va, size_t bytes)
 
 int dev_phys_create(struct dev_ctx *ctx, int dev, size_t bytes, struct dev_phys **out)
 {
-	SP_CHECK(check_dev(ctx, dev, "dev_phys_create"));
+	SP_CHECK(check_chunk_place(ctx, dev, "dev_phys_create"));
 	SP_CHECK_ARG(out, "dev_phys_create: NULL output");
 	SP_CHECK_ARG(bytes > 0, "dev_phys_create: zero bytes");
 	SP_CHECK(check_gran(ctx, dev, bytes, "dev_phys_create", "size"));
@@ -623,7 +648,9 @@ int dev_phys_create(struct dev_ctx *ctx, int dev, size_t bytes, struct dev_phys 
 	ph->dev = dev;
 	ph->bytes = bytes;
 	pthread_mutex_lock(&ctx->lock);
-	int rc = capacity_take(ctx, dev, bytes, "create a chunk of");
+	int rc = dev == DEV_HOST ? 0 : capacity_take(ctx, dev, bytes, "create a chunk of");
+	if (dev == DEV_HOST)
+		ctx->host_used += bytes;
 	pthread_mutex_unlock(&ctx->lock);
 	if (rc < 0) {
 		free(ph);
@@ -636,6 +663,8 @@ int dev_phys_create(struct dev_ctx *ctx, int dev, size_t bytes, struct dev_phys 
 		if (ph->next)
 			ph->next->prev = ph;
 		ctx->phys_list = ph;
+	} else if (dev == DEV_HOST) {
+		ctx->host_used -= bytes;
 	} else {
 		ctx->used[dev] -= bytes;
 	}
@@ -662,7 +691,10 @@ int dev_phys_destroy(struct dev_ctx *ctx, struct dev_phys *ph)
 	} else {
 		rc = ctx->ops->phys_destroy(ctx, ph);
 		if (rc == 0) {
-			ctx->used[ph->dev] -= ph->bytes;
+			if (ph->dev == DEV_HOST)
+				ctx->host_used -= ph->bytes;
+			else
+				ctx->used[ph->dev] -= ph->bytes;
 			if (ph->prev)
 				ph->prev->next = ph->next;
 			else
@@ -691,15 +723,16 @@ int dev_va_map(struct dev_ctx *ctx, void *va, size_t bytes, struct dev_phys *ph,
 	pthread_mutex_lock(&ctx->lock);
 	int rc = 0;
 	struct dev_va_rec *r = va_find(ctx, va, bytes);
-	size_t g = ctx->info[dev].granularity, first = 0, n = bytes / g;
+	size_t g = r ? gran_of(ctx, r->dev) : 1, first = 0, n = bytes / g;
 	if (!r) {
 		rc = sp_error(-EINVAL, "dev_va_map: [%p, +%zu) is not inside a reserved range", va,
 		              bytes);
-	} else if (r->dev != dev) {
+	} else if (r->dev != dev && dev != DEV_HOST) { /* host chunks map anywhere */
 		rc = sp_error(-EINVAL, "dev_va_map: range %p is on device %d, chunk on device %d",
 		              va, r->dev, dev);
-	} else if (((uintptr_t)va - r->start) % g) {
-		rc = sp_error(-EINVAL, "dev_va_map: %p is not granularity-aligned (%zu)", va, g);
+	} else if (((uintptr_t)va - r->start) % g || bytes % g) {
+		rc = sp_error(-EINVAL, "dev_va_map: [%p, +%zu) is not granularity-aligned (%zu)",
+		              va, bytes, g);
 	} else {
 		first = ((uintptr_t)va - r->start) / g;
 		for (size_t k = first; k < first + n; k++)
@@ -710,7 +743,7 @@ int dev_va_map(struct dev_ctx *ctx, void *va, size_t bytes, struct dev_phys *ph,
 			}
 	}
 	if (rc == 0)
-		rc = ctx->ops->va_map(ctx, dev, va, bytes, ph, off);
+		rc = ctx->ops->va_map(ctx, r->dev, va, bytes, ph, off);
 	if (rc == 0) {
 		for (size_t k = first; k < first + n; k++)
 			r->mapped[k] = ph;
@@ -719,6 +752,20 @@ int dev_va_map(struct dev_ctx *ctx, void *va, size_t bytes, struct dev_phys *ph,
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	return rc;
+}
+
+/* Waits for all work on device dev (under ctx->lock: the stream list is stable). */
+static int device_sync_locked(struct dev_ctx *ctx, int dev)
+{
+	if (ctx->ops->device_sync)
+		return ctx->ops->device_sync(ctx, dev);
+	for (struct dev_stream *s = ctx->streams; s; s = s->next)
+		if (s->dev == dev) {
+			int rc = ctx->ops->stream_sync(s);
+			if (rc < 0)
+				return rc;
+		}
+	return 0;
 }
 
 int dev_va_unmap(struct dev_ctx *ctx, void *va, size_t bytes)
@@ -733,7 +780,7 @@ int dev_va_unmap(struct dev_ctx *ctx, void *va, size_t bytes)
 		rc = sp_error(-EINVAL, "dev_va_unmap: [%p, +%zu) is not inside a reserved range",
 		              va, bytes);
 	} else {
-		g = ctx->info[r->dev].granularity;
+		g = gran_of(ctx, r->dev);
 		if (((uintptr_t)va - r->start) % g || bytes % g) {
 			rc = sp_error(-EINVAL,
 			              "dev_va_unmap: [%p, +%zu) is not granularity-aligned "
@@ -751,6 +798,11 @@ int dev_va_unmap(struct dev_ctx *ctx, void *va, size_t bytes)
 				}
 		}
 	}
+	int host_at_dev = 0; /* a host chunk at a device address: a kernel may reach it */
+	for (size_t k = first; rc == 0 && r->dev >= 0 && k < first + n; k++)
+		host_at_dev |= r->mapped[k]->dev == DEV_HOST;
+	if (rc == 0 && host_at_dev)
+		rc = device_sync_locked(ctx, r->dev);
 	if (rc == 0)
 		rc = ctx->ops->va_unmap(ctx, r->dev, va, bytes);
 	if (rc == 0) {

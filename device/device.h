@@ -108,7 +108,15 @@ int dev_host_free(struct dev_ctx *ctx, void *ptr) SP_MUST_CHECK;
 
 /* Virtual ranges and physical chunks. Sizes and offsets are multiples of the
  * device's granularity. A range belongs to a device; chunks of that device map
- * into it. Unmapping does not destroy a chunk (its bytes survive a remap). */
+ * into it. Unmapping does not destroy a chunk (its bytes survive a remap).
+ * Host chunks (dev = DEV_HOST; host and driver backends, else -ENOTSUP): pinned
+ * host memory that maps into a DEV_HOST range, where the CPU and copies reach
+ * it, and into any device's range, where that device's kernels reach it over
+ * the link (slowly) at the range's address. One chunk may be mapped at several
+ * places at once; all of them see the same bytes. Sizes: multiples of
+ * dev_host_granularity (a multiple of every device's granularity). Unmapping a
+ * host chunk from a device range first waits for the work queued on that
+ * device, so no kernel is still reaching it there. */
 int dev_va_reserve(struct dev_ctx *ctx, int dev, size_t bytes, void **out) SP_MUST_CHECK;
 int dev_va_release(struct dev_ctx *ctx, void *va, size_t bytes) SP_MUST_CHECK;
 int dev_phys_create(struct dev_ctx *ctx, int dev, size_t bytes,
@@ -117,6 +125,8 @@ int dev_phys_destroy(struct dev_ctx *ctx, struct dev_phys *phys) SP_MUST_CHECK;
 int dev_va_map(struct dev_ctx *ctx, void *va, size_t bytes, struct dev_phys *phys,
                size_t phys_offset) SP_MUST_CHECK;
 int dev_va_unmap(struct dev_ctx *ctx, void *va, size_t bytes) SP_MUST_CHECK;
+/* The granularity of host chunks and DEV_HOST ranges; 0 when the backend has none. */
+size_t dev_host_granularity(const struct dev_ctx *ctx);
 
 /* ---- streams and events ---- */
 /* A stream of device dev, or of DEV_HOST: a CPU stream whose kernels run their

@@ -21,6 +21,7 @@ struct drv_ctx {
 	const struct dev_driver_api *api;
 	CUevent ref; /* recorded at open, completed at ref_t */
 	double ref_t;
+	CUmemLocationType host_loc; /* host chunks' location type (ctx->host_gran > 0) */
 };
 
 static const struct dev_driver_api *api_of(const struct dev_ctx *ctx)
@@ -124,6 +125,55 @@ static CUmemAllocationProp chunk_prop(CUdevice dev)
 	return p;
 }
 
+/* A host chunk: pinned host memory the device maps (host-located cuMemCreate:
+ * HOST_NUMA since CUDA 12.2, HOST on later drivers). */
+static CUmemAllocationProp host_chunk_prop(CUmemLocationType loc)
+{
+	CUmemAllocationProp p;
+	memset(&p, 0, sizeof(p));
+	p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	p.location.type = loc;
+	p.location.id = 0; /* NUMA node 0 (ignored for HOST) */
+	return p;
+}
+
+static void host_access(CUmemAccessDesc *acc, CUdevice dev)
+{
+	memset(acc, 0, 2 * sizeof(*acc));
+	acc[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	acc[0].location.id = (int)dev;
+	acc[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	acc[1].location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA; /* the CPU (id ignored) */
+	acc[1].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+}
+
+/* In the context: 1 if a host chunk of loc can be created, mapped at a
+ * reserved range and opened to the device and the CPU, as the vmm will. */
+static int host_chunks_work(const struct dev_driver_api *a, CUmemLocationType loc, size_t gran)
+{
+	CUmemAllocationProp p = host_chunk_prop(loc);
+	size_t hg = 0;
+	if (a->granularity(&hg, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || !hg ||
+	    gran % hg)
+		return 0;
+	CUdeviceptr va = 0;
+	CUmemGenericAllocationHandle h = 0;
+	CUmemAccessDesc acc[2];
+	host_access(acc, a->device);
+	int ok = 0, mapped = 0, made = 0;
+	if (a->addr_reserve(&va, gran, gran, 0, 0) == CUDA_SUCCESS) {
+		made = a->mem_create(&h, gran, &p, 0) == CUDA_SUCCESS;
+		mapped = made && a->mem_map(va, gran, 0, h, 0) == CUDA_SUCCESS;
+		ok = mapped && a->mem_set_access(va, gran, acc, 2) == CUDA_SUCCESS;
+		if (mapped)
+			a->mem_unmap(va, gran);
+		if (made)
+			a->mem_release(h);
+		a->addr_free(va, gran);
+	}
+	return ok;
+}
+
 static void drv_close(struct dev_ctx *ctx);
 
 static int drv_open(struct dev_ctx *ctx, const struct dev_config *cfg)
@@ -173,6 +223,19 @@ static int drv_open(struct dev_ctx *ctx, const struct dev_config *cfg)
 	in->mem_bw = ctx->prof.mem_bw;
 	in->speed = 1;
 	in->granularity = gran;
+	/* Host chunks where the driver has them (tried for real), at the device's
+	 * granularity so that one maps into the device's ranges; without them
+	 * dev_phys_create(DEV_HOST) is -ENOTSUP. */
+	static const CUmemLocationType locs[] = {CU_MEM_LOCATION_TYPE_HOST_NUMA,
+	                                         CU_MEM_LOCATION_TYPE_HOST};
+	if (drv_enter(a, &pushed) == CUDA_SUCCESS) {
+		for (size_t i = 0; i < sizeof(locs) / sizeof(locs[0]) && !ctx->host_gran; i++)
+			if (host_chunks_work(a, locs[i], gran)) {
+				c->host_loc = locs[i];
+				ctx->host_gran = gran;
+			}
+		drv_leave(a, pushed);
+	}
 	return 0;
 }
 
@@ -243,7 +306,9 @@ static int drv_va_release(struct dev_ctx *ctx, void *va, size_t bytes)
 static int drv_phys_create(struct dev_ctx *ctx, struct dev_phys *ph)
 {
 	const struct dev_driver_api *a = api_of(ctx);
-	CUmemAllocationProp prop = chunk_prop(a->device);
+	CUmemAllocationProp prop = ph->dev == DEV_HOST
+	                               ? host_chunk_prop(((struct drv_ctx *)ctx->impl)->host_loc)
+	                               : chunk_prop(a->device);
 	CUmemGenericAllocationHandle h = 0;
 	DRV(a, a->mem_create(&h, ph->bytes, &prop, 0), "cuMemCreate");
 	ph->handle = (uint64_t)h;
@@ -262,22 +327,33 @@ static int drv_va_map(struct dev_ctx *ctx, int dev, void *va, size_t bytes, stru
 {
 	const struct dev_driver_api *a = api_of(ctx);
 	CUdeviceptr p = (CUdeviceptr)(uintptr_t)va;
-	CUmemAccessDesc acc;
-	memset(&acc, 0, sizeof(acc));
-	acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	acc.location.id = (int)a->device;
-	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	/* the device reaches every mapping; a host range is the CPU's too */
+	CUmemAccessDesc acc[2];
+	host_access(acc, a->device);
+	size_t nacc = dev == DEV_HOST ? 2 : 1;
 	DRV(a, a->mem_map(p, bytes, off, (CUmemGenericAllocationHandle)ph->handle, 0), "cuMemMap");
 	int pushed;
 	CUresult r = drv_enter(a, &pushed);
 	if (r == CUDA_SUCCESS) {
-		r = a->mem_set_access(p, bytes, &acc, 1);
+		r = a->mem_set_access(p, bytes, acc, nacc);
 		if (r != CUDA_SUCCESS)
 			a->mem_unmap(p, bytes);
 		drv_leave(a, pushed);
 	}
 	if (r != CUDA_SUCCESS)
 		return drv_err(a, r, "cuMemSetAccess");
+	return 0;
+}
+
+static int drv_device_sync(struct dev_ctx *ctx, int dev)
+{
+	const struct dev_driver_api *a = api_of(ctx);
+	if (a->ctx_sync)
+		DRV(a, a->ctx_sync(), "cuCtxSynchronize");
+	else
+		for (struct dev_stream *s = ctx->streams; s; s = s->next)
+			if (s->dev == dev)
+				DRV(a, a->stream_sync((CUstream)s->native), "cuStreamSynchronize");
 	return 0;
 }
 
@@ -319,7 +395,7 @@ static int drv_stream_destroy(struct dev_stream *s)
 static int drv_stream_sync(struct dev_stream *s)
 {
 	const struct dev_driver_api *a = api_of(s->ctx);
-	DRV(a, a->stream_sync(cs(s)), "cuStreamSynchronize");
+	DRV(a, a->stream_sync((CUstream)s->native), "cuStreamSynchronize");
 	return 0;
 }
 
@@ -520,6 +596,7 @@ const struct dev_backend_ops dev_driver_ops = {
     .phys_destroy = drv_phys_destroy,
     .va_map = drv_va_map,
     .va_unmap = drv_va_unmap,
+    .device_sync = drv_device_sync,
     .stream_create = drv_stream_create,
     .stream_destroy = drv_stream_destroy,
     .stream_sync = drv_stream_sync,

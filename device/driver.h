@@ -58,6 +58,9 @@ struct dev_driver_api {
 	CUresult (*memcpy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 	CUresult (*memset_d8_async)(CUdeviceptr, unsigned char, size_t, CUstream);
 	CUresult (*launch_host_func)(CUstream, CUhostFn, void *);
+	/* optional: waits for all the context's work before a host chunk leaves a
+	 * device address (NULL: only the backend's own streams are waited for) */
+	CUresult (*ctx_sync)(void);
 };
 
 /* dev_config.driver for DEV_BACKEND_DRIVER: must outlive the context. */

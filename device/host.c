@@ -44,6 +44,8 @@ struct host_dev {
 	size_t nfree, cap_free;
 };
 
+#define HOST_CHUNK_FILE (1ull << 40) /* host chunks' memory file: sparse, no capacity */
+
 /* Link reservations for throttling: the time each link is busy until. */
 enum { LINK_H2D, LINK_D2H, LINK_P2P_OUT, LINK_KINDS };
 
@@ -60,7 +62,8 @@ struct host_capture {
 
 struct host_ctx {
 	struct host_dev dev[DEV_MAX];
-	pthread_mutex_t lock; /* free lists, link reservations */
+	struct host_dev hostmem; /* host chunks (DEV_HOST) */
+	pthread_mutex_t lock;    /* free lists, link reservations */
 	pthread_mutex_t ev_lock;
 	pthread_cond_t ev_cond;         /* any capture completed */
 	struct host_capture *cap_spare; /* free captures, under ev_lock */
@@ -170,24 +173,31 @@ static int host_open(struct dev_ctx *ctx, const struct dev_config *cfg)
 		         ctx->prof.device_name);
 		h->dev[d].fd = -1;
 	}
-	for (int d = 0; d < n; d++) {
-		struct host_dev *hd = &h->dev[d];
+	h->hostmem.fd = -1;
+	for (int d = 0; d <= n; d++) {
+		struct host_dev *hd = d < n ? &h->dev[d] : &h->hostmem;
 		char name[32];
-		snprintf(name, sizeof(name), "spill-dev%d", d);
+		snprintf(name, sizeof(name), d < n ? "spill-dev%d" : "spill-host", d);
 		hd->fd = memfd_create(name, MFD_CLOEXEC);
-		hd->file_size = 2 * cap;
+		hd->file_size = d < n ? 2 * cap : HOST_CHUNK_FILE;
 		hd->cap_free = 64;
 		hd->free = malloc(hd->cap_free * sizeof(*hd->free));
 		if (hd->fd < 0 || !hd->free || ftruncate(hd->fd, (off_t)hd->file_size) < 0) {
 			int e = errno ? errno : ENOMEM;
 			ctx->ops->close(ctx);
-			return sp_error(-e, "host backend: device %d memory file: %s", d,
-			                strerror(e));
+			return sp_error(-e, "host backend: %s memory file: %s", name, strerror(e));
 		}
 		hd->free[0] = (struct host_range){0, hd->file_size};
 		hd->nfree = 1;
 	}
+	ctx->host_gran = HOST_GRANULARITY;
 	return 0;
+}
+
+/* The memory file of a chunk's place. */
+static struct host_dev *chunk_file(struct host_ctx *h, int dev)
+{
+	return dev == DEV_HOST ? &h->hostmem : &h->dev[dev];
 }
 
 static void host_close(struct dev_ctx *ctx)
@@ -200,6 +210,9 @@ static void host_close(struct dev_ctx *ctx)
 			close(h->dev[d].fd);
 		free(h->dev[d].free);
 	}
+	if (h->hostmem.fd >= 0)
+		close(h->hostmem.fd);
+	free(h->hostmem.free);
 	while (h->cap_spare) { /* streams are gone: every capture is back here */
 		struct host_capture *c = h->cap_spare;
 		h->cap_spare = c->next_free;
@@ -282,7 +295,7 @@ static int host_va_release(struct dev_ctx *ctx, void *va, size_t bytes)
 static int host_phys_create(struct dev_ctx *ctx, struct dev_phys *ph)
 {
 	struct host_ctx *h = hctx(ctx);
-	struct host_dev *hd = &h->dev[ph->dev];
+	struct host_dev *hd = chunk_file(h, ph->dev);
 	pthread_mutex_lock(&h->lock);
 	size_t i = 0;
 	while (i < hd->nfree && hd->free[i].len < ph->bytes)
@@ -310,7 +323,7 @@ static int host_phys_create(struct dev_ctx *ctx, struct dev_phys *ph)
 static int host_phys_destroy(struct dev_ctx *ctx, struct dev_phys *ph)
 {
 	struct host_ctx *h = hctx(ctx);
-	struct host_dev *hd = &h->dev[ph->dev];
+	struct host_dev *hd = chunk_file(h, ph->dev);
 	/* Give the pages back; the range reads as zeros if handed out again. */
 	if (fallocate(hd->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)ph->off,
 	              (off_t)ph->bytes) < 0)
@@ -356,8 +369,8 @@ static int host_va_map(struct dev_ctx *ctx, int dev, void *va, size_t bytes, str
                        size_t off)
 {
 	struct host_ctx *h = hctx(ctx);
-	void *p = mmap(va, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, h->dev[dev].fd,
-	               (off_t)(ph->off + off));
+	void *p = mmap(va, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+	               chunk_file(h, ph->dev)->fd, (off_t)(ph->off + off));
 	if (p == MAP_FAILED)
 		return sp_error(-ENOMEM, "host backend: cannot map %zu bytes at %p: %s", bytes, va,
 		                strerror(errno));

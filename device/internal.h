@@ -105,6 +105,8 @@ struct dev_backend_ops {
 	int (*va_map)(struct dev_ctx *ctx, int dev, void *va, size_t bytes, struct dev_phys *phys,
 	              size_t off);
 	int (*va_unmap)(struct dev_ctx *ctx, int dev, void *va, size_t bytes);
+	/* optional: waits for all work on device dev, the backend's streams or not */
+	int (*device_sync)(struct dev_ctx *ctx, int dev);
 
 	int (*stream_create)(struct dev_stream *s);
 	int (*stream_destroy)(struct dev_stream *s); /* after a sync */
@@ -139,9 +141,11 @@ struct dev_ctx {
 	struct dev_profile prof;
 	int ndev;
 	struct dev_info info[DEV_MAX];
-	int p2p[DEV_MAX][DEV_MAX];       /* peer access possible (and enabled) */
-	uint64_t used[DEV_MAX];          /* physical bytes now, under lock */
-	uint64_t host_used;              /* pinned host bytes now */
+	int p2p[DEV_MAX][DEV_MAX]; /* peer access possible (and enabled) */
+	uint64_t used[DEV_MAX];    /* physical bytes now, under lock */
+	uint64_t host_used;        /* pinned host bytes now */
+	size_t host_gran;          /* granularity of host chunks and host ranges; 0: the backend
+	                     has none (set by the backend's open) */
 	uint64_t copied[DEV_COPY_KINDS]; /* atomic */
 	void *impl;                      /* backend state */
 

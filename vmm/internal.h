@@ -77,7 +77,8 @@ struct vmm_copy {
 	uint32_t pins;
 	int32_t blk;             /* pool block (pool objects) */
 	void *ptr;               /* address of the copy */
-	struct dev_phys *phys;   /* stable objects: the mapped chunk */
+	struct dev_phys *phys;   /* stable objects: the mapped chunk; host copies under
+	                            cfg.host_fallback: their host chunk */
 	struct dev_event *ev;    /* recorded after the transfer into this copy */
 	struct dev_event *fence; /* recorded after the caller's last use */
 	uint64_t last_use;       /* LRU stamp */
@@ -108,7 +109,8 @@ struct vmm_obj {
 	uint64_t dev_bytes; /* rounded: pool alignment or mapping granularity */
 	char name[32];
 	uint64_t next_use;
-	void *va; /* stable objects: reserved range on home */
+	void *va;         /* stable objects: reserved range on home */
+	uint8_t fallback; /* its host chunk is mapped at va (cfg.host_fallback) */
 	uint8_t disk_valid, disk_has;
 	uint8_t busy;      /* being brought: its copies are not victims */
 	uint8_t lost;      /* a write-down whose source was already released failed, or
@@ -209,6 +211,11 @@ int vmm_swap_bring(struct vmm *v, uint32_t idx, int p, int *started) SP_MUST_CHE
 int vmm_swap_make_space(struct vmm *v, uint32_t idx, int p) SP_MUST_CHECK;
 /* Frees obj's copy on p (no data movement). */
 void vmm_swap_free_copy(struct vmm *v, uint32_t idx, int p);
+/* cfg.host_fallback: maps a stable object's valid host copy at its device
+ * address when it has no device copy (a no-op otherwise). */
+void vmm_swap_fallback_map(struct vmm *v, uint32_t idx);
+/* Frees every copy but the disk's (the host copy first). */
+void vmm_swap_free_copies(struct vmm *v, uint32_t idx);
 /* Frees the disk extent. */
 void vmm_swap_free_disk(struct vmm *v, uint32_t idx);
 /* Evicts obj's copy on p: drop if clean, else start writing it down. */

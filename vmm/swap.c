@@ -178,6 +178,51 @@ static int order_reuse(struct vmm *v, int p, struct dev_event *last_reader)
 	return 0;
 }
 
+/* cfg.host_fallback: the stable object's host chunk leaves its device address
+ * (the device copy comes back, or the host copy goes). The unmap waits for the
+ * work queued on the device, so a kernel writing through it has finished. */
+static int fallback_unmap(struct vmm *v, struct vmm_obj *o)
+{
+	if (!o->fallback)
+		return 0;
+	int rc = dev_va_unmap(v->ctx, o->va, o->dev_bytes);
+	if (rc < 0) { /* still mapped there: the chunk must stay */
+		SP_WARN(VMM, "unmap of the host copy of '%s' at its address: %s", o->name,
+		        sp_last_error());
+		vmm_err_swallowed(v);
+		return rc;
+	}
+	o->fallback = 0;
+	return 0;
+}
+
+/* cfg.host_fallback: a stable object has no device copy any more and a valid
+ * host copy: that chunk goes at its device address, so a kernel the caller did
+ * not announce reads and writes it there instead of faulting. From then on the
+ * host copy may change under the vmm: a disk copy is no longer up to date. */
+static void fallback_map(struct vmm *v, struct vmm_obj *o)
+{
+	struct vmm_copy *h = &o->c[P_HOST(v)];
+	if (!v->cfg.host_fallback || !o->stable || o->fallback || o->c[o->home].has_mem ||
+	    dev_failed(v->ctx, o->home) || !h->has_mem || !h->valid || h->filling || !h->phys ||
+	    v->pl[P_HOST(v)].pool.blocks[h->blk].size != o->dev_bytes)
+		return;
+	if (dev_va_map(v->ctx, o->va, o->dev_bytes, h->phys, 0) < 0) {
+		SP_WARN(VMM, "mapping the host copy of '%s' at its address: %s", o->name,
+		        sp_last_error());
+		vmm_err_swallowed(v);
+		return;
+	}
+	o->fallback = 1;
+	o->disk_valid = 0;
+	sp_counter_add(&v->st.host_fallbacks, 1);
+}
+
+void vmm_swap_fallback_map(struct vmm *v, uint32_t idx)
+{
+	fallback_map(v, vmm_obj_at(v, idx));
+}
+
 /* Gives back the space of obj's copy on p; its readers are done or ordered. */
 static void release_space(struct vmm *v, uint32_t idx, int p)
 {
@@ -191,9 +236,21 @@ static void release_space(struct vmm *v, uint32_t idx, int p)
 		c->phys = NULL;
 		v->pl[p].stable_used -= o->dev_bytes;
 		sp_count_add(&v->st.device_bytes, -(int64_t)o->dev_bytes);
+		c->has_mem = c->valid = 0;
+		fallback_map(v, o);
 	} else {
 		struct vmm_pool *pool = &v->pl[p].pool;
 		uint64_t sz = pool->blocks[c->blk].size;
+		if (c->phys) { /* a host chunk (cfg.host_fallback); still mapped: leaked */
+			int rc = fallback_unmap(v, o);
+			if (rc == 0)
+				rc = dev_va_unmap(v->ctx, c->ptr, sz);
+			if (rc == 0)
+				rc = dev_phys_destroy(v->ctx, c->phys);
+			if (rc < 0)
+				SP_WARN(VMM, "host chunk of '%s': %s", o->name, sp_last_error());
+			c->phys = NULL;
+		}
 		vmm_pool_free(pool, c->blk);
 		if (p == P_HOST(v))
 			sp_count_add(&v->st.host_bytes, -(int64_t)sz);
@@ -221,6 +278,15 @@ void vmm_swap_free_copy(struct vmm *v, uint32_t idx, int p)
 	release_space(v, idx, p);
 }
 
+void vmm_swap_free_copies(struct vmm *v, uint32_t idx)
+{
+	/* the host copy first: a stable object's device copy then never puts it at
+	 * the object's address on its way out (cfg.host_fallback) */
+	vmm_swap_free_copy(v, idx, P_HOST(v));
+	for (int p = 0; p < v->ndev; p++)
+		vmm_swap_free_copy(v, idx, p);
+}
+
 void vmm_swap_free_disk(struct vmm *v, uint32_t idx)
 {
 	struct vmm_obj *o = vmm_obj_at(v, idx);
@@ -245,11 +311,14 @@ static int try_alloc(struct vmm *v, uint32_t idx, int p)
 		if (pl->stable_used + o->dev_bytes > pl->stable_cap)
 			return -ENOMEM;
 		SP_CHECK(dev_phys_create(v->ctx, p, o->dev_bytes, &c->phys));
-		rc = dev_va_map(v->ctx, o->va, o->dev_bytes, c->phys, 0);
+		rc = fallback_unmap(v, o);
+		if (rc == 0)
+			rc = dev_va_map(v->ctx, o->va, o->dev_bytes, c->phys, 0);
 		if (rc < 0) {
 			if (dev_phys_destroy(v->ctx, c->phys) < 0)
 				SP_WARN(VMM, "phys destroy failed: %s", sp_last_error());
 			c->phys = NULL;
+			fallback_map(v, o);
 			return rc;
 		}
 		pl->stable_used += o->dev_bytes;
@@ -266,6 +335,19 @@ static int try_alloc(struct vmm *v, uint32_t idx, int p)
 		if (rc < 0)
 			return rc;
 		c->ptr = (char *)v->pl[p].base + pool->blocks[c->blk].off;
+		if (p == P_HOST(v) && v->cfg.host_fallback) { /* a host chunk at the block */
+			uint64_t sz = pool->blocks[c->blk].size;
+			rc = dev_phys_create(v->ctx, DEV_HOST, sz, &c->phys);
+			if (rc == 0 && (rc = dev_va_map(v->ctx, c->ptr, sz, c->phys, 0)) < 0 &&
+			    dev_phys_destroy(v->ctx, c->phys) < 0)
+				SP_WARN(VMM, "phys destroy failed: %s", sp_last_error());
+			if (rc < 0) {
+				c->phys = NULL;
+				vmm_pool_free(pool, c->blk);
+				return sp_error(rc, "vmm: host copy of '%s': %s", o->name,
+				                sp_last_error());
+			}
+		}
 		int64_t sz = (int64_t)pool->blocks[c->blk].size;
 		if (p == P_HOST(v))
 			sp_count_add(&v->st.host_bytes, sz);
@@ -449,7 +531,17 @@ static int disk_reclaim(struct vmm *v, uint32_t except)
 	return freed;
 }
 
+static int disk_write(struct vmm *v, uint32_t idx, int drop_src);
+
 static int start_disk_write(struct vmm *v, uint32_t idx, int drop_src)
+{
+	int rc = disk_write(v, idx, drop_src);
+	if (rc < 0) /* kept on the host: back at its address */
+		fallback_map(v, vmm_obj_at(v, idx));
+	return rc;
+}
+
+static int disk_write(struct vmm *v, uint32_t idx, int drop_src)
 {
 	struct vmm_obj *o = vmm_obj_at(v, idx);
 	struct vmm_copy *h = &o->c[P_HOST(v)];
@@ -461,6 +553,9 @@ static int start_disk_write(struct vmm *v, uint32_t idx, int drop_src)
 		                "vmm: object '%s' (%s) has its only copy in the host pool and "
 		                "there is no disk tier to write it to (set SPILL_DISK_PATH)",
 		                o->name, sp_format_size(o->bytes, sz, sizeof(sz)));
+	/* what goes to disk must not change under the write: the host copy leaves
+	 * the object's address first (the unmap waits for the kernels queued) */
+	SP_CHECK(fallback_unmap(v, o));
 	if (!o->disk_has) {
 		rc = vmm_disk_alloc(v->disk, o->bytes, &o->extent);
 		if (rc == -ENOSPC && disk_reclaim(v, idx))
@@ -538,6 +633,7 @@ int vmm_swap_retire(struct vmm *v, uint32_t idx, int block)
 		if (x->drop_src && x->src != P_DISK(v) && !o->c[x->src].valid && !o->c[x->src].pins)
 			vmm_swap_free_copy(v, idx, x->src);
 		o->pending_dev = -1; /* a prefetch chain stops here */
+		fallback_map(v, o);  /* a failed write-down keeps the host copy */
 		vmm_err_set(v, o, err, x->kind);
 		/* With no valid copy left the data is gone: a D2H made to free space
 		 * had handed the space on already, or a write acquire elsewhere had
@@ -570,6 +666,10 @@ int vmm_swap_retire(struct vmm *v, uint32_t idx, int block)
 		o->c[x->dst].filling = o->c[x->dst].space_wait = 0;
 	if (x->drop_src && !o->c[x->src].pins)
 		vmm_swap_free_copy(v, idx, x->src);
+	if (x->dst == P_HOST(v) || x->src == P_HOST(v)) /* arrived, or written down and kept */
+		fallback_map(v, o);
+	if (o->fallback) /* a kernel may write the host copy at the object's address */
+		o->disk_valid = 0;
 	return 0;
 }
 

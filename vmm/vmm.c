@@ -109,8 +109,8 @@ void vmm_close(struct vmm *v)
 		struct vmm_obj *o = vmm_obj_at(v, i);
 		if (!o->live)
 			continue;
+		vmm_swap_free_copies(v, i);
 		for (int p = 0; p <= P_HOST(v); p++) {
-			vmm_swap_free_copy(v, i, p);
 			vmm_event_put(v, o->c[p].ev);
 			vmm_event_put(v, o->c[p].fence);
 		}
@@ -134,8 +134,10 @@ void vmm_close(struct vmm *v)
 			if (ss[k] && dev_stream_destroy(ss[k]) < 0)
 				SP_WARN(VMM, "stream destroy: %s", sp_last_error());
 		if (pl->base) {
-			int rc = p == P_HOST(v) ? dev_host_free(v->ctx, pl->base)
-			                        : dev_mem_free(v->ctx, p, pl->base);
+			int rc = p < P_HOST(v) ? dev_mem_free(v->ctx, p, pl->base)
+			         : v->cfg.host_fallback
+			             ? dev_va_release(v->ctx, pl->base, pl->pool.size)
+			             : dev_host_free(v->ctx, pl->base);
 			if (rc < 0)
 				SP_WARN(VMM, "pool free: %s", sp_last_error());
 		}
@@ -223,9 +225,25 @@ int vmm_open(struct dev_ctx *ctx, const struct vmm_config *cfg, struct vmm **out
 	}
 	{
 		struct vmm_place *h = &v->pl[v->ndev];
-		uint64_t hb = cfg->host_mem & ~(uint64_t)(v->cfg.align - 1);
-		SP_CHECK_GOTO(vmm_pool_init(&h->pool, hb, v->cfg.align, max_blocks), rc, fail);
-		SP_CHECK_GOTO(dev_host_alloc(ctx, hb, &h->base), rc, fail);
+		uint64_t align = v->cfg.align;
+		if (cfg->host_fallback) { /* host chunks: the pool is a reserved range */
+			size_t hg = dev_host_granularity(ctx);
+			if (!hg) {
+				rc = sp_error(-ENOTSUP,
+				              "vmm: host fallback needs host chunks, which the %s "
+				              "backend does not have",
+				              dev_backend_name(dev_backend(ctx)));
+				goto fail;
+			}
+			while (align % hg)
+				align *= 2;
+		}
+		uint64_t hb = cfg->host_mem & ~(uint64_t)(align - 1);
+		SP_CHECK_GOTO(vmm_pool_init(&h->pool, hb, align, max_blocks), rc, fail);
+		if (cfg->host_fallback && hb)
+			SP_CHECK_GOTO(dev_va_reserve(ctx, DEV_HOST, hb, &h->base), rc, fail);
+		else
+			SP_CHECK_GOTO(dev_host_alloc(ctx, hb, &h->base), rc, fail);
 		if (v->ndev == 0) /* host-only vmm: fences still need a stream */
 			rc = -EINVAL;
 	}
@@ -369,8 +387,7 @@ static int drop_contents(struct vmm *v, uint32_t idx, const char *what)
 		SP_INFO(VMM, "'%s' %s: %s", o->name, what, sp_last_error());
 		vmm_err_swallowed(v);
 	}
-	for (int p = 0; p <= P_HOST(v); p++)
-		vmm_swap_free_copy(v, idx, p);
+	vmm_swap_free_copies(v, idx);
 	vmm_swap_free_disk(v, idx);
 	o->pending_dev = -1;
 	o->pending_wb = 0;
@@ -566,6 +583,8 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 		c->space_wait = 0; /* the space's last reader before us is done */
 	c->pins++;
 	c->last_use = ++v->clock;
+	if (p == P_HOST(v))
+		vmm_swap_fallback_map(v, idx);
 done:
 	sp_count_add(&v->st.pinned, 1);
 	sp_counter_add(&v->st.acquires, 1);
@@ -642,6 +661,8 @@ int vmm_prefetch(struct vmm *v, uint64_t id, int place)
 	rc = vmm_swap_prefetch(v, idx, p, &started);
 	if (rc == 0 && started)
 		sp_counter_add(&v->st.prefetches, 1);
+	if (rc == 0 && p == P_HOST(v))
+		vmm_swap_fallback_map(v, idx);
 out:
 	report_own(v, o, rc, seq0);
 	pthread_mutex_unlock(&v->lock);

@@ -99,6 +99,13 @@ struct vmm_config {
 	int writeback_clean;    /* 1: evicting a clean device copy writes it back all the
 	                           same, as per-GPU virtual memory does (the dp-swap
 	                           baseline Harmony measured against) */
+	int host_fallback;      /* 1: host copies are host chunks (dev_phys_create on
+	                           DEV_HOST; host and driver backends), and while a stable
+	                           object's only copies are on the host (and disk), its
+	                           host chunk is mapped at its device address: a kernel
+	                           that reaches it unannounced reads and writes host
+	                           memory over the link instead of faulting. Host copy
+	                           space is then rounded to the host granularity. */
 };
 
 /* Fills cfg from SPILL_HOST_MEM, SPILL_DISK_*, SPILL_IO_*, SPILL_VMM_*, SPILL_STATS.
@@ -310,7 +317,8 @@ int vmm_trace_write(struct vmm *v, FILE *f) SP_MUST_CHECK;
 	X(COUNTER, lost_objects, "objects whose only copy was on a failed device")      \
 	X(COUNTER, waits, "blocking waits on one transfer's event or ticket")           \
 	X(COUNTER, fence_waits, "blocking waits on a caller's done event")              \
-	X(COUNTER, ordered_reuses, "device space reused in stream order, no wait")
+	X(COUNTER, ordered_reuses, "device space reused in stream order, no wait")      \
+	X(COUNTER, host_fallbacks, "stable objects given their host copy at their address")
 SP_STATS_DECLARE(vmm_stats, VMM_STATS)
 
 /* A snapshot of the counters. */
