@@ -271,6 +271,7 @@ static int fill_api(void)
 	a->memcpy_async = shim_real.cuMemcpyAsync;
 	a->memset_d8_async = shim_real.cuMemsetD8Async;
 	a->launch_host_func = shim_real.cuLaunchHostFunc;
+	a->ctx_sync = shim_real.cuCtxSynchronize;
 	return 0;
 }
 
@@ -317,7 +318,14 @@ static int mm_init(void)
 	vc.trace_file = NULL;
 	if (*shim.params.shim_trace && vc.trace_cap < (1u << 16))
 		vc.trace_cap = 1u << 16;
-	SP_CHECK(vmm_open(shim.dev, &vc, &shim.vmm));
+	vc.host_fallback = shim.params.shim_host_fallback;
+	rc = vmm_open(shim.dev, &vc, &shim.vmm);
+	if (rc == -ENOTSUP && vc.host_fallback) { /* a driver without host chunks */
+		SP_WARN(SHIM, "%s; evicted allocations stay unmapped", sp_last_error());
+		vc.host_fallback = 0;
+		rc = vmm_open(shim.dev, &vc, &shim.vmm);
+	}
+	SP_CHECK(rc);
 	SP_CHECK(dev_stream_create(shim.dev, 0, &shim.join));
 	SP_CHECK(dev_event_create(shim.dev, &shim.join_ev));
 	for (int i = 0; i < 16; i++)

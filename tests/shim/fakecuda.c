@@ -358,7 +358,8 @@ static enum place place_of(uintptr_t p, size_t n)
 	switch (r->kind) {
 	case R_HOST: return P_PINNED;
 	case R_ALLOC: return P_DEVICE;
-	case R_RESERVE: return map_covered(r, p, n) ? P_DEVICE : P_BAD;
+	case R_RESERVE: /* a host chunk's mapping is pinned host memory */
+		return !map_covered(r, p, n) ? P_BAD : map_at(r, p)->ch->host ? P_PINNED : P_DEVICE;
 	}
 	return P_BAD;
 }

@@ -11,7 +11,9 @@
 #  - hostile programs: allocation above the budget, double free, unknown free,
 #    launch and copy on freed memory: the driver's error codes, no crash;
 #  - four threads allocating, copying, launching and freeing at once: the same
-#    checksums (and clean under TSAN=1, which builds all of this with it).
+#    checksums (and clean under TSAN=1, which builds all of this with it);
+#  - kernels reaching buffers through a pointer table in device memory: the
+#    same checksum with the host fallback, a fault without it.
 set -u
 P="$O/lib/libspill-preload.so"
 D="$O/tests/shim"
@@ -71,6 +73,23 @@ sys.exit(0 if b["policy"] == "belady" and b["period"] == 16 and l["repeats"] == 
 EOF
 [ "$(grep checksum= "$work/lru.out")" = "$(grep checksum= "$work/belady.out")" ] ||
 	fail "lru and belady give different checksums"
+
+# ---- pointers the shim cannot see: a table in device memory, 3x the budget ---------------
+# With the host fallback (the default) an evicted buffer is host memory at its
+# address: the same checksum. Without it the kernels touch unmapped memory and
+# the program dies, as it would fault a GPU: the test reaches what it means to.
+"$D/cuprog_indirect" 12 4 3 >"$work/i0" 2>&1 || fail "indirect without the shim: $(tail -2 "$work/i0")"
+SPILL_DEVICE_MEM=16M SPILL_SHIM_STATS_JSON="$work/indirect.json" shim "$D/cuprog_indirect" 12 4 3 \
+	>"$work/i1" 2>"$work/i1.err" || fail "indirect with the shim: $(tail -3 "$work/i1.err")"
+a=$(grep checksum= "$work/i0")
+b=$(grep checksum= "$work/i1")
+echo "indirect (pointer table in device memory): without $a, with $b; $(grep -o 'host_fallbacks":[0-9]*' "$work/indirect.json")"
+[ -n "$a" ] && [ "$a" = "$b" ] || fail "indirect: checksums differ"
+grep -q '"host_fallbacks":[1-9]' "$work/indirect.json" || fail "indirect: no host fallback counted"
+if [ -z "${TSAN_OPTIONS:-}${ASAN_OPTIONS%%:verify_asan_link_order=0}" ]; then
+	SPILL_SHIM_HOST_FALLBACK=0 SPILL_DEVICE_MEM=16M shim "$D/cuprog_indirect" 12 4 3 >"$work/i2" 2>&1 &&
+		fail "indirect without the host fallback did not fault"
+fi
 
 # ---- resolvers ------------------------------------------------------------------------
 SHIM_EXPECTED=0 "$D/cuprog_resolve" >"$work/r0" 2>&1 || fail "resolve without the shim: $(grep FAIL "$work/r0")"
