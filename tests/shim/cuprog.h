@@ -1,8 +1,23 @@
-/* tests/shim/cuprog.h — the kernel the shim's test programs share: y = y/2 +
- * a*x over n floats, a host function registered with the emulated driver
- * (tests/shim/fakecu.h). */
+/* tests/shim/cuprog.h — what the shim's test programs share: the kernel y =
+ * y/2 + a*x over n floats, a host function registered with the emulated driver
+ * (tests/shim/fakecu.h), and CU_CHECK (a driver call that must succeed, else
+ * the program exits 1 naming it). */
 #ifndef SP_TESTS_SHIM_CUPROG_H
 #define SP_TESTS_SHIM_CUPROG_H
+
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CU_CHECK(call)                                                                       \
+	do {                                                                                 \
+		CUresult r_ = (call);                                                        \
+		if (r_ != CUDA_SUCCESS) {                                                    \
+			fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, \
+			        (int)r_);                                                    \
+			exit(1);                                                             \
+		}                                                                            \
+	} while (0)
 
 struct step_args {
 	float *y;

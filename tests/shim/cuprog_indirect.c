@@ -22,16 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(call)                                                                          \
-	do {                                                                                 \
-		CUresult r_ = (call);                                                        \
-		if (r_ != CUDA_SUCCESS) {                                                    \
-			fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, \
-			        (int)r_);                                                    \
-			exit(1);                                                             \
-		}                                                                            \
-	} while (0)
-
 #define TOUCH 64 /* elements of each buffer the scatter kernel writes */
 
 struct table_args {
@@ -78,56 +68,56 @@ int main(int argc, char **argv)
 	CUmodule mod;
 	CUfunction step, gather, scatter;
 	CUstream s;
-	CHECK(cuInit(0));
-	CHECK(cuDeviceGet(&dev, 0));
-	CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-	CHECK(cuCtxSetCurrent(ctx));
-	CHECK(cuModuleLoadData(&mod, "fake image"));
-	CHECK(cuModuleGetFunction(&step, mod, "step"));
-	CHECK(cuModuleGetFunction(&gather, mod, "gather"));
-	CHECK(cuModuleGetFunction(&scatter, mod, "scatter"));
-	CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CU_CHECK(cuInit(0));
+	CU_CHECK(cuDeviceGet(&dev, 0));
+	CU_CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CU_CHECK(cuCtxSetCurrent(ctx));
+	CU_CHECK(cuModuleLoadData(&mod, "fake image"));
+	CU_CHECK(cuModuleGetFunction(&step, mod, "step"));
+	CU_CHECK(cuModuleGetFunction(&gather, mod, "gather"));
+	CU_CHECK(cuModuleGetFunction(&scatter, mod, "scatter"));
+	CU_CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 
 	CUdeviceptr *buf = calloc((size_t)nbuf, sizeof(*buf)), table, out;
 	float *host = malloc(bytes);
 	for (int b = 0; b < nbuf; b++) {
-		CHECK(cuMemAlloc(&buf[b], bytes));
+		CU_CHECK(cuMemAlloc(&buf[b], bytes));
 		for (int i = 0; i < n; i++)
 			host[i] = (float)((b * 37 + i * 11) % 1000) / 1000.0f;
-		CHECK(cuMemcpyHtoD(buf[b], host, bytes));
+		CU_CHECK(cuMemcpyHtoD(buf[b], host, bytes));
 	}
-	CHECK(cuMemAlloc(&table, (size_t)nbuf * sizeof(CUdeviceptr)));
-	CHECK(cuMemAlloc(&out, (size_t)nbuf * sizeof(float)));
-	CHECK(cuMemcpyHtoD(table, buf, (size_t)nbuf * sizeof(CUdeviceptr)));
+	CU_CHECK(cuMemAlloc(&table, (size_t)nbuf * sizeof(CUdeviceptr)));
+	CU_CHECK(cuMemAlloc(&out, (size_t)nbuf * sizeof(float)));
+	CU_CHECK(cuMemcpyHtoD(table, buf, (size_t)nbuf * sizeof(CUdeviceptr)));
 	for (int it = 0; it < iters; it++) {
 		for (int b = 0; b < nbuf; b++) {
 			struct step_args a = {(float *)(uintptr_t)buf[b],
 			                      (const float *)(uintptr_t)buf[(b + 1) % nbuf],
 			                      0.25f + 0.01f * (float)b, n};
 			void *params[] = {&a.y, &a.x, &a.a, &a.n};
-			CHECK(cuLaunchKernel(step, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+			CU_CHECK(cuLaunchKernel(step, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
 		}
 		struct table_args t = {(float *const *)(uintptr_t)table, (float *)(uintptr_t)out,
 		                       nbuf, n};
 		void *params[] = {&t.table, &t.out, &t.nbuf, &t.n};
-		CHECK(cuLaunchKernel(gather, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
-		CHECK(cuLaunchKernel(scatter, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+		CU_CHECK(cuLaunchKernel(gather, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+		CU_CHECK(cuLaunchKernel(scatter, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
 	}
-	CHECK(cuStreamSynchronize(s));
+	CU_CHECK(cuStreamSynchronize(s));
 	uint64_t hash = 1469598103934665603ull;
 	for (int b = 0; b <= nbuf; b++) {
 		size_t sz = b < nbuf ? bytes : (size_t)nbuf * sizeof(float);
-		CHECK(cuMemcpyDtoH(host, b < nbuf ? buf[b] : out, sz));
+		CU_CHECK(cuMemcpyDtoH(host, b < nbuf ? buf[b] : out, sz));
 		const unsigned char *p = (const unsigned char *)host;
 		for (size_t i = 0; i < sz; i++)
 			hash = (hash ^ p[i]) * 1099511628211ull;
 	}
 	printf("checksum=%016" PRIx64 "\n", hash);
 	for (int b = 0; b < nbuf; b++)
-		CHECK(cuMemFree(buf[b]));
-	CHECK(cuMemFree(table));
-	CHECK(cuMemFree(out));
-	CHECK(cuStreamDestroy(s));
+		CU_CHECK(cuMemFree(buf[b]));
+	CU_CHECK(cuMemFree(table));
+	CU_CHECK(cuMemFree(out));
+	CU_CHECK(cuStreamDestroy(s));
 	free(buf);
 	free(host);
 	return 0;

@@ -30,16 +30,6 @@
 #define PROC_FLAGS CU_GET_PROC_ADDRESS_DEFAULT
 #endif
 
-#define CHECK(call)                                                                          \
-	do {                                                                                 \
-		CUresult r_ = (call);                                                        \
-		if (r_ != CUDA_SUCCESS) {                                                    \
-			fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, \
-			        (int)r_);                                                    \
-			exit(1);                                                             \
-		}                                                                            \
-	} while (0)
-
 struct scale_args {
 	float *y;
 	float s;
@@ -97,23 +87,23 @@ int main(int argc, char **argv)
 	CUmodule mod;
 	CUfunction step, scale;
 	CUstream s;
-	CHECK(cuInit(0));
-	CHECK(cuDeviceGet(&dev, 0));
-	CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-	CHECK(cuCtxSetCurrent(ctx));
-	CHECK(cuModuleLoadData(&mod, "fake image"));
-	CHECK(cuModuleGetFunction(&step, mod, "step"));
-	CHECK(cuModuleGetFunction(&scale, mod, "scale"));
-	CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CU_CHECK(cuInit(0));
+	CU_CHECK(cuDeviceGet(&dev, 0));
+	CU_CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CU_CHECK(cuCtxSetCurrent(ctx));
+	CU_CHECK(cuModuleLoadData(&mod, "fake image"));
+	CU_CHECK(cuModuleGetFunction(&step, mod, "step"));
+	CU_CHECK(cuModuleGetFunction(&scale, mod, "scale"));
+	CU_CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 
 	CUdeviceptr *buf = calloc((size_t)nbuf, sizeof(*buf));
 	float *host = malloc(bytes);
 	uint64_t app_h2d = 0, app_d2h = 0;
 	for (int b = 0; b < nbuf; b++) {
-		CHECK(cuMemAlloc(&buf[b], bytes));
+		CU_CHECK(cuMemAlloc(&buf[b], bytes));
 		for (int i = 0; i < n; i++)
 			host[i] = (float)((b * 131 + i * 7) % 1000) / 1000.0f;
-		CHECK(cuMemcpyHtoD(buf[b], host, bytes));
+		CU_CHECK(cuMemcpyHtoD(buf[b], host, bytes));
 		app_h2d += bytes;
 	}
 	for (int it = 0; it < iters; it++) {
@@ -122,7 +112,7 @@ int main(int argc, char **argv)
 			                      (const float *)(uintptr_t)buf[(b + 1) % nbuf],
 			                      0.25f + 0.01f * (float)b, n};
 			void *params[] = {&a.y, &a.x, &a.a, &a.n};
-			CHECK(launch(step, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+			CU_CHECK(launch(step, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
 			if (b % 3 == 0) {
 				/* the extra form: one packed buffer (y at 0, s at 8, n at 12) */
 				struct {
@@ -134,14 +124,14 @@ int main(int argc, char **argv)
 				void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &pk,
 				                 CU_LAUNCH_PARAM_BUFFER_SIZE, &sz,
 				                 CU_LAUNCH_PARAM_END};
-				CHECK(launch(scale, 1, 1, 1, 1, 1, 1, 0, s, NULL, extra));
+				CU_CHECK(launch(scale, 1, 1, 1, 1, 1, 1, 0, s, NULL, extra));
 			}
 		}
 	}
-	CHECK(cuStreamSynchronize(s));
+	CU_CHECK(cuStreamSynchronize(s));
 	uint64_t hash = 1469598103934665603ull;
 	for (int b = 0; b < nbuf; b++) {
-		CHECK(cuMemcpyDtoH(host, buf[b], bytes));
+		CU_CHECK(cuMemcpyDtoH(host, buf[b], bytes));
 		app_d2h += bytes;
 		const unsigned char *p = (const unsigned char *)host;
 		for (size_t i = 0; i < bytes; i++)
@@ -150,8 +140,8 @@ int main(int argc, char **argv)
 	printf("checksum=%016" PRIx64 "\n", hash);
 	printf("app h2d=%" PRIu64 " d2h=%" PRIu64 "\n", app_h2d, app_d2h);
 	for (int b = 0; b < nbuf; b++)
-		CHECK(cuMemFree(buf[b]));
-	CHECK(cuStreamDestroy(s));
+		CU_CHECK(cuMemFree(buf[b]));
+	CU_CHECK(cuStreamDestroy(s));
 	free(buf);
 	free(host);
 	return 0;
