@@ -166,20 +166,23 @@ struct spill_layer_call {
 	int step;            /* update: from 1 */
 	float lr, beta1, beta2, eps, weight_decay;
 	void *arg;
+	const char *optimizer; /* update: the model's, "adamw" or "sgd" */
+	float momentum;        /* update: SGD's */
 };
 
 typedef int (*spill_layer_fn)(const struct spill_layer_call *c);
 
 struct spill_layer_desc {
 	const char *name;
-	size_t param_bytes;                 /* fp32 parameters */
-	size_t optim_bytes;                 /* 0: AdamW's m and v (2 x param_bytes) */
-	size_t stash_per_sample;            /* kept from forward to backward */
-	size_t out_per_sample;              /* the output (the last layer: loss_floats fp32) */
+	size_t param_bytes;      /* fp32 parameters */
+	size_t optim_bytes;      /* 0: the built-in optimizer's state (AdamW: m and v, 2 x
+	                       param_bytes; SGD: param_bytes with momentum, else none) */
+	size_t stash_per_sample; /* kept from forward to backward */
+	size_t out_per_sample;   /* the output (the last layer: loss_floats fp32) */
 	size_t work_per_sample, work_bytes; /* scratch during one call */
 	double fwd_flops_per_sample, bwd_flops_per_sample;
 	spill_layer_fn forward, backward;
-	spill_layer_fn update; /* NULL: AdamW over the parameters */
+	spill_layer_fn update; /* NULL: the model's optimizer over the parameters */
 	/* fills params (host memory) for seed; NULL: zeros */
 	int (*init)(void *params, size_t bytes, uint64_t seed, void *arg);
 	void *arg;
@@ -200,6 +203,8 @@ struct spill_model_desc {
 	void *data_arg;
 	float lr, beta1, beta2, eps, weight_decay; /* 0: 3e-4, 0.9, 0.95, 1e-8, 0 */
 	uint64_t seed;
+	const char *optimizer; /* NULL or "adamw"; "sgd" (torch.optim.SGD, dampening 0) */
+	float momentum;        /* SGD: 0 (none, no state) to < 1 */
 };
 
 struct spill_gpt_config {
@@ -209,6 +214,8 @@ struct spill_gpt_config {
 	void *data_arg;
 	float lr;
 	uint64_t seed;
+	const char *optimizer; /* NULL or "adamw"; "sgd" */
+	float momentum;        /* SGD */
 };
 
 struct spill_plan {

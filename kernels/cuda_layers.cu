@@ -385,6 +385,28 @@ extern "C" void kn_adamw_cuda(const struct kn_adamw_args *a, void *stream)
 	kn_cuda_check_launch("adamw");
 }
 
+__global__ void kn_sgd_update_kernel(float *p, const float *g, float *buf, long n, float lr,
+                                     float mu, float wd)
+{
+	KN_GRID_STRIDE(i, n)
+	{
+		float d = g[i] + wd * p[i];
+		if (buf) {
+			d = buf[i] * mu + d;
+			buf[i] = d;
+		}
+		p[i] = p[i] - lr * d;
+	}
+}
+
+extern "C" void kn_sgd_cuda(const struct kn_sgd_args *a, void *stream)
+{
+	kn_sgd_update_kernel<<<kn_blocks(a->N, 256), 256, 0, (cudaStream_t)stream>>>(
+	    (float *)a->params, (const float *)a->grads, a->buf, a->N, a->lr, a->momentum,
+	    a->weight_decay);
+	kn_cuda_check_launch("sgd");
+}
+
 __global__ void kn_acc_kernel(float *d, const float *s, long n)
 {
 	KN_GRID_STRIDE(i, n)

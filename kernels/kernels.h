@@ -201,6 +201,19 @@ struct kn_adamw_args {
 	int t;
 };
 
+/* ---- SGD (torch.optim.SGD semantics: dampening 0, not Nesterov) ---------------
+ * d = g + wd p; with momentum: buf = momentum buf + d, d = buf; p -= lr d.
+ * buf starts at zero, which is torch's first step (buf = d) exactly. Without
+ * momentum there is no state and buf may be NULL. Hydra trains with this. */
+struct kn_sgd_args {
+	enum kn_dtype dtype;
+	void *params;
+	const void *grads;
+	float *buf; /* fp32 momentum buffer (N floats); NULL when momentum is 0 */
+	long N;
+	float lr, momentum, weight_decay;
+};
+
 /* ---- gradient buffers -------------------------------------------------------- */
 struct kn_grad_zero_args { /* x = 0 */
 	enum kn_dtype dtype;
@@ -247,6 +260,7 @@ struct kn_grad_scale_args { /* x *= scale */
 	X(crossentropy_forward, kn_crossentropy_fwd_args)  \
 	X(crossentropy_backward, kn_crossentropy_bwd_args) \
 	X(adamw, kn_adamw_args)                            \
+	X(sgd, kn_sgd_args)                                \
 	X(grad_zero, kn_grad_zero_args)                    \
 	X(grad_accumulate, kn_grad_accumulate_args)        \
 	X(grad_scale, kn_grad_scale_args)
@@ -297,7 +311,7 @@ struct kn_layer_desc {
 	const char *name;
 	uint64_t param_bytes;
 	uint64_t grad_bytes;
-	uint64_t optim_bytes;           /* AdamW m and v (fp32) */
+	uint64_t optim_bytes;           /* AdamW m and v (fp32): kn_optim_state_bytes */
 	uint64_t stash_bytes;           /* activations forward keeps for backward */
 	uint64_t recompute_stash_bytes; /* what must survive with recomputation (0) */
 	uint64_t input_bytes;           /* the input (tokens, or the previous output) */
@@ -400,18 +414,29 @@ int kn_layer_backward_cuda(void *stream, const struct kn_model_config *cfg, enum
                            int B, int T, const struct kn_layer_mem *mem,
                            const struct kn_layer_io *io) SP_MUST_CHECK;
 
-/* AdamW hyper-parameters; weight decay applies to matrices and embeddings only
- * (wte, wpe, qkvw, attprojw, fcw, fcprojw), as GPT-2 trains. */
-struct kn_adamw_hparams {
+/* The optimizers a layer update runs. Their state per parameter (fp32):
+ * AdamW m then v (8 bytes), SGD its momentum buffer (4 bytes, none without
+ * momentum). */
+enum kn_optimizer { KN_ADAMW = 0, KN_SGD = 1 };
+/* Bytes of optimizer state for nparams parameters. */
+uint64_t kn_optim_state_bytes(enum kn_optimizer kind, float momentum, uint64_t nparams);
+
+/* Optimizer hyper-parameters; weight decay applies to matrices and embeddings
+ * only (wte, wpe, qkvw, attprojw, fcw, fcprojw), as GPT-2 trains. AdamW uses
+ * beta1, beta2, eps and t; SGD uses momentum. mem->optim holds the state
+ * (kn_optim_state_bytes of the layer's parameters; NULL when that is 0). */
+struct kn_optim_hparams {
 	float lr, beta1, beta2, eps, weight_decay;
 	int t; /* step, from 1 */
+	enum kn_optimizer kind;
+	float momentum;
 };
 int kn_layer_update_cpu(const struct kn_model_config *cfg, enum kn_layer_kind kind,
                         const struct kn_layer_mem *mem,
-                        const struct kn_adamw_hparams *h) SP_MUST_CHECK;
+                        const struct kn_optim_hparams *h) SP_MUST_CHECK;
 int kn_layer_update_launch(struct dev_stream *s, const struct kn_model_config *cfg,
                            enum kn_layer_kind kind, const struct kn_layer_mem *mem,
-                           const struct kn_adamw_hparams *h) SP_MUST_CHECK;
+                           const struct kn_optim_hparams *h) SP_MUST_CHECK;
 int kn_layer_zero_grad_cpu(const struct kn_model_config *cfg, enum kn_layer_kind kind,
                            const struct kn_layer_mem *mem) SP_MUST_CHECK;
 int kn_layer_zero_grad_launch(struct dev_stream *s, const struct kn_model_config *cfg,
@@ -419,7 +444,7 @@ int kn_layer_zero_grad_launch(struct dev_stream *s, const struct kn_model_config
                               const struct kn_layer_mem *mem) SP_MUST_CHECK;
 int kn_layer_update_cuda(void *stream, const struct kn_model_config *cfg, enum kn_layer_kind kind,
                          const struct kn_layer_mem *mem,
-                         const struct kn_adamw_hparams *h) SP_MUST_CHECK;
+                         const struct kn_optim_hparams *h) SP_MUST_CHECK;
 int kn_layer_zero_grad_cuda(void *stream, const struct kn_model_config *cfg,
                             enum kn_layer_kind kind, const struct kn_layer_mem *mem) SP_MUST_CHECK;
 

@@ -464,17 +464,38 @@ static int kn_layer_tensors(const struct kn_model_config *cfg, enum kn_layer_kin
 
 int kn_layer_update_run(const struct kn_runner *r, const struct kn_model_config *cfg,
                         enum kn_layer_kind kind, const struct kn_layer_mem *mem,
-                        const struct kn_adamw_hparams *h)
+                        const struct kn_optim_hparams *h)
 {
-	SP_CHECK(kn_layer_validate("update", cfg, kind, 1, 1, mem, NULL, 2));
 	if (!h)
 		return sp_error(-EINVAL, "kn_layer update: hparams is NULL");
+	if (h->kind != KN_ADAMW && h->kind != KN_SGD)
+		return sp_error(-EINVAL, "kn_layer update: unknown optimizer %d", (int)h->kind);
 	struct kn_layer_desc d;
 	SP_CHECK(kn_layer_describe(cfg, kind, 1, 1, &d));
 	size_t np = d.param_bytes / kn_dtype_size(cfg->dtype), off[KN_BLOCK_NPARAMS],
 	       n[KN_BLOCK_NPARAMS];
+	int stateful = kn_optim_state_bytes(h->kind, h->momentum, np) > 0;
+	/* dir 2 needs the state, dir 3 the parameters and gradients only */
+	SP_CHECK(kn_layer_validate("update", cfg, kind, 1, 1, mem, NULL, stateful ? 2 : 3));
 	int decay[KN_BLOCK_NPARAMS];
 	int nt = kn_layer_tensors(cfg, kind, off, n, decay);
+	if (h->kind == KN_SGD) {
+		struct kn_sgd_args a[KN_BLOCK_NPARAMS];
+		for (int i = 0; i < nt; i++) { /* check all before running any */
+			a[i] =
+			    (struct kn_sgd_args){.params = (float *)mem->params + off[i],
+			                         .grads = (float *)mem->grads + off[i],
+			                         .buf = stateful ? mem->optim + off[i] : NULL,
+			                         .N = (long)n[i],
+			                         .lr = h->lr,
+			                         .momentum = h->momentum,
+			                         .weight_decay = decay[i] ? h->weight_decay : 0.0f};
+			SP_CHECK(kn_sgd_check(&a[i]));
+		}
+		for (int i = 0; i < nt; i++)
+			KN_RUN(r, sgd, a[i]);
+		return 0;
+	}
 	struct kn_adamw_args a[KN_BLOCK_NPARAMS];
 	for (int i = 0; i < nt; i++) { /* check all before running any */
 		a[i] = (struct kn_adamw_args){.params = (float *)mem->params + off[i],
@@ -528,7 +549,7 @@ int kn_layer_backward_cpu(const struct kn_model_config *cfg, enum kn_layer_kind 
 }
 
 int kn_layer_update_cpu(const struct kn_model_config *cfg, enum kn_layer_kind kind,
-                        const struct kn_layer_mem *mem, const struct kn_adamw_hparams *h)
+                        const struct kn_layer_mem *mem, const struct kn_optim_hparams *h)
 {
 	return kn_layer_update_run(&kn_cpu, cfg, kind, mem, h);
 }
@@ -572,7 +593,7 @@ int kn_layer_backward_cuda(void *stream, const struct kn_model_config *cfg, enum
 }
 
 int kn_layer_update_cuda(void *stream, const struct kn_model_config *cfg, enum kn_layer_kind kind,
-                         const struct kn_layer_mem *mem, const struct kn_adamw_hparams *h)
+                         const struct kn_layer_mem *mem, const struct kn_optim_hparams *h)
 {
 	struct kn_runner r = {kn_cuda_runner, stream};
 	return kn_layer_update_run(&r, cfg, kind, mem, h);

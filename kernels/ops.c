@@ -397,6 +397,29 @@ struct dev_cost kn_adamw_cost(const struct kn_adamw_args *a)
 	return (struct dev_cost){12.0 * a->N, a->N * (3 * fsz(a->dtype) + 16.0)};
 }
 
+int kn_sgd_check(const struct kn_sgd_args *a)
+{
+	const char *op = "sgd";
+	KN_CHECK_N(op, a);
+	KN_PTR(op, a, params);
+	KN_PTR(op, a, grads);
+	if (!(a->lr >= 0) || !(a->momentum >= 0 && a->momentum < 1) || !(a->weight_decay >= 0))
+		return sp_error(-EINVAL,
+		                "kn_sgd: lr = %g and weight_decay = %g must be >= 0, momentum = %g "
+		                "in [0, 1)",
+		                (double)a->lr, (double)a->weight_decay, (double)a->momentum);
+	if (a->momentum != 0 && !a->buf)
+		return sp_error(-EINVAL, "kn_sgd: momentum %g needs buf", (double)a->momentum);
+	return 0;
+}
+
+struct dev_cost kn_sgd_cost(const struct kn_sgd_args *a)
+{
+	int mom = a->buf != NULL;
+	return (struct dev_cost){(mom ? 5.0 : 3.0) * a->N,
+	                         a->N * (3 * fsz(a->dtype) + (mom ? 8.0 : 0.0))};
+}
+
 int kn_grad_zero_check(const struct kn_grad_zero_args *a)
 {
 	KN_CHECK_N("grad_zero", a);

@@ -364,6 +364,8 @@ static void to_user_call(const struct rt_layer_call *c, const struct rt_optim *o
 		u->beta2 = opt->beta2;
 		u->eps = opt->eps;
 		u->weight_decay = opt->weight_decay;
+		u->optimizer = rt_optimizer_name(opt->kind);
+		u->momentum = opt->momentum;
 	}
 }
 
@@ -463,6 +465,7 @@ SPILL_API int spill_model_create(struct spill_ctx *ctx, const struct spill_model
 		l->param_bytes = u->param_bytes;
 		l->grad_bytes = u->param_bytes;
 		l->optim_bytes = u->optim_bytes ? u->optim_bytes : 2 * u->param_bytes;
+		l->std_optim = !u->optim_bytes; /* follows the optimizer below */
 		l->stash_per_sample = u->stash_per_sample;
 		l->out_per_sample = u->out_per_sample;
 		l->work_per_sample = u->work_per_sample;
@@ -477,6 +480,15 @@ SPILL_API int spill_model_create(struct spill_ctx *ctx, const struct spill_model
 	sm->m.target_per_sample = d->target_per_sample;
 	sm->m.loss_floats = d->loss_floats;
 	default_opt(&sm->m.opt, d->lr, d->beta1, d->beta2, d->eps, d->weight_decay);
+	enum kn_optimizer kind;
+	int rc = rt_optimizer_parse(d->optimizer, &kind);
+	if (rc == 0)
+		rc = rt_model_set_optimizer(&sm->m, kind, d->momentum);
+	if (rc < 0) {
+		rc = sp_error(rc, "spill_model_create '%s': %s", sm->m.name, sp_last_error());
+		spill_model_destroy(sm);
+		return rc;
+	}
 	sm->udata = d->data;
 	sm->udata_arg = d->data_arg;
 	sm->m.data = user_data;
@@ -508,6 +520,15 @@ SPILL_API int spill_model_gpt(struct spill_ctx *ctx, const struct spill_gpt_conf
 	sm->seed = cfg->seed;
 	if (cfg->lr > 0)
 		sm->m.opt.lr = cfg->lr;
+	enum kn_optimizer kind;
+	rc = rt_optimizer_parse(cfg->optimizer, &kind);
+	if (rc == 0)
+		rc = rt_model_set_optimizer(&sm->m, kind, cfg->momentum);
+	if (rc < 0) {
+		rt_model_free(&sm->m);
+		free(sm);
+		return rc;
+	}
 	if (cfg->data) {
 		sm->udata = cfg->data;
 		sm->udata_arg = cfg->data_arg;

@@ -48,12 +48,14 @@ static int gpt_update(const struct rt_layer_call *c)
 {
 	const struct rt_layer *l = c->layer;
 	struct kn_layer_mem m = mem_of(c);
-	struct kn_adamw_hparams h = {.lr = c->opt->lr,
+	struct kn_optim_hparams h = {.lr = c->opt->lr,
 	                             .beta1 = c->opt->beta1,
 	                             .beta2 = c->opt->beta2,
 	                             .eps = c->opt->eps,
 	                             .weight_decay = c->opt->weight_decay,
-	                             .t = c->step};
+	                             .t = c->step,
+	                             .kind = c->opt->kind,
+	                             .momentum = c->opt->momentum};
 	return kn_layer_update_launch(c->s, &l->gpt, l->kind, &m, &h);
 }
 
@@ -148,6 +150,7 @@ static int gpt_layer(const struct kn_model_config *cfg, int T, enum kn_layer_kin
 	l->param_bytes = d1.param_bytes;
 	l->grad_bytes = d1.grad_bytes;
 	l->optim_bytes = d1.optim_bytes;
+	l->std_optim = 1;
 	l->stash_per_sample = d1.stash_bytes;
 	l->out_per_sample = d1.output_bytes;
 	l->work_per_sample = d1.work_bytes;
@@ -172,6 +175,40 @@ void rt_model_free(struct rt_model *m)
 		return;
 	free(m->layers);
 	memset(m, 0, sizeof(*m));
+}
+
+int rt_optimizer_parse(const char *name, enum kn_optimizer *out)
+{
+	if (!name || !strcmp(name, "adamw"))
+		*out = KN_ADAMW;
+	else if (!strcmp(name, "sgd"))
+		*out = KN_SGD;
+	else
+		return sp_error(-EINVAL, "unknown optimizer '%s' (adamw, sgd)", name);
+	return 0;
+}
+
+const char *rt_optimizer_name(enum kn_optimizer kind)
+{
+	return kind == KN_SGD ? "sgd" : "adamw";
+}
+
+int rt_model_set_optimizer(struct rt_model *m, enum kn_optimizer kind, float momentum)
+{
+	SP_CHECK_ARG(m, "rt_model_set_optimizer: NULL model");
+	SP_CHECK_ARG(kind == KN_ADAMW || kind == KN_SGD, "unknown optimizer %d", (int)kind);
+	SP_CHECK_ARG(momentum >= 0 && momentum < 1, "momentum %g is not in [0, 1)",
+	             (double)momentum);
+	SP_CHECK_ARG(kind == KN_SGD || momentum == 0, "momentum is an SGD setting (AdamW has "
+	                                              "beta1)");
+	m->opt.kind = kind;
+	m->opt.momentum = momentum;
+	for (int i = 0; i < m->nlayers; i++) {
+		struct rt_layer *l = &m->layers[i];
+		if (l->std_optim)
+			l->optim_bytes = kn_optim_state_bytes(kind, momentum, l->param_bytes / 4);
+	}
+	return 0;
 }
 
 int rt_model_gpt(const struct kn_model_config *cfg, int T, int batch, struct rt_model *out)
@@ -352,6 +389,17 @@ int rt_layer_update(struct dev_stream *s, const struct rt_model *m, int l, void 
 	if (!ly->param_bytes)
 		return 0;
 	long n = (long)(ly->param_bytes / sizeof(float));
+	if (m->opt.kind == KN_SGD) {
+		struct kn_sgd_args a = {.dtype = KN_F32,
+		                        .params = params,
+		                        .grads = grads,
+		                        .buf = m->opt.momentum != 0 ? optim : NULL,
+		                        .N = n,
+		                        .lr = m->opt.lr,
+		                        .momentum = m->opt.momentum,
+		                        .weight_decay = m->opt.weight_decay};
+		return kn_sgd_launch(s, &a);
+	}
 	struct kn_adamw_args a = {.dtype = KN_F32,
 	                          .params = params,
 	                          .grads = grads,

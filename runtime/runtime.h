@@ -260,6 +260,8 @@ void rt_collectives_close(struct rt_ctx *rt);
 
 struct rt_optim {
 	float lr, beta1, beta2, eps, weight_decay;
+	enum kn_optimizer kind; /* KN_ADAMW (0: the default) or KN_SGD */
+	float momentum;         /* SGD; 0: plain SGD, no state (as Hydra trains) */
 };
 
 struct rt_layer;
@@ -287,7 +289,8 @@ struct rt_layer_call {
 struct rt_layer_ops {
 	int (*forward)(const struct rt_layer_call *c);
 	int (*backward)(const struct rt_layer_call *c);
-	/* NULL: AdamW over params (fp32) with optim = m then v (2 * param_bytes) */
+	/* NULL: the model's optimizer (opt.kind) over params (fp32) with optim its
+	 * state: AdamW m then v (2 * param_bytes), SGD's momentum buffer */
 	int (*update)(const struct rt_layer_call *c);
 	/* fills params (host memory, param_bytes) deterministically from seed */
 	int (*init)(const struct rt_layer *l, void *params, uint64_t seed);
@@ -300,6 +303,7 @@ struct rt_layer_ops {
 struct rt_layer {
 	char name[32];
 	uint64_t param_bytes, grad_bytes, optim_bytes;
+	int std_optim; /* 1: optim_bytes is the model optimizer's state (follows opt.kind) */
 	uint64_t stash_per_sample, out_per_sample, work_per_sample, work_bytes;
 	double fwd_flops_per_sample, bwd_flops_per_sample;
 	/* measured seconds per sample on the planning device (rt_model_profile),
@@ -343,6 +347,14 @@ struct rt_model {
 int rt_model_gpt(const struct kn_model_config *cfg, int T, int batch,
                  struct rt_model *out) SP_MUST_CHECK;
 void rt_model_free(struct rt_model *m);
+/* Switches m's optimizer (m->opt.kind, m->opt.momentum) and resizes the state
+ * of its std_optim layers to match. -EINVAL for a momentum outside [0, 1).
+ * Call before planning or opening runs of m. */
+int rt_model_set_optimizer(struct rt_model *m, enum kn_optimizer kind,
+                           float momentum) SP_MUST_CHECK;
+/* "adamw" (or NULL) and "sgd": 0, else -EINVAL with a message. */
+int rt_optimizer_parse(const char *name, enum kn_optimizer *out) SP_MUST_CHECK;
+const char *rt_optimizer_name(enum kn_optimizer kind);
 /* Deterministic learnable token streams: sample s of iteration it is an
  * arithmetic progression mod V (step 1..3) from a start drawn from (it, s, and
  * the uint64_t seed arg points to, if any); the targets are the next tokens. */

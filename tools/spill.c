@@ -286,6 +286,7 @@ static const char train_help[] =
     "         --host-mem SIZE --disk DIR --profile NAME\n"
     "run:     --steps N --lr X --seed N --data PATH (llm.c shards, a directory of\n"
     "         them, or text) --eval-every N --eval-batches N\n"
+    "         --optim adamw|sgd (default adamw) --momentum X (sgd; default 0)\n"
     "         --checkpoint DIR --checkpoint-every N --resume\n"
     "         --trace FILE (Chrome/Perfetto trace) --stats-json FILE\n"
     "Flags override the SPILL_* variables. With no flags: a small GPT on the default\n"
@@ -359,6 +360,7 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 	    {"--trace", NULL, &c.trace_file, NULL, 0},
 	    {"--stats-json", NULL, &c.stats_json, NULL, 0},
 	    {"--tune-after", &c.tune_after, NULL, NULL, 0},
+	    {"--optim", NULL, &c.optim, NULL, 0},
 	};
 	for (int i = 1; i < argc; i++) {
 		char *a = argv[i], *val = NULL, *eq = strchr(a, '=');
@@ -372,7 +374,8 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 			c.tune = !strcmp(name, "--tune");
 			continue;
 		}
-		if (!strcmp(name, "--lr") || !strcmp(name, "--seed")) {
+		if (!strcmp(name, "--lr") || !strcmp(name, "--seed") ||
+		    !strcmp(name, "--momentum")) {
 			val = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
 			char *end;
 			if (!val)
@@ -383,6 +386,8 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 				return bad_flag(cmd, "bad value for", name);
 			if (name[2] == 'l')
 				c.lr = (float)x;
+			else if (name[2] == 'm')
+				c.momentum = (float)x;
 			else
 				c.seed = (uint64_t)x;
 			continue;
@@ -428,6 +433,7 @@ static const char tune_help[] =
     "         batch, seq, layers, channels, heads), e.g. --grid lr=1e-3,3e-4 batch=8,16\n"
     "         --model PRESET[,PRESET...] (repeatable: tiny, gpt2, ...; default tiny)\n"
     "         --layers N --channels N --heads N --seq N --batch N --lr X (every model)\n"
+    "         --optim adamw|sgd --momentum X (every model; sgd as Hydra trains)\n"
     "sched:   --policy lrtf|random|fifo (default lrtf) --no-double-buffer\n"
     "         --reserve F (double-buffer reserve, default 0.15) --halving N (successive\n"
     "         halving: every N steps the worse half of the models at that step stop)\n"
@@ -469,6 +475,7 @@ static int cmd_tune(int argc, char **argv)
 	    {"--steps", &c.base.steps, NULL, NULL},
 	    {"--data", NULL, &c.base.data, NULL},
 	    {"--eval-batches", &c.base.eval_batches, NULL, NULL},
+	    {"--optim", NULL, &c.base.optim, NULL},
 	};
 	int grid_given = 0;
 	for (int i = 1; i < argc; i++) {
@@ -511,7 +518,7 @@ static int cmd_tune(int argc, char **argv)
 			continue;
 		}
 		if (!strcmp(name, "--lr") || !strcmp(name, "--seed") ||
-		    !strcmp(name, "--reserve")) {
+		    !strcmp(name, "--reserve") || !strcmp(name, "--momentum")) {
 			char *end;
 			errno = 0;
 			double x = strtod(val, &end);
@@ -519,6 +526,8 @@ static int cmd_tune(int argc, char **argv)
 				return bad_flag("tune", "bad value for", name);
 			if (name[2] == 'l')
 				c.base.lr = (float)x;
+			else if (name[2] == 'm')
+				c.base.momentum = (float)x;
 			else if (name[2] == 's')
 				c.base.seed = (uint64_t)x;
 			else

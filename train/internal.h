@@ -72,6 +72,8 @@ struct run {
  * budget / devices, or budget with r->per_device); the bytes of a model's training state; the data
  * callbacks (arg: the struct run). */
 int tr_shape(struct run *r) SP_MUST_CHECK;
+/* The model's optimizer from c->optim and c->momentum (after rt_model_gpt). */
+int tr_set_optimizer(const struct tr_config *c, struct rt_model *m) SP_MUST_CHECK;
 int tr_open_context(struct run *r, uint64_t budget) SP_MUST_CHECK;
 uint64_t tr_training_state(const struct rt_model *m);
 int tr_data_train(const struct rt_model *m, void *arg, int iter, int sample0, int n, void *in,

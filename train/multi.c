@@ -206,6 +206,9 @@ static int variants(struct tune *t, const struct axis *ax, int nax)
 			return sp_error(rc, "model %s: %s", t->label[k], sp_last_error());
 		snprintf(v->m.name, sizeof(v->m.name), "%.31s", t->label[k]);
 		v->m.opt.lr = v->lr;
+		rc = tr_set_optimizer(&v->c, &v->m);
+		if (rc < 0)
+			return rc;
 		if (t->data) {
 			v->m.data = tr_data_train;
 			v->m.eval_data =

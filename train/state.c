@@ -2,7 +2,8 @@
  *
  * DIR/step_NNNNNNNN.safetensors holds every parameter tensor under llm.c's
  * names (wte, wpe, h.<i>.ln1w ... h.<i>.fcprojb, lnfw, lnfb) and shapes, the
- * AdamW moments as adam_m.<name> and adam_v.<name>, and in __metadata__ the
+ * optimizer's state (AdamW moments as adam_m.<name> and adam_v.<name>, SGD's
+ * momentum as sgd_momentum.<name>, nothing for plain SGD), and in __metadata__ the
  * format, the step, the model and run config (JSON) and the data position.
  * Batches are drawn from (seed, step, sample) alone, so the step and the seed
  * are the whole data and RNG state: a resumed run continues bit for bit.
@@ -75,8 +76,24 @@ static void config_json(const struct run *r, char *buf, size_t n)
 {
 	snprintf(buf, n,
 	         "{\"layers\": %d, \"channels\": %d, \"heads\": %d, \"vocab\": %d, \"seq\": %d, "
-	         "\"batch\": %d, \"seed\": %" PRIu64 ", \"lr\": %.9g}",
-	         r->kc.L, r->kc.C, r->kc.NH, r->kc.V, r->T, r->batch, r->c.seed, (double)r->lr);
+	         "\"batch\": %d, \"seed\": %" PRIu64 ", \"lr\": %.9g, \"optimizer\": \"%s\", "
+	         "\"momentum\": %.9g}",
+	         r->kc.L, r->kc.C, r->kc.NH, r->kc.V, r->T, r->batch, r->c.seed, (double)r->lr,
+	         rt_optimizer_name(r->m.opt.kind), (double)r->m.opt.momentum);
+}
+
+/* The optimizer's state tensors per parameter tensor: their name prefixes, in
+ * the order of the layer's optim range (AdamW m then v; SGD its momentum
+ * buffer; plain SGD none). */
+static int state_names(const struct run *r, const char *const **prefix)
+{
+	static const char *const adam[] = {"adam_m", "adam_v"}, *const sgd[] = {"sgd_momentum"};
+	if (r->m.opt.kind == KN_SGD) {
+		*prefix = sgd;
+		return r->m.opt.momentum != 0;
+	}
+	*prefix = adam;
+	return 2;
 }
 
 static void path_of(const struct run *r, int step, char *buf, size_t n)
@@ -98,8 +115,10 @@ int tr_checkpoint(struct run *r, int step)
 		rc = sp_error(-ENOMEM, "checkpoint: out of memory");
 		goto out;
 	}
-	/* parameters first, then the moments, each in layer order */
-	for (int w = 0; w < 3 && !rc; w++)
+	/* parameters first, then the optimizer's state, each in layer order */
+	const char *const *prefix;
+	int nstate = state_names(r, &prefix);
+	for (int w = 0; w < 1 + nstate && !rc; w++)
 		for (int l = 0, np = 0; l < L && !rc; l++) {
 			struct pt *lp = pts + (size_t)l * KN_BLOCK_NPARAMS;
 			int k = layer_tensors(r, l, lp);
@@ -122,14 +141,14 @@ int tr_checkpoint(struct run *r, int step)
 			for (int i = 0; i < k && !rc; i++, np++) {
 				struct tr_tensor *x = &t[n++];
 				const float *base =
-				    w == 0 ? buf[2 * l] : buf[2 * l + 1] + (w == 2 ? nparams : 0);
+				    w == 0 ? buf[2 * l]
+				           : buf[2 * l + 1] + (uint64_t)(w - 1) * nparams;
 				if (w == 0) {
 					x->name = lp[i].name;
 				} else {
 					char *nm = names[(size_t)(w - 1) * L * KN_BLOCK_NPARAMS +
 					                 (size_t)np];
-					snprintf(nm, 64, "adam_%c.%s", w == 1 ? 'm' : 'v',
-					         lp[i].name);
+					snprintf(nm, 64, "%s.%s", prefix[w - 1], lp[i].name);
 					x->name = nm;
 				}
 				x->dtype = TR_F32;
@@ -194,13 +213,34 @@ static int check_config(const char *path, const char *have, const char *want)
 	if (!have || sp_json_parse(have, strlen(have), &a) < 0)
 		return sp_error(-EINVAL, "checkpoint %s: no readable config in its metadata", path);
 	SP_CHECK_GOTO(sp_json_parse(want, strlen(want), &b), rc, out);
+	/* what a checkpoint older than these keys was trained with */
+	static char adamw[] = "adamw";
+	const struct sp_json old_optimizer = {.type = SP_JSON_STRING, .str = adamw},
+	                     old_momentum = {.type = SP_JSON_NUMBER, .num = 0};
 	for (int k = 0; k < b->n; k++) {
-		const struct sp_json *x = sp_json_get(a, b->keys[k]);
+		const struct sp_json *x = sp_json_get(a, b->keys[k]), *y = &b->items[k];
+		if (!x && !strcmp(b->keys[k], "optimizer"))
+			x = &old_optimizer;
+		if (!x && !strcmp(b->keys[k], "momentum"))
+			x = &old_momentum;
+		if (y->type == SP_JSON_STRING) {
+			if (!x || x->type != SP_JSON_STRING || strcmp(x->str, y->str)) {
+				rc =
+				    sp_error(-EINVAL,
+				             "checkpoint %s was written by a run with %s %s; this "
+				             "run has %s",
+				             path, b->keys[k],
+				             x && x->type == SP_JSON_STRING ? x->str : "?", y->str);
+				break;
+			}
+			continue;
+		}
 		if (!x || x->type != SP_JSON_NUMBER || x->num != b->items[k].num) {
 			rc = sp_error(
 			    -EINVAL,
 			    "checkpoint %s was written by a run with %s %g; this run has %g "
-			    "(resume with the same model, batch, seed and learning rate)",
+			    "(resume with the same model, batch, seed, learning rate and "
+			    "optimizer)",
 			    path, b->keys[k], x && x->type == SP_JSON_NUMBER ? x->num : -1.0,
 			    b->items[k].num);
 			break;
@@ -242,12 +282,14 @@ int tr_resume(struct run *r)
 		uint64_t np = r->m.layers[l].param_bytes / sizeof(float);
 		float *p = malloc(r->m.layers[l].param_bytes + 4),
 		      *o = malloc(r->m.layers[l].optim_bytes + 4);
+		const char *const *prefix;
+		int nstate = state_names(r, &prefix);
 		for (int i = 0; i < k && !rc && p && o; i++)
-			for (int w = 0; w < 3 && !rc; w++) {
+			for (int w = 0; w < 1 + nstate && !rc; w++) {
 				char nm[64];
 				if (w)
-					snprintf(nm, sizeof(nm), "adam_%c.%.47s",
-					         w == 1 ? 'm' : 'v', lp[i].name);
+					snprintf(nm, sizeof(nm), "%s.%.47s", prefix[w - 1],
+					         lp[i].name);
 				else
 					snprintf(nm, sizeof(nm), "%.47s", lp[i].name);
 				struct tr_tensor t;
@@ -272,7 +314,7 @@ int tr_resume(struct run *r)
 					break;
 				}
 				float *dst =
-				    w == 0 ? p + lp[i].off : o + (w == 2 ? np : 0) + lp[i].off;
+				    w == 0 ? p + lp[i].off : o + (uint64_t)(w - 1) * np + lp[i].off;
 				memcpy(dst, t.data, (size_t)n * sizeof(float));
 			}
 		if (!p || !o)

@@ -73,6 +73,15 @@ int tr_data_val(const struct rt_model *m, void *arg, int iter, int sample0, int 
 /* ---- setup ------------------------------------------------------------------------- */
 
 /* The model's shape from the preset, the flags and the corpus. */
+int tr_set_optimizer(const struct tr_config *c, struct rt_model *m)
+{
+	enum kn_optimizer kind;
+	SP_CHECK(rt_optimizer_parse(c->optim, &kind));
+	if (c->momentum != 0 && kind != KN_SGD)
+		return sp_error(-EINVAL, "--momentum is an SGD setting: add --optim sgd");
+	return rt_model_set_optimizer(m, kind, c->momentum);
+}
+
 int tr_shape(struct run *r)
 {
 	const struct tr_config *c = &r->c;
@@ -311,6 +320,7 @@ static int setup(struct run *r)
 		                (unsigned long long)tr_data_tokens(r->data, TR_TRAIN), r->T);
 	SP_CHECK(rt_model_gpt(&r->kc, r->T, r->batch, &r->m));
 	r->m.opt.lr = r->lr;
+	SP_CHECK(tr_set_optimizer(c, &r->m));
 	if (r->data) {
 		r->m.data = tr_data_train;
 		r->m.eval_data =

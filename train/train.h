@@ -122,8 +122,10 @@ struct tr_config {
 	/* the profile the planner assumes (NULL: the context's own figures) */
 	const char *plan_profile;
 	/* the run */
-	int steps; /* 0: the preset's */
-	float lr;  /* 0: 3e-4 (tiny: 1e-3) */
+	int steps;         /* 0: the preset's */
+	float lr;          /* 0: 3e-4 (tiny: 1e-3) */
+	const char *optim; /* NULL or "adamw"; "sgd" (Hydra's) */
+	float momentum;    /* SGD: 0 (plain, no optimizer state) to < 1 */
 	uint64_t seed;
 	const char *data; /* NULL: the default corpus (tr_data_open) */
 	int synthetic;    /* 1: no corpus, rt_gpt_synthetic_data (the model backend's runs) */

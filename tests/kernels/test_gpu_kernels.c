@@ -2,7 +2,8 @@
  * a 2-layer GPT-2, 3 training steps (forward, backward, AdamW) on both, every
  * loss, gradient and parameter compared to max|a-b|/max|b| < 1e-5; the CUDA
  * run repeated must be bit-identical (no atomics); all work runs on a created
- * non-blocking stream. Also one block through the layer API on CUDA vs CPU. Skips (77) without a CUDA device. */
+ * non-blocking stream. Also one block through the layer API on CUDA vs CPU,
+ * with one SGD-with-momentum update. Skips (77) without a CUDA device. */
 #include "tests/kernels/util.h"
 #include "tests/test.h"
 
@@ -155,6 +156,26 @@ static void layer_api(cudaStream_t st)
 	cmp("layer API block y", gy, yc, btc);
 	cmp("layer API block dx", gdx, dxc, btc);
 	cmp("layer API block grads", gg, mc.grads, np);
+	/* SGD with momentum through the layer update, twice (the buffer carries) */
+	struct kn_optim_hparams h = {
+	    .lr = 1e-2f, .weight_decay = 0.1f, .t = 1, .kind = KN_SGD, .momentum = 0.9f};
+	mc.optim = calloc(1, np * 4);
+	mg.optim = gpu_alloc(NULL, np * 4);
+	CHECK(mc.optim && mg.optim);
+	CHECK(cudaMemset(mg.optim, 0, np * 4) == cudaSuccess);
+	for (int k = 0; k < 2; k++) {
+		CHECK_OK(kn_layer_update_cpu(&cfg, KN_LAYER_BLOCK, &mc, &h));
+		CHECK_OK(kn_layer_update_cuda(st, &cfg, KN_LAYER_BLOCK, &mg, &h));
+	}
+	CHECK(cudaStreamSynchronize(st) == cudaSuccess);
+	float *gp = malloc(d.param_bytes);
+	CHECK(gp);
+	down(gp, mg.params, np);
+	cmp("layer API block sgd params", gp, hp, np);
+	down(gp, mg.optim, np);
+	cmp("layer API block sgd momentum", gp, mc.optim, np);
+	free(gp), free(mc.optim);
+	gpu_free(NULL, mg.optim);
 	free(hp), free(hx), free(hdy), free(mc.grads), free(mc.stash), free(mc.work);
 	free(yc), free(dxc), free(gy), free(gdx), free(gg);
 	gpu_free(NULL, mg.params), gpu_free(NULL, mg.grads), gpu_free(NULL, mg.stash);

@@ -488,6 +488,41 @@ static void test_crossentropy(void)
 	free(x), free(probs), free(losses), free(dx), free(dx0), free(R), free(c.x), free(fd.out);
 }
 
+/* ---- SGD, against the double formula, with and without momentum ---- */
+static void test_sgd(void)
+{
+	long n = 50;
+	for (int mom = 0; mom < 2; mom++) {
+		float *p = frand(n, 1), *g = frand(n, 1), *b = frand(n, 0.1f);
+		float *p0 = copy_f(p, n), *b0 = copy_f(b, n);
+		struct kn_sgd_args a = {.params = p,
+		                        .grads = g,
+		                        .buf = mom ? b : NULL,
+		                        .N = n,
+		                        .lr = 0.01f,
+		                        .momentum = mom ? 0.9f : 0.0f,
+		                        .weight_decay = 0.1f};
+		CHECK_OK(kn_sgd_check(&a));
+		kn_sgd_cpu(&a);
+		double ep = 0, eb = 0;
+		for (long i = 0; i < n; i++) {
+			double d = g[i] + (double)a.weight_decay * p0[i];
+			if (mom) {
+				d = a.momentum * (double)b0[i] + d;
+				eb = fmax(eb, fabs(d - b[i]) / fmax(fabs(d), 1e-6));
+			} else {
+				CHECK(b[i] == b0[i]); /* no state touched */
+			}
+			double pp = p0[i] - (double)a.lr * d;
+			ep = fmax(ep, fabs(pp - p[i]) / fmax(fabs(pp), 1e-3));
+		}
+		printf("  %-22s vs double     rel err p %.2e buf %.2e\n",
+		       mom ? "sgd, momentum 0.9" : "sgd", ep, eb);
+		CHECK(ep < 1e-6 && eb < 1e-6);
+		free(p), free(g), free(b), free(p0), free(b0);
+	}
+}
+
 /* ---- AdamW and gradient buffers, against double formulas ---- */
 static void test_adamw(void)
 {
@@ -555,5 +590,6 @@ int main(void)
 	test_residual();
 	test_crossentropy();
 	test_adamw();
+	test_sgd();
 	TEST_PASS();
 }

@@ -10,7 +10,7 @@
 
 #define NL (2 + 2) /* embedding, 2 blocks, head */
 
-static const struct kn_adamw_hparams HP = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0};
+static const struct kn_optim_hparams HP = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, KN_ADAMW, 0};
 
 int main(void)
 {
@@ -111,7 +111,7 @@ int main(void)
 			CHECK_MSG(memcmp(mem[l].grads, ref.grads + param_off[l], d[l].grad_bytes) ==
 			              0,
 			          "layer %d gradients differ at step %d", l, step);
-		struct kn_adamw_hparams h = HP;
+		struct kn_optim_hparams h = HP;
 		h.t = step;
 		for (int l = 0; l < NL; l++) {
 			CHECK_OK(kn_layer_update_cpu(&cfg, kinds[l], &mem[l], &h));

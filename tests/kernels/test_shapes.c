@@ -152,6 +152,18 @@ int main(void)
 	EXPECT(kn_adamw_check(&ad), -EINVAL, "t = 0");
 	ad.t = 1, ad.beta1 = 1.0f;
 	EXPECT(kn_adamw_check(&ad), -EINVAL, "betas");
+	float buf[4] = {0};
+	struct kn_sgd_args sg = {.params = out, .grads = out, .buf = NULL, .N = 4, .lr = 0.1f};
+	EXPECT(kn_sgd_check(&sg), 0, "");
+	sg.momentum = 0.9f;
+	EXPECT(kn_sgd_check(&sg), -EINVAL, "needs buf");
+	sg.buf = buf;
+	EXPECT(kn_sgd_check(&sg), 0, "");
+	sg.momentum = 1.0f;
+	EXPECT(kn_sgd_check(&sg), -EINVAL, "momentum");
+	sg.momentum = 0.5f;
+	sg.lr = -1;
+	EXPECT(kn_sgd_check(&sg), -EINVAL, "lr");
 	struct kn_grad_zero_args z = {.x = out, .N = 0};
 	EXPECT(kn_grad_zero_check(&z), -EINVAL, "N = 0");
 

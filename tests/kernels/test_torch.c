@@ -1,5 +1,6 @@
 /* tests/kernels/test_torch.c — a whole transformer block and a 2-layer GPT-2,
- * forward + backward + 3 AdamW steps on the CPU kernels, against PyTorch (CPU,
+ * forward + backward + 3 AdamW steps on the CPU kernels (and the block again
+ * with 3 steps of SGD with momentum through kn_layer_update_cpu), against PyTorch (CPU,
  * fp32) run by tests/kernels/torch_ref.py through Debian's /usr/bin/python3.
  * Data goes through raw files in a temp directory. Every compared tensor (block
  * output, input gradient, losses, every parameter gradient, parameters after 3
@@ -25,6 +26,7 @@
  * A larger eps bounds that amplification; the formula tested is the same. */
 static const float LR = 1e-3f, BETA1 = 0.9f, BETA2 = 0.95f, EPS = 1e-3f, WD = 0.1f;
 static const int STEPS = 3;
+static const float SGD_LR = 1e-3f, SGD_MOMENTUM = 0.9f;
 static double worst;
 
 static const char *find_script(void)
@@ -98,16 +100,20 @@ static const char *block_names[KN_BLOCK_NPARAMS] = {"ln1w",     "ln1b",     "qkv
                                                     "fcw",      "fcb",      "fcprojw", "fcprojb"};
 
 static void write_config(const char *dir, const char *mode, int B, int T, int C, int NH, int V,
-                         int maxT, int L)
+                         int maxT, int L, int sgd)
 {
 	char cfg[512];
-	int n = snprintf(cfg, sizeof(cfg), "%s %d %d %d %d %d %d %d %.9g %.9g %.9g %.9g %.9g %d\n",
-	                 mode, B, T, C, NH, V, maxT, L, (double)LR, (double)BETA1, (double)BETA2,
-	                 (double)EPS, (double)WD, STEPS);
+	int n = snprintf(cfg, sizeof(cfg),
+	                 "%s %d %d %d %d %d %d %d %.9g %.9g %.9g %.9g %.9g %d %s %.9g\n", mode, B,
+	                 T, C, NH, V, maxT, L, (double)(sgd ? SGD_LR : LR), (double)BETA1,
+	                 (double)BETA2, (double)EPS, (double)WD, STEPS, sgd ? "sgd" : "adamw",
+	                 (double)(sgd ? SGD_MOMENTUM : 0));
 	CHECK(tk_write(dir, "config.txt", cfg, (size_t)n) == 0);
 }
 
-static void test_block(const char *script, const char *dir)
+/* sgd: the update is SGD with momentum through the layer path (which picks
+ * the decayed tensors itself), else AdamW per tensor. */
+static void test_block(const char *script, const char *dir, int sgd)
 {
 	const int B = 2, T = 8, C = 32, NH = 4;
 	const struct g2_exec *ex = &tk_cpu_exec;
@@ -121,7 +127,7 @@ static void test_block(const char *script, const char *dir)
 	tk_init_block(&r, params, C);
 	tk_fill(&r, x, btc, 1.0f, 0);
 	tk_fill(&r, dy, btc, 1.0f, 0);
-	write_config(dir, "block", B, T, C, NH, 0, T, 1);
+	write_config(dir, "block", B, T, C, NH, 0, T, 1, sgd);
 	CHECK(tk_write(dir, "params.bin", params, np * 4) == 0);
 	CHECK(tk_write(dir, "x.bin", x, btc * 4) == 0);
 	CHECK(tk_write(dir, "dy.bin", dy, btc * 4) == 0);
@@ -150,6 +156,17 @@ static void test_block(const char *script, const char *dir)
 			memcpy(dx0, dx, btc * 4);
 			memcpy(g0, grads, np * 4);
 		}
+		if (sgd) {
+			struct kn_model_config cfg = {.maxT = T, .V = 8, .L = 1, .NH = NH, .C = C};
+			struct kn_layer_mem mem = {.params = params, .grads = grads, .optim = m};
+			struct kn_optim_hparams h = {.lr = SGD_LR,
+			                             .weight_decay = WD,
+			                             .t = step + 1,
+			                             .kind = KN_SGD,
+			                             .momentum = SGD_MOMENTUM};
+			CHECK_OK(kn_layer_update_cpu(&cfg, KN_LAYER_BLOCK, &mem, &h));
+			continue;
+		}
 		for (int i = 0; i < KN_BLOCK_NPARAMS; i++) {
 			int decay = i == G2_QKVW || i == G2_PROJW || i == G2_FCW || i == G2_FCPROJW;
 			struct kn_adamw_args a = {.params = p[i],
@@ -169,7 +186,8 @@ static void test_block(const char *script, const char *dir)
 	}
 	int rc = run_python(script, dir);
 	CHECK_MSG(rc == 0, "%s %s exited %d", PY, script, rc);
-	printf("block B=%d T=%d C=%d NH=%d:\n", B, T, C, NH);
+	printf("block B=%d T=%d C=%d NH=%d, %s:\n", B, T, C, NH,
+	       sgd ? "SGD with momentum (layer update)" : "AdamW");
 	compare("losses (3 steps)", losses, dir, "ref_losses.bin", 0, STEPS);
 	compare("y", y0, dir, "ref_out.bin", 0, btc);
 	compare("dx", dx0, dir, "ref_dx.bin", 0, btc);
@@ -227,7 +245,7 @@ static void test_model(const char *script, const char *dir)
 		m.tokens[i] = (int)(tk_u32(&r) % (uint32_t)cfg.V);
 		m.targets[i] = (int)(tk_u32(&r) % (uint32_t)cfg.V);
 	}
-	write_config(dir, "model", B, T, cfg.C, cfg.NH, cfg.V, cfg.maxT, cfg.L);
+	write_config(dir, "model", B, T, cfg.C, cfg.NH, cfg.V, cfg.maxT, cfg.L, 0);
 	CHECK(tk_write(dir, "params.bin", m.params, m.nparams * 4) == 0);
 	CHECK(tk_write(dir, "tokens.bin", m.tokens, (size_t)B * T * 4) == 0);
 	CHECK(tk_write(dir, "targets.bin", m.targets, (size_t)B * T * 4) == 0);
@@ -285,7 +303,8 @@ int main(void)
 	CHECK(mkdtemp(tmp_dir));
 	atexit(rm_dir); /* also on a failed CHECK */
 	const char *dir = tmp_dir;
-	test_block(script, dir);
+	test_block(script, dir, 0);
+	test_block(script, dir, 1);
 	test_model(script, dir);
 	printf("max relative error vs PyTorch: %.3e (tolerance %.0e)\n", worst, TOL);
 	TEST_PASS();

@@ -2,12 +2,13 @@
 """tests/kernels/torch_ref.py — PyTorch (CPU, fp32) reference for test_torch.c.
 
 Usage: torch_ref.py DIR. Reads DIR/config.txt ("mode B T C NH V maxT L lr beta1
-beta2 eps wd steps", mode = block | model), DIR/params.bin (fp32, spill's layout:
+beta2 eps wd steps [optim momentum]", mode = block | model, optim = adamw (the
+default) | sgd), DIR/params.bin (fp32, spill's layout:
 wte, wpe, per block ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb
 fcprojw fcprojb, then lnfw lnfb; block mode: one block's 12 tensors) and the
 inputs (block: x.bin, dy.bin; model: tokens.bin, targets.bin, int32). Runs
-`steps` iterations of forward, backward, torch.optim.AdamW step (weight decay
-on 2-D tensors only) and writes ref_losses.bin (loss of each step), and from
+`steps` iterations of forward, backward, torch.optim.AdamW (or SGD) step
+(weight decay on 2-D tensors only) and writes ref_losses.bin (loss of each step), and from
 the first step ref_out.bin (block: y; model: per-position losses),
 ref_grads.bin (layout order), ref_dx.bin (block), then ref_params.bin after
 the last step. Exits 77 when torch is missing.
@@ -57,6 +58,8 @@ def main():
     B, T, C, NH, V, maxT, L = (int(v) for v in cfg[1:8])
     lr, beta1, beta2, eps, wd = (float(v) for v in cfg[8:13])
     steps = int(cfg[13])
+    optim = cfg[14] if len(cfg) > 14 else "adamw"
+    momentum = float(cfg[15]) if len(cfg) > 15 else 0.0
     torch.manual_seed(0)
     torch.set_num_threads(1)
     flat = np.fromfile(os.path.join(d, "params.bin"), dtype=np.float32)
@@ -78,9 +81,12 @@ def main():
 
     decay = [p for p in params if p.dim() == 2]
     no_decay = [p for p in params if p.dim() != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lr, betas=(beta1, beta2), eps=eps)
+    groups = [{"params": decay, "weight_decay": wd},
+              {"params": no_decay, "weight_decay": 0.0}]
+    if optim == "sgd":
+        opt = torch.optim.SGD(groups, lr=lr, momentum=momentum)
+    else:
+        opt = torch.optim.AdamW(groups, lr=lr, betas=(beta1, beta2), eps=eps)
 
     if mode == "model":
         tokens = torch.from_numpy(np.fromfile(os.path.join(d, "tokens.bin"), dtype=np.int32)

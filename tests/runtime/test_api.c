@@ -129,6 +129,30 @@ static void models(void)
 	EXPECT(spill_model_read_params(m, 0, w, sizeof(w)), -EINVAL, "bytes of parameters");
 	EXPECT(spill_model_read_params(m, 99, w, sizeof(w)), -EINVAL, "bad arguments");
 	spill_model_destroy(m);
+	/* the optimizer by name: plain SGD trains with no optimizer state */
+	struct spill_gpt_config sg = gc;
+	sg.optimizer = "adam";
+	EXPECT(spill_model_gpt(c, &sg, &m), -EINVAL, "unknown optimizer 'adam'");
+	sg.optimizer = "adamw";
+	sg.momentum = 0.5f;
+	EXPECT(spill_model_gpt(c, &sg, &m), -EINVAL, "momentum is an SGD setting");
+	sg.optimizer = "sgd";
+	sg.momentum = 0;
+	sg.lr = 1.0f;
+	CHECK_OK(spill_model_gpt(c, &sg, &m));
+	p = (struct spill_plan){.schedule = "gpipe", .microbatch = 2};
+	CHECK_OK(spill_model_plan(m, &p));
+	double l0 = 0, l1 = 0;
+	for (int s = 0; s < 12; s++) {
+		double loss;
+		CHECK_OK(spill_model_step(m, &loss));
+		if (!s)
+			l0 = loss;
+		l1 = loss;
+	}
+	printf("plain SGD through the API: loss %.4f -> %.4f\n", l0, l1);
+	CHECK(l1 < l0);
+	spill_model_destroy(m);
 	spill_close(c);
 
 	/* a budget below the plan's largest layer: refused when packing (greedy

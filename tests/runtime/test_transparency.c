@@ -11,7 +11,9 @@
  * the vmm really evicted; also with recomputation and with the update on the
  * CPU. The smallest budget is found by trying: halving from
  * the working set's sum until -ENOMEM, whose message must name the task and
- * the smallest budget. argv[1]: "quick" runs fewer cases. */
+ * the smallest budget. SGD (plain: no optimizer state at all; and with
+ * momentum) is held to the same, under eviction, with recomputation and with
+ * the update on the CPU. argv[1]: "quick" runs fewer cases. */
 #include "runtime/runtime.h"
 #include "tests/test.h"
 
@@ -112,6 +114,61 @@ static int run(const struct rt_model *m, const struct tg_plan *plan, uint64_t bu
 	return rc;
 }
 
+/* SGD: the optimizer state is none (plain) or one buffer (momentum); the
+ * executor must give the reference's numbers either way, under pressure. */
+static void sgd_cases(struct rt_model *m, const struct ref_result *adamw_ref)
+{
+	static const float moms[] = {0.0f, 0.9f};
+	static const int scheds[] = {TG_HARMONY_PP, TG_DP_SWAP, TG_GPIPE};
+	for (int k = 0; k < 2; k++) {
+		CHECK_OK(rt_model_set_optimizer(m, KN_SGD, moms[k]));
+		m->opt.lr = 0.05f;
+		for (int l = 0; l < m->nlayers; l++)
+			CHECK(m->layers[l].optim_bytes == (moms[k] ? m->layers[l].param_bytes : 0));
+		for (size_t si = 0; si < SP_ARRAY_SIZE(scheds); si++) {
+			int s = scheds[si], nd = 2, dp = s == TG_DP_SWAP;
+			struct tg_plan p = {.sched = s,
+			                    .ndev = nd,
+			                    .npacks = m->nlayers,
+			                    .microbatch = 1,
+			                    .group = 1};
+			for (int i = 0; i < m->nlayers; i++)
+				p.pack_end[i] = i + 1;
+			struct ref_result ref;
+			reference(m, dp ? nd : 1, 1, &ref);
+			if (si == 0) /* the optimizer really changed: a different second step */
+				CHECK_MSG(ref.loss[0] == adamw_ref->loss[0] &&
+				              ref.loss[1] != adamw_ref->loss[1],
+				          "sgd losses %.9g %.9g vs adamw %.9g %.9g", ref.loss[0],
+				          ref.loss[1], adamw_ref->loss[0], adamw_ref->loss[1]);
+			printf(
+			    "sgd momentum %.1f, %s, %d devices: reference losses %.6f %.6f %.6f\n",
+			    (double)moms[k], tg_sched_name(s), nd, ref.loss[0], ref.loss[1],
+			    ref.loss[2]);
+			struct tg_layer tl[16];
+			struct tg_model tm;
+			rt_model_tg(m, tl, &tm);
+			for (int v = 0; v <= 2; v++) {
+				struct tg_plan q = p;
+				q.recompute = v == 1;
+				q.upd_cpu = v == 2;
+				struct tg_graph g;
+				CHECK_OK(tg_graph_build(&tm, 1, &q, &g));
+				uint64_t ws = tg_graph_min_capacity(&g, NULL);
+				tg_graph_free(&g);
+				int64_t ev = 0;
+				CHECK_OK(run(m, &q, ws * 3 / 2, &ref, &ev));
+				CHECK_MSG(ev > 0, "sgd: no evictions at 1.5x the working set");
+			}
+			for (int l = 0; l < m->nlayers; l++)
+				free(ref.params[l]);
+		}
+	}
+	CHECK_OK(rt_model_set_optimizer(m, KN_ADAMW, 0));
+	CHECK(rt_model_set_optimizer(m, KN_ADAMW, 0.9f) == -EINVAL);
+	CHECK(rt_model_set_optimizer(m, KN_SGD, 1.0f) == -EINVAL);
+}
+
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && !strcmp(argv[1], "quick");
@@ -186,6 +243,11 @@ int main(int argc, char **argv)
 			cases++;
 		}
 	printf("%d schedule x device cases bit-identical to the reference\n", cases);
+	struct ref_result adamw;
+	reference(&m, 1, 1, &adamw);
+	for (int l = 0; l < m.nlayers; l++)
+		free(adamw.params[l]);
+	sgd_cases(&m, &adamw);
 	rt_model_free(&m);
 	TEST_PASS();
 }

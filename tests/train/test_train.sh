@@ -6,7 +6,8 @@
 #    printed, and `spill report` reads the --stats-json back;
 #  - checkpoints: 8 steps in one run against 4, then --resume to 8: the same
 #    losses and byte-identical step-8 checkpoints, which tests/train/ckpt_read.py
-#    (json + numpy only) reads;
+#    (json + numpy only) reads; the same with SGD with momentum (its buffer is
+#    in the checkpoint), and resuming with another optimizer is refused;
 #  - the tuner: the host backend throttled to links 10000x slower than the
 #    profile the planner assumed; the tuner switches plans and the steps after
 #    the switch are faster than those before;
@@ -83,6 +84,25 @@ PY
 "$py" "$here/ckpt_read.py" "$work/a/step_00000008.safetensors" >"$work/ck.txt" || fail "ckpt_read.py"
 grep -qP "^tensor\twte\tF32\t256,64\t" "$work/ck.txt" || fail "checkpoint lacks wte (256, 64)"
 grep -qP "^tensor\tadam_v.h.1.fcprojw\tF32\t64,256\t" "$work/ck.txt" || fail "checkpoint lacks adam_v"
+sgd=(--optim sgd --momentum 0.9 --lr 0.05 --no-tune)
+"$spill" train "${small[@]}" "${sgd[@]}" --steps 6 --checkpoint "$work/s1" --checkpoint-every 3 \
+	--stats-json "$work/s1.json" >/dev/null 2>&1 || fail "sgd checkpointed run"
+"$spill" train "${small[@]}" "${sgd[@]}" --steps 3 --checkpoint "$work/s2" >/dev/null 2>&1 ||
+	fail "sgd first half"
+"$spill" train "${small[@]}" "${sgd[@]}" --steps 6 --checkpoint "$work/s2" --resume \
+	--stats-json "$work/s2.json" >"$work/sresume.out" 2>&1 || { cat "$work/sresume.out"; fail "sgd resume"; }
+cmp "$work/s1/step_00000006.safetensors" "$work/s2/step_00000006.safetensors" ||
+	fail "sgd: resumed step-6 checkpoint differs from the uninterrupted one"
+"$py" "$here/ckpt_read.py" "$work/s1/step_00000006.safetensors" >"$work/sck.txt" || fail "ckpt_read.py sgd"
+grep -qP "^tensor\tsgd_momentum.h.1.fcprojw\tF32\t64,256\t" "$work/sck.txt" || fail "sgd checkpoint lacks its momentum"
+grep -q "adam_m" "$work/sck.txt" && fail "sgd checkpoint has AdamW moments"
+"$py" - "$work/s1.json" "$work/s2.json" "$work/a.json" <<'PY' || fail "sgd resumed losses"
+import json, sys
+a, b, adam = (json.load(open(p)) for p in sys.argv[1:])
+assert b["first_step"] == 4 and a["losses"][3:] == b["losses"], (a["losses"], b["losses"])
+assert a["losses"][1] != adam["losses"][1], "sgd and adamw gave the same second step"
+print("sgd resumed losses equal:", b["losses"])
+PY
 
 # 3. bad input: one line, non-zero, nothing overwritten
 before=$(md5sum "$work"/b/*.safetensors)
@@ -107,6 +127,9 @@ head -c 1000 "$work/b/step_00000008.safetensors" >"$work/trunc.safetensors"
 mkdir -p "$work/c" && cp "$work/trunc.safetensors" "$work/c/step_00000009.safetensors"
 bad "checkpoint" train "${small[@]}" --steps 12 --checkpoint "$work/c" --resume
 bad "layers 2" train "${small[@]}" --layers 3 --steps 12 --checkpoint "$work/b" --resume
+bad "optimizer adamw" train "${small[@]}" --optim sgd --steps 12 --checkpoint "$work/b" --resume
+bad "unknown optimizer" train "${small[@]}" --optim adam
+bad "SGD setting" train "${small[@]}" --momentum 0.9
 [ "$before" = "$(md5sum "$work"/b/*.safetensors)" ] || fail "a failed run changed the checkpoints"
 
 # 4. the tuner: the planner assumes links of 1000 GB/s, the host backend

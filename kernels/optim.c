@@ -1,4 +1,4 @@
-/* kernels/adamw.c — AdamW, CPU, with torch.optim.AdamW's order of operations
+/* kernels/optim.c — the optimizers, CPU: AdamW with torch.optim.AdamW's order of operations
  * (decoupled decay first, then moments, then the bias-corrected step), so one
  * step matches torch to rounding. Scalars are formed in double as torch does. */
 #include "kernels/internal.h"
@@ -26,4 +26,28 @@ void kn_adamw_cpu(const struct kn_adamw_args *a)
 		m[i] = mi;
 		v[i] = vi;
 	}
+}
+
+/* SGD, in torch.optim.SGD's order: decay into the gradient, then momentum,
+ * then the step. */
+void kn_sgd_cpu(const struct kn_sgd_args *a)
+{
+	float *p = a->params, *buf = a->buf;
+	const float *g = a->grads;
+	float lr = a->lr, mu = a->momentum, wd = a->weight_decay;
+	for (long i = 0; i < a->N; i++) {
+		float d = g[i] + wd * p[i];
+		if (buf) {
+			d = buf[i] * mu + d;
+			buf[i] = d;
+		}
+		p[i] = p[i] - lr * d;
+	}
+}
+
+uint64_t kn_optim_state_bytes(enum kn_optimizer kind, float momentum, uint64_t nparams)
+{
+	if (kind == KN_SGD)
+		return momentum != 0 ? 4 * nparams : 0;
+	return 8 * nparams;
 }
