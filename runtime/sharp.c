@@ -8,10 +8,13 @@
  * take units of any model: when a device is free it runs the unit its
  * double-buffer reserved, else the policy's pick among the eligible models (the
  * model's previous unit complete). With double buffering the device picks its
- * next unit as soon as it starts one and prefetches what of that unit's shard
- * and inputs fits its free space while the current one computes; intermediates stay on the device
- * when the next unit of the model runs there and go GPU->GPU otherwise (the
- * vmm copies from a device holding a valid copy first).
+ * next unit as soon as it starts one — under lrtf the running model's own next
+ * unit when that model has the longest remaining time (reserve_next: its shard
+ * and intermediates are largely there already) — and prefetches what of that
+ * unit's shard and inputs fits its free space while the current one computes;
+ * intermediates stay on the device when the next unit of the model runs there
+ * and go GPU->GPU otherwise (the vmm copies from a device holding a valid copy
+ * first).
  * Lrtf's remaining time of a model: its units left in this step plus its
  * steps left, from measured unit times (the first step: FLOPs at the device's
  * rate). The same estimates give the vmm its Belady hints: when each object's
@@ -356,14 +359,38 @@ static int issue_unit(struct sharp *h, int i, int d)
 	return 0;
 }
 
-/* Double buffering: what model i's next unit reads comes to device d, as far
- * as it fits. Called again on every pass of the loop while the reservation
- * stands: room frees as the running unit's predecessors are written back. */
-static void prefetch_unit(struct sharp *h, int i, int d)
+/* 1 while the unit running on device d still waits for a copy of what it
+ * reads: a prefetch now would take link bandwidth from it. */
+static int loading(struct sharp *h, int d)
 {
-	struct sm *s = &h->m[i];
+	const struct sm *s = &h->m[h->busy[d]];
 	const struct rt_prog *p = &s->run->prog;
 	for (int t = s->ufirst[s->cur]; t < s->ufirst[s->cur + 1]; t++)
+		for (int r = 0; r < p->task[t].nref; r++) {
+			const struct rt_obj *o = &p->obj[p->task[t].ref[r].obj];
+			struct vmm_obj_info in;
+			if (o->vid && vmm_obj_info(h->rt->vmm, o->vid, &in) == 0 &&
+			    (in.in_flight == VMM_XFER_H2D || in.in_flight == VMM_XFER_P2P))
+				return 1;
+		}
+	return 0;
+}
+
+/* Double buffering: what model i's next unit reads comes to device d, as far
+ * as it fits, once the running unit has what it reads (bench-hydra: loading
+ * both at once, each at half the link, was 5-12% slower). Called again on
+ * every pass of the loop while the reservation stands: room frees as the
+ * running unit's predecessors are written back. */
+static void prefetch_unit(struct sharp *h, int i, int d)
+{
+	if (loading(h, d))
+		return;
+	struct sm *s = &h->m[i];
+	const struct rt_prog *p = &s->run->prog;
+	/* the model running here: its unit after the current one (the next
+	 * step's first after its last) */
+	int u = s->dev == d ? (s->cur + 1) % s->nunits : s->cur;
+	for (int t = s->ufirst[u]; t < s->ufirst[u + 1]; t++)
 		for (int r = 0; r < p->task[t].nref; r++) {
 			const struct rt_obj *o = &p->obj[p->task[t].ref[r].obj];
 			if (!o->vid || p->task[t].ref[r].mode == VMM_OVERWRITE ||
@@ -399,8 +426,11 @@ static int unit_done(struct sharp *h, int i)
 	h->busy[d] = -1;
 	s->dev = -1;
 	s->last_dev = d;
+	/* chained: its device runs its next unit, the policy does not offer it */
+	int chained = h->reserved[d] == i;
 	if (++s->cur < s->nunits) {
-		tg_sharp_ready(h->pol, i, remaining(s));
+		if (!chained)
+			tg_sharp_ready(h->pol, i, remaining(s));
 		hint_model(h, i);
 		return 0;
 	}
@@ -415,6 +445,8 @@ static int unit_done(struct sharp *h, int i)
 		h->st->stopped++;
 	}
 	if (s->stopped || s->done_steps == s->steps) {
+		if (chained)
+			h->reserved[d] = -1;
 		if (h->cfg->recover && h->rt->data)
 			SP_CHECK(checkpoint(h, i)); /* its result survives a later failure */
 		s->finished = 1;
@@ -424,7 +456,8 @@ static int unit_done(struct sharp *h, int i)
 		return 0;
 	}
 	SP_CHECK(begin_step(h, i));
-	tg_sharp_ready(h->pol, i, remaining(s));
+	if (!chained)
+		tg_sharp_ready(h->pol, i, remaining(s));
 	hint_model(h, i);
 	return 0;
 }
@@ -516,7 +549,8 @@ static int pick_or_steal(struct sharp *h)
 	double best = i >= 0 ? remaining(&h->m[i]) : -1;
 	for (int o = 0; o < h->rt->ndev; o++) {
 		int r = h->reserved[o];
-		if (r < 0 || (i >= 0 && h->cfg->policy != TG_MM_LRTF))
+		if (r < 0 || h->m[r].dev >= 0 || /* chained: still running there */
+		    (i >= 0 && h->cfg->policy != TG_MM_LRTF))
 			continue;
 		double left = remaining(&h->m[r]);
 		if (left > best) {
@@ -531,6 +565,27 @@ static int pick_or_steal(struct sharp *h)
 	i = h->reserved[from];
 	h->reserved[from] = -1;
 	return i;
+}
+
+/* Double buffering: the unit busy device d runs next. Under lrtf that is the
+ * running model's own next unit when it has the longest remaining time of
+ * the two: it becomes eligible just as d frees, and what it reads is largely
+ * on d already (the last forward's shard is the first backward's, the last
+ * backward's the next step's first forward, and the intermediates between).
+ * Otherwise the policy's pick. */
+static int reserve_next(struct sharp *h, int d)
+{
+	int i = tg_sharp_pick(h->pol), run = h->busy[d];
+	if (h->cfg->policy != TG_MM_LRTF)
+		return i;
+	const struct sm *s = &h->m[run];
+	int last = s->cur + 1 == s->nunits && s->done_steps + 1 >= s->steps;
+	double left = remaining(s) - s->est[s->cur];
+	if (last || (i >= 0 && remaining(&h->m[i]) > left))
+		return i;
+	if (i >= 0) /* back to the policy, unchanged */
+		tg_sharp_ready(h->pol, i, remaining(&h->m[i]));
+	return run;
 }
 
 static int loop(struct sharp *h)
@@ -581,7 +636,7 @@ static int loop(struct sharp *h)
 			if (h->busy[d] < 0 || h->dead[d])
 				continue;
 			if (h->reserved[d] < 0 && available(h, d)) /* not one leaving */
-				h->reserved[d] = tg_sharp_pick(h->pol);
+				h->reserved[d] = reserve_next(h, d);
 			if (h->reserved[d] >= 0)
 				prefetch_unit(h, h->reserved[d], d);
 		}
