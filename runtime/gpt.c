@@ -201,6 +201,16 @@ int rt_model_set_optimizer(struct rt_model *m, enum kn_optimizer kind, float mom
 	             (double)momentum);
 	SP_CHECK_ARG(kind == KN_SGD || momentum == 0, "momentum is an SGD setting (AdamW has "
 	                                              "beta1)");
+	/* a layer with its own state size but the built-in update must hold it */
+	for (int i = 0; i < m->nlayers; i++) {
+		const struct rt_layer *l = &m->layers[i];
+		uint64_t need = kn_optim_state_bytes(kind, momentum, l->param_bytes / 4);
+		if (!l->std_optim && !(l->ops && l->ops->update) && l->optim_bytes < need)
+			return sp_error(-EINVAL,
+			                "layer %s: optim_bytes %llu is less than %s's state (%llu)",
+			                l->name, (unsigned long long)l->optim_bytes,
+			                rt_optimizer_name(kind), (unsigned long long)need);
+	}
 	m->opt.kind = kind;
 	m->opt.momentum = momentum;
 	for (int i = 0; i < m->nlayers; i++) {

