@@ -214,6 +214,7 @@ static void va_remove(struct dev_ctx *ctx, struct dev_va_rec *r)
 static void va_free(struct dev_va_rec *r)
 {
 	free(r->mapped);
+	free(r->map_start);
 	free(r);
 }
 
@@ -287,11 +288,19 @@ void dev_close(struct dev_ctx *ctx)
 	for (size_t i = 0; i < ctx->nvas; i++) {
 		struct dev_va_rec *r = ctx->vas[i];
 		size_t g = gran_of(ctx, r->dev);
-		for (size_t k = 0; k < r->granules; k++)
-			if (r->mapped[k])
-				warn_close(
-				    ctx->ops->va_unmap(ctx, r->dev, (char *)r->start + k * g, g),
-				    "unmap");
+		for (size_t k = 0; k < r->granules;) { /* whole mappings, one at a time */
+			if (!r->mapped[k]) {
+				k++;
+				continue;
+			}
+			size_t end = k + 1;
+			while (end < r->granules && r->mapped[end] && !r->map_start[end])
+				end++;
+			warn_close(ctx->ops->va_unmap(ctx, r->dev, (char *)r->start + k * g,
+			                              (end - k) * g),
+			           "unmap");
+			k = end;
+		}
 	}
 	while (ctx->phys_list) {
 		struct dev_phys *ph = ctx->phys_list;
@@ -580,9 +589,11 @@ int dev_va_reserve(struct dev_ctx *ctx, int dev, size_t bytes, void **out)
 	struct dev_va_rec *r = calloc(1, sizeof(*r));
 	size_t granules = bytes / gran_of(ctx, dev);
 	struct dev_phys **mapped = calloc(granules, sizeof(*mapped));
-	if (!r || !mapped) {
+	unsigned char *map_start = calloc(granules, 1);
+	if (!r || !mapped || !map_start) {
 		free(r);
 		free(mapped);
+		free(map_start);
 		return sp_error(-ENOMEM,
 		                "dev_va_reserve: out of host memory for the map of %zu "
 		                "granules",
@@ -592,6 +603,7 @@ int dev_va_reserve(struct dev_ctx *ctx, int dev, size_t bytes, void **out)
 	r->dev = dev;
 	r->granules = granules;
 	r->mapped = mapped;
+	r->map_start = map_start;
 	void *p = NULL;
 	int rc = ctx->ops->va_reserve(ctx, dev, bytes, &p);
 	if (rc == 0) {
@@ -747,6 +759,7 @@ int dev_va_map(struct dev_ctx *ctx, void *va, size_t bytes, struct dev_phys *ph,
 	if (rc == 0) {
 		for (size_t k = first; k < first + n; k++)
 			r->mapped[k] = ph;
+		r->map_start[first] = 1;
 		r->nmapped += n;
 		ph->maps += (int)n;
 	}
@@ -796,6 +809,14 @@ int dev_va_unmap(struct dev_ctx *ctx, void *va, size_t bytes)
 					              (k - first) * g);
 					break;
 				}
+			if (rc == 0 && (!r->map_start[first] ||
+			                (first + n < r->granules && r->mapped[first + n] &&
+			                 !r->map_start[first + n])))
+				rc =
+				    sp_error(-EINVAL,
+				             "dev_va_unmap: [%p, +%zu) is part of a mapping (unmap "
+				             "whole mappings, as cuMemUnmap requires)",
+				             va, bytes);
 		}
 	}
 	int host_at_dev = 0; /* a host chunk at a device address: a kernel may reach it */
@@ -809,6 +830,7 @@ int dev_va_unmap(struct dev_ctx *ctx, void *va, size_t bytes)
 		for (size_t k = first; k < first + n; k++) {
 			r->mapped[k]->maps--;
 			r->mapped[k] = NULL;
+			r->map_start[k] = 0;
 		}
 		r->nmapped -= n;
 	}

@@ -108,7 +108,9 @@ int dev_host_free(struct dev_ctx *ctx, void *ptr) SP_MUST_CHECK;
 
 /* Virtual ranges and physical chunks. Sizes and offsets are multiples of the
  * device's granularity. A range belongs to a device; chunks of that device map
- * into it. Unmapping does not destroy a chunk (its bytes survive a remap).
+ * into it. Unmapping does not destroy a chunk (its bytes survive a remap). An
+ * unmap covers whole mappings (one or several adjacent ones), as cuMemUnmap
+ * requires on every backend: part of a mapping is -EINVAL.
  * Host chunks (dev = DEV_HOST; host and driver backends, else -ENOTSUP): pinned
  * host memory that maps into a DEV_HOST range, where the CPU and copies reach
  * it, and into any device's range, where that device's kernels reach it over

@@ -63,6 +63,9 @@ struct dev_va_rec {
 	int dev;
 	size_t granules, nmapped;
 	struct dev_phys **mapped;
+	/* 1 at the first granule of each mapping: unmaps take whole mappings, as
+	 * cuMemUnmap does (it refuses part of one) */
+	unsigned char *map_start;
 };
 
 struct dev_phys {

@@ -7,7 +7,9 @@
  * of every kind and memset with their contents, stream order, events across
  * streams (a wait really waits; query, sync and times agree; a re-record
  * does not release a wait queued before it), peer copies,
- * host callbacks, the copied-bytes counters, and bad arguments.
+ * host callbacks, the copied-bytes counters, and bad arguments; and closing a
+ * context with live mappings (conformance_close: every mapping is unmapped
+ * whole, with no warning).
  * The model backend has no data: contents are not checked there, times are.
  * Header-only; a test includes it once.
  */
@@ -17,9 +19,13 @@
 #include "device/device.h"
 #include "tests/test.h"
 
+#include "common/log.h"
+
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #if SPILL_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -184,7 +190,17 @@ static void cf_map(struct dev_ctx *ctx, struct dev_stream *s, int data)
 	size_t too_big = (left / g + 1) * g;
 	CHECK(dev_phys_create(ctx, 0, too_big, &ph2) == -ENOMEM);
 
+	/* Unmaps take whole mappings, as cuMemUnmap: not part of one; two
+	 * adjacent ones at once are fine. */
+	CHECK(dev_va_unmap(ctx, (char *)va + 2 * g, g) == -EINVAL);
+	CHECK(dev_va_unmap(ctx, (char *)va + 3 * g, g) == -EINVAL);
 	CHECK_OK(dev_va_unmap(ctx, (char *)va + 2 * g, 2 * g));
+	CHECK_OK(dev_phys_create(ctx, 0, g, &ph2));
+	CHECK_OK(dev_va_map(ctx, va, 2 * g, ph, 0));
+	CHECK_OK(dev_va_map(ctx, (char *)va + 2 * g, g, ph2, 0));
+	CHECK(dev_va_unmap(ctx, (char *)va + g, 2 * g) == -EINVAL); /* half of the first */
+	CHECK_OK(dev_va_unmap(ctx, va, 3 * g));
+	CHECK_OK(dev_phys_destroy(ctx, ph2));
 	CHECK_OK(dev_phys_destroy(ctx, ph));
 	CHECK_OK(dev_va_release(ctx, va, 4 * g));
 	CHECK_OK(dev_host_free(ctx, pin));
@@ -576,6 +592,37 @@ static void conformance_run(struct dev_ctx *ctx, int data, int real_time)
 	cf_rerecord(ctx, data, real_time);
 	cf_host_stream(ctx, data, real_time);
 	printf("conformance: backend %s ok\n", dev_backend_name(dev_backend(ctx)));
+}
+
+/* Closes ctx with mappings left in place: one of two granules and one of a
+ * granule right after it. dev_close must unmap each whole (cuMemUnmap refuses
+ * part of a mapping) and so print no warning. */
+static void conformance_close(struct dev_ctx *ctx)
+{
+	struct dev_info in;
+	CHECK_OK(dev_info(ctx, 0, &in));
+	size_t g = in.granularity;
+	void *va;
+	struct dev_phys *a, *b;
+	CHECK_OK(dev_va_reserve(ctx, 0, 4 * g, &va));
+	CHECK_OK(dev_phys_create(ctx, 0, 2 * g, &a));
+	CHECK_OK(dev_phys_create(ctx, 0, g, &b));
+	CHECK_OK(dev_va_map(ctx, va, 2 * g, a, 0));
+	CHECK_OK(dev_va_map(ctx, (char *)va + 2 * g, g, b, 0));
+	FILE *log = tmpfile();
+	CHECK(log);
+	int level = sp_log_level_now;
+	unsigned mask = sp_log_subsys_mask;
+	sp_log_configure(SP_LOG_WARN, SP_SUBSYS_ALL, fileno(log));
+	dev_close(ctx);
+	sp_log_configure((enum sp_log_level)level, mask, STDERR_FILENO);
+	char buf[512] = "";
+	rewind(log);
+	size_t n = fread(buf, 1, sizeof(buf) - 1, log);
+	buf[n] = 0;
+	fclose(log);
+	CHECK_MSG(n == 0, "dev_close with live mappings warned: %s", buf);
+	printf("conformance: closed with live mappings, no warning\n");
 }
 
 #endif

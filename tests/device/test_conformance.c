@@ -12,7 +12,7 @@ static void run(enum dev_backend_kind kind, int ndev)
 	CHECK_OK(dev_open(&cfg, &ctx));
 	CHECK(dev_backend(ctx) == kind);
 	conformance_run(ctx, kind != DEV_BACKEND_MODEL, kind != DEV_BACKEND_MODEL);
-	dev_close(ctx);
+	conformance_close(ctx);
 }
 
 int main(void)

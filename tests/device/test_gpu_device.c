@@ -19,6 +19,6 @@ int main(void)
 		       dev_link_bw(ctx, DEV_HOST, d) / 1e9, dev_link_bw(ctx, d, DEV_HOST) / 1e9);
 	}
 	conformance_run(ctx, 1, 1);
-	dev_close(ctx);
+	conformance_close(ctx);
 	TEST_PASS();
 }
