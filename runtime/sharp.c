@@ -60,6 +60,7 @@ struct sharp {
 	int busy[DEV_MAX];     /* model running on the device, or -1 */
 	int reserved[DEV_MAX]; /* double buffering: the model it runs next, or -1 */
 	int dead[DEV_MAX];     /* failed devices already recovered from */
+	double rate[DEV_MAX];  /* FLOP/s of each device (its speed included) */
 	struct rt_sharp_stats *st;
 };
 
@@ -582,12 +583,8 @@ static int pick_or_steal(struct sharp *h)
  * which should not keep the longest model to itself. */
 static int slower_than_another(const struct sharp *h, int d)
 {
-	struct dev_info a, b;
-	if (dev_info(h->rt->dev, d, &a) < 0)
-		return 0;
 	for (int e = 0; e < h->rt->ndev; e++)
-		if (e != d && !h->dead[e] && dev_info(h->rt->dev, e, &b) == 0 &&
-		    b.flops * b.speed > a.flops * a.speed)
+		if (e != d && !h->dead[e] && h->rate[e] > h->rate[d])
 			return 1;
 	return 0;
 }
@@ -693,6 +690,10 @@ int rt_sharp_run(struct rt_ctx *rt, struct rt_run *const *runs, const int *steps
 	struct sharp h = {.rt = rt, .cfg = cfg, .n = n, .st = st};
 	for (int d = 0; d < DEV_MAX; d++)
 		h.busy[d] = h.reserved[d] = -1;
+	for (int d = 0; d < rt->ndev; d++) {
+		struct dev_info in;
+		h.rate[d] = dev_info(rt->dev, d, &in) == 0 ? in.flops * in.speed : 0;
+	}
 	h.m = calloc((size_t)n, sizeof(*h.m));
 	if (!h.m)
 		return sp_error(-ENOMEM, "sharp: %d models", n);

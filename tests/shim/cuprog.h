@@ -1,7 +1,7 @@
 /* tests/shim/cuprog.h — what the shim's test programs share: the kernel y =
  * y/2 + a*x over n floats, a host function registered with the emulated driver
- * (tests/shim/fakecu.h), and CU_CHECK (a driver call that must succeed, else
- * the program exits 1 naming it). */
+ * (tests/shim/fakecu.h), CU_CHECK (a driver call that must succeed, else
+ * the program exits 1 naming it), and the NBUF MIB ITERS arguments. */
 #ifndef SP_TESTS_SHIM_CUPROG_H
 #define SP_TESTS_SHIM_CUPROG_H
 
@@ -31,6 +31,19 @@ static void k_step(const void *p)
 	const struct step_args *s = p;
 	for (int i = 0; i < s->n; i++)
 		s->y[i] = s->y[i] * 0.5f + s->a * s->x[i];
+}
+
+/* NBUF MIB ITERS from argv: 0, or 2 after printing the usage. */
+static inline int cuprog_args(int argc, char **argv, int *nbuf, size_t *bytes, int *iters)
+{
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s NBUF MIB ITERS\n", argv[0]);
+		return 2;
+	}
+	*nbuf = atoi(argv[1]);
+	*bytes = (size_t)atoi(argv[2]) << 20;
+	*iters = atoi(argv[3]);
+	return 0;
 }
 
 #endif

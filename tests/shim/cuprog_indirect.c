@@ -51,12 +51,10 @@ static void k_scatter(const void *p)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: %s NBUF MIB ITERS\n", argv[0]);
+	int nbuf, iters;
+	size_t bytes;
+	if (cuprog_args(argc, argv, &nbuf, &bytes, &iters))
 		return 2;
-	}
-	int nbuf = atoi(argv[1]), iters = atoi(argv[3]);
-	size_t bytes = (size_t)atoi(argv[2]) << 20;
 	int n = (int)(bytes / sizeof(float));
 	size_t step_sizes[] = {8, 8, 4, 4}, table_sizes[] = {8, 8, 4, 4};
 	fakecu_register_kernel("step", k_step, 4, step_sizes);

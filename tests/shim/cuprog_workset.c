@@ -58,12 +58,10 @@ typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t,
 
 int main(int argc, char **argv)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: %s NBUF MIB ITERS\n", argv[0]);
+	int nbuf, iters;
+	size_t bytes;
+	if (cuprog_args(argc, argv, &nbuf, &bytes, &iters))
 		return 2;
-	}
-	int nbuf = atoi(argv[1]), iters = atoi(argv[3]);
-	size_t bytes = (size_t)atoi(argv[2]) << 20;
 	int n = (int)(bytes / sizeof(float));
 	atexit(print_driver); /* before the shim's handler: so it runs after */
 
