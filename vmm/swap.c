@@ -359,7 +359,7 @@ static int try_alloc(struct vmm *v, uint32_t idx, int p)
 	if (p < v->ndev && !o->stable && v->pl[p].free_pending) {
 		/* freed space may still be read: writes into it wait for "reuse" */
 		struct vmm_place *pl = &v->pl[p];
-		if (dev_event_query(pl->free_ev) == 0) {
+		if (dev_event_peek(pl->free_ev) == 0) {
 			pl->free_pending = 0;
 		} else if ((c->ev || vmm_event_get(v, &c->ev) == 0) &&
 		           dev_event_record(c->ev, pl->reuse) == 0) {
@@ -607,7 +607,7 @@ int vmm_swap_retire(struct vmm *v, uint32_t idx, int block)
 		vmm_disk_ticket_release(v->disk, x->ticket);
 		t_end = dev_now(v->ctx);
 	} else {
-		rc = dev_event_query(x->ev);
+		rc = dev_event_peek(x->ev);
 		if (rc == -EAGAIN && block) {
 			sp_counter_add(&v->st.waits, 1);
 			rc = dev_event_sync(x->ev);

@@ -579,7 +579,7 @@ int vmm_acquire(struct vmm *v, uint64_t id, int place, enum vmm_access access, v
 			sp_counter_add(was ? &v->st.hits : &v->st.misses, 1);
 		}
 	}
-	if (c->space_wait && !c->filling && dev_event_query(c->ev) == 0)
+	if (c->space_wait && !c->filling && dev_event_peek(c->ev) == 0)
 		c->space_wait = 0; /* the space's last reader before us is done */
 	c->pins++;
 	c->last_use = ++v->clock;

@@ -21,9 +21,14 @@
  * Iteration 0 is reported apart (it starts cold and must write its live
  * activations down); the figure is the time per iteration after it.
  * Checks: the pressure runs really swap (more than the state in H2D);
- * ordered <= RATIO_MAX x unlimited, cold and warm; host-waits is slower than
- * ordered, cold and warm (the host blocking on write-downs starves the
- * compute stream). What made the difference on the way here, for the next
+ * ordered <= RATIO_MAX x unlimited, cold and warm; host-waits blocks the host
+ * more often than ordered. It is not slower here: with LOOKAHEAD tasks queued
+ * the compute stream does not starve while the host waits (1.006), and
+ * ordered pays for its single "reuse" stream, which puts every fresh
+ * allocation behind every pending free (1.009; per-block reuse events would
+ * remove that). The 1.21x host-waits once measured here was the model
+ * backend's clock run by the vmm's status checks (test_model_clock), not the
+ * waits. What made the difference on the way here, for the next
  * reader: a prefetch must not evict what is needed before its own object
  * (else prefetched weights thrash: 1.5x); lookahead 3 beats 2 (1.012 vs
  * 1.049) and 4 (1.045).
@@ -217,9 +222,8 @@ int main(void)
 	CHECK_MSG(r[1].steady <= RATIO_MAX * r[0].steady && r[1].first <= RATIO_MAX * r[0].first,
 	          "ordered run %.3f x unlimited, first iteration %.3f (max %.2f)",
 	          r[1].steady / r[0].steady, r[1].first / r[0].first, RATIO_MAX);
-	CHECK_MSG(r[2].steady > r[1].steady && r[2].first > r[1].first,
-	          "host-waits (%.3f, %.3f ms) not slower than ordered (%.3f, %.3f ms)",
-	          r[2].first * 1e3, r[2].steady * 1e3, r[1].first * 1e3, r[1].steady * 1e3);
+	CHECK_MSG(r[2].waits > r[1].waits, "host-waits blocked %llu times, ordered %llu",
+	          (unsigned long long)r[2].waits, (unsigned long long)r[1].waits);
 	dev_close(ctx);
 	TEST_PASS();
 }
