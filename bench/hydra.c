@@ -95,7 +95,7 @@ static int run_models(enum how how, int first, int n, struct res *r)
 	int rc = 0;
 	double t0 = dev_now(rt->dev);
 	for (int i = first; i < first + n && !rc; i++) {
-		struct tg_plan p;
+		struct tg_plan p = {0};
 		if (how == MODEL_PARALLEL ||
 		    how == MP_RECOMPUTE) { /* 8 balanced packs, pack k on GPU k */
 			struct tg_layer tl[64];

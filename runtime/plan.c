@@ -49,8 +49,12 @@ void rt_plan_hw(const struct rt_ctx *rt, int ndev, struct tg_hw *hw)
 
 void rt_plan_describe(const struct tg_plan *p, char *buf, size_t n)
 {
-	int k = snprintf(buf, n, "%s, %d pack%s, microbatch %d", tg_sched_name(p->sched), p->npacks,
-	                 p->npacks == 1 ? "" : "s", p->microbatch);
+	char shards[32] = "";
+	int ns = tg_plan_shards(p);
+	if (ns != p->npacks)
+		snprintf(shards, sizeof(shards), " in %d shard%s", ns, ns == 1 ? "" : "s");
+	int k = snprintf(buf, n, "%s, %d pack%s%s, microbatch %d", tg_sched_name(p->sched),
+	                 p->npacks, p->npacks == 1 ? "" : "s", shards, p->microbatch);
 	if (k < (int)n && (p->sched == TG_HARMONY_DP || p->sched == TG_HARMONY_PP))
 		k += snprintf(buf + k, n - (size_t)k, ", group %d", p->group);
 	if (k < (int)n)

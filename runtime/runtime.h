@@ -487,7 +487,7 @@ void rt_plan_describe(const struct tg_plan *p, char *buf, size_t n);
  * rt_run_open under rt_sharp_plan's plan (one device, greedy shards of whole
  * minibatches, a double-buffer reserve) and becomes a queue of shard units:
  * forward of a shard (the last with the loss), backward of a shard with its
- * update. Devices take units from any model (cfg->policy picks among the
+ * updates (a shard of several packs is one unit: plan.shard_head). Devices take units from any model (cfg->policy picks among the
  * models whose previous unit has completed). A model's weights after its steps
  * are bit-identical to training it alone (rt_reference with one replica). */
 struct rt_sharp_config {
@@ -523,9 +523,11 @@ struct rt_sharp_stats {
 
 /* The plan of model m under SHARP: greedy shards (tg_pack_greedy, a whole
  * minibatch, `reserve` of the device budget kept free for double buffering,
- * Hydra's default 0.15), shrunk until every task fits one device's budget,
- * just-in-time updates, one device. Returns 0, -ENOMEM naming the layer that
- * does not fit alone and by how much. */
+ * Hydra's default 0.15), each shard split into packs of one layer
+ * (tg_plan.shard_head marks where each shard begins: a unit loads pack by pack
+ * while its first packs compute), shrunk until every unit's objects fit one
+ * device's budget at once, just-in-time updates, one device. Returns 0,
+ * -ENOMEM naming the layer that does not fit alone and by how much. */
 int rt_sharp_plan(const struct rt_ctx *rt, const struct rt_model *m, double reserve,
                   struct tg_plan *out) SP_MUST_CHECK;
 /* Trains n models together: runs[i] for steps[i] steps (0: none). Returns 0,

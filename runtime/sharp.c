@@ -1,10 +1,12 @@
 /* runtime/sharp.c — many models trained at once (Hydra's SHARP) on the executor.
  *
- * Each model runs under a one-device plan of greedy shards (rt_sharp_plan), so
- * one training step of it is a chain of tasks: forward of each shard (the last
- * one with the loss), then backward of each shard with its just-in-time
- * update. A shard unit is a forward or backward task with the loss or update
- * tasks after it. Units of one model run strictly one after another; devices
+ * Each model runs under a one-device plan of greedy shards (rt_sharp_plan), each
+ * shard a run of packs of one layer, so one training step of it is a chain of
+ * tasks: forward of each shard (the last one with the loss), then backward of
+ * each shard with its just-in-time updates. A shard unit is the forward or
+ * backward tasks of one shard's packs with the loss or update tasks among and
+ * after them, issued together: each pack's task waits only for its own
+ * objects, so a unit computes its first layers while the later ones load. Units of one model run strictly one after another; devices
  * take units of any model: when a device is free it runs the unit its
  * double-buffer reserved, else the policy's pick among the eligible models (the
  * model's previous unit complete). With double buffering the device picks its
@@ -30,6 +32,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Packs per shard at most (split_shards). */
+#define SHARD_PACKS 64
 
 struct sm { /* one model */
 	struct rt_run *run;
@@ -81,6 +86,97 @@ static int stash_costs_more(const struct tg_graph *g, const struct tg_hw *hw)
 	return stash / hw->d2h_bw + stash / hw->h2d_bw > fwd / hw->flops;
 }
 
+/* The shard of each pack (plan.shard_head; none set: a shard per pack). */
+static void shards_of(const struct tg_plan *p, int *shard)
+{
+	int any = 0;
+	for (int pk = 0; pk < p->npacks; pk++)
+		any |= p->shard_head[pk];
+	for (int pk = 0, sh = -1; pk < p->npacks; pk++) {
+		if (!any || !pk || p->shard_head[pk])
+			sh++;
+		shard[pk] = sh;
+	}
+}
+
+/* Splits the task order into units: a forward or backward task starts one
+ * unless the one before was of the same kind and shard; the loss and update
+ * tasks join the unit before them. unit[n] for order position n (program task
+ * n is the graph's order[n]); returns the number of units. */
+static int split_units(const struct tg_graph *g, const struct tg_plan *p, int *unit)
+{
+	int shard[TG_MAX_PACKS];
+	shards_of(p, shard);
+	int nu = 0, kind = -1, sh = -1;
+	for (int n = 0; n < g->ntask; n++) {
+		const struct tg_task *t = &g->task[g->order[n]];
+		if (t->kind == TG_FWD || t->kind == TG_BWD) {
+			if (!nu || t->kind != kind || shard[t->pack] != sh)
+				nu++;
+			kind = t->kind;
+			sh = shard[t->pack];
+		} else if (!nu) {
+			nu++;
+		}
+		unit[n] = nu - 1;
+	}
+	return nu;
+}
+
+/* The most device memory one unit holds: every object its tasks use, at once
+ * (a unit's tasks are issued together), each rounded up to the pool's
+ * alignment. -ENOMEM for no memory to count with. */
+static int64_t unit_need_max(const struct tg_graph *g, const struct tg_plan *p, uint64_t align)
+{
+	int *unit = malloc((size_t)g->ntask * sizeof(int) + 1),
+	    *mark = malloc((size_t)g->nobj * sizeof(int) + 1);
+	if (!unit || !mark) {
+		free(unit);
+		free(mark);
+		return sp_error(-ENOMEM, "sharp: units of %d tasks", g->ntask);
+	}
+	split_units(g, p, unit);
+	for (int o = 0; o < g->nobj; o++)
+		mark[o] = -1;
+	uint64_t most = 0, cur = 0;
+	for (int n = 0; n < g->ntask; n++) {
+		const struct tg_task *t = &g->task[g->order[n]];
+		if (n && unit[n] != unit[n - 1])
+			cur = 0;
+		for (int i = 0; i < t->nread + t->nwrite; i++) {
+			int o = i < t->nread ? t->read[i] : t->write[i - t->nread];
+			if (mark[o] == unit[n])
+				continue;
+			mark[o] = unit[n];
+			cur += (g->obj[o].bytes + align - 1) / align * align;
+		}
+		if (cur > most)
+			most = cur;
+	}
+	free(unit);
+	free(mark);
+	return (int64_t)most;
+}
+
+/* Shards split into packs of about one layer each, up to `most` per shard:
+ * the unit's tasks acquire pack by pack, so a pack computes while the next
+ * one loads, and a prefetch that cannot hold the next shard whole still
+ * loads its first packs. */
+static void split_shards(const struct tg_plan *shards, int most, struct tg_plan *out)
+{
+	*out = *shards;
+	memset(out->shard_head, 0, sizeof(out->shard_head));
+	int np = 0;
+	for (int sh = 0; sh < shards->npacks; sh++) {
+		int lo = sh ? shards->pack_end[sh - 1] : 0, hi = shards->pack_end[sh];
+		int k = hi - lo < most ? hi - lo : most;
+		out->shard_head[np] = 1;
+		for (int j = 1; j <= k; j++)
+			out->pack_end[np++] = lo + (int)((int64_t)(hi - lo) * j / k);
+	}
+	out->npacks = np;
+}
+
 int rt_sharp_plan(const struct rt_ctx *rt, const struct rt_model *m, double reserve,
                   struct tg_plan *out)
 {
@@ -102,18 +198,20 @@ int rt_sharp_plan(const struct rt_ctx *rt, const struct rt_model *m, double rese
 	 * pack's layers and a minibatch, the executor's working set is a little
 	 * more (ping-pong gradients, the loss): shrink until every task fits */
 	int rc = -ENOMEM;
-	uint64_t cap = hw.capacity;
+	uint64_t cap = hw.capacity, align = rt->cfg.vmm.align ? rt->cfg.vmm.align : 256;
 	for (int tries = 0; tries < 40; tries++) {
-		rc = tg_pack_greedy(&tm, m->batch, cap, reserve, out);
+		struct tg_plan shards = *out;
+		rc = tg_pack_greedy(&tm, m->batch, cap, reserve, &shards);
 		if (rc < 0)
 			break;
+		split_shards(&shards, SHARD_PACKS, out);
 		struct tg_graph g;
 		rc = tg_graph_build(&tm, 1, out, &g);
 		if (rc < 0)
 			break;
-		int worst;
-		uint64_t need = tg_graph_min_capacity(&g, &worst);
-		if (need <= hw.capacity && !out->recompute && stash_costs_more(&g, &hw)) {
+		int64_t need = unit_need_max(&g, out, align);
+		if (need >= 0 && (uint64_t)need <= hw.capacity && !out->recompute &&
+		    stash_costs_more(&g, &hw)) {
 			/* Hydra's backward unit runs its shard's forward again (the
 			 * unit keeps only the shard's input): the stash would go to the
 			 * host and back between a model's units; recompute works in the
@@ -124,7 +222,11 @@ int rt_sharp_plan(const struct rt_ctx *rt, const struct rt_model *m, double rese
 			continue;
 		}
 		tg_graph_free(&g);
-		if (need <= hw.capacity)
+		if (need < 0) {
+			rc = (int)need;
+			break;
+		}
+		if ((uint64_t)need <= hw.capacity)
 			break;
 		rc = -ENOMEM;
 		cap = cap / 10 * 9;
@@ -229,28 +331,34 @@ static void hint_model(struct sharp *h, int i)
 	}
 }
 
-/* Splits the program into units: a forward or backward task starts one, the
- * loss and update tasks join the unit before them. */
+/* The program's units (split_units) and their first estimates: FLOPs at the
+ * device's rate. */
 static int units_of(struct sm *s)
 {
 	const struct rt_run *r = s->run;
 	int n = r->prog.ntask;
 	s->ufirst = malloc((size_t)(n + 1) * sizeof(int));
 	s->est = calloc((size_t)n + 1, sizeof(double));
-	if (!s->ufirst || !s->est)
+	int *unit = malloc((size_t)n * sizeof(int) + 1);
+	if (!s->ufirst || !s->est || !unit) {
+		free(unit);
 		return sp_error(-ENOMEM, "sharp: units of %d tasks", n);
-	struct tg_hw hw;
-	rt_plan_hw(r->rt, 1, &hw);
-	s->nunits = 0;
-	for (int t = 0; t < n; t++) {
-		int k = r->g.task[r->prog.task[t].tg_task].kind;
-		if (k == TG_ALLREDUCE)
+	}
+	for (int t = 0; t < n; t++)
+		if (r->g.task[r->prog.task[t].tg_task].kind == TG_ALLREDUCE) {
+			free(unit);
 			return sp_error(-EINVAL, "sharp: model %s's plan has an all-reduce",
 			                r->m->name);
-		if (k == TG_FWD || k == TG_BWD || !s->nunits)
-			s->ufirst[s->nunits++] = t;
-		s->est[s->nunits - 1] += r->prog.task[t].flops / (hw.flops > 0 ? hw.flops : 1e12);
+		}
+	struct tg_hw hw;
+	rt_plan_hw(r->rt, 1, &hw);
+	s->nunits = split_units(&r->g, &r->plan, unit);
+	for (int t = 0; t < n; t++) {
+		if (!t || unit[t] != unit[t - 1])
+			s->ufirst[unit[t]] = t;
+		s->est[unit[t]] += r->prog.task[t].flops / (hw.flops > 0 ? hw.flops : 1e12);
 	}
+	free(unit);
 	s->ufirst[s->nunits] = n;
 	for (int u = 0; u < s->nunits && sp_log_level_now >= SP_LOG_TRACE; u++)
 		for (int t = s->ufirst[u]; t < s->ufirst[u + 1]; t++)

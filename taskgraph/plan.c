@@ -31,6 +31,14 @@ static uint64_t layer_foot(const struct tg_model *m, int l, int mb)
 	return f;
 }
 
+int tg_plan_shards(const struct tg_plan *p)
+{
+	int heads = 0;
+	for (int pk = 0; pk < p->npacks && pk < TG_MAX_PACKS; pk++)
+		heads += p->shard_head[pk] != 0;
+	return heads ? heads + !p->shard_head[0] : p->npacks;
+}
+
 int tg_pack_greedy(const struct tg_model *m, int microbatch, uint64_t capacity, double reserve,
                    struct tg_plan *plan)
 {

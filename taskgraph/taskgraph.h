@@ -92,6 +92,10 @@ struct tg_plan {
 	int group;                  /* microbatches per group (harmony modes) */
 	int recompute;              /* stash only pack inputs, recompute in backward */
 	int upd_cpu;                /* run UPD on the CPU (weights/grads move to host) */
+	/* SHARP: 1 where pack pk begins a shard, the packs one unit runs (a shard
+	 * of several packs loads pack by pack while its first packs compute; pack
+	 * 0 always begins one); all 0: every pack its own shard */
+	unsigned char shard_head[TG_MAX_PACKS];
 };
 
 /* One task. Its read and write sets list object ids in a fixed order, so the
@@ -227,6 +231,10 @@ struct tg_time {
 };
 int tg_time_predict(const struct tg_graph *g, const struct tg_plan *p, const struct tg_hw *hw,
                     const struct tg_swap *sw, struct tg_time *out) SP_MUST_CHECK;
+
+/* The plan's SHARP shards: those shard_head marks (pack 0 always begins one),
+ * or npacks when none is marked. */
+int tg_plan_shards(const struct tg_plan *p);
 
 /* Hydra greedy packing: add layers while the pack, one microbatch and a reserve
  * fraction fit `capacity`. -ENOMEM names a layer that cannot fit alone. */

@@ -100,7 +100,7 @@ static void table(struct tune *t, int final)
 	fprintf(t->out, "  %-34s %6s %11s %9s  %s\n", "model", "shards", "steps", "loss", "");
 	for (int i = 0; i < t->n; i++)
 		fprintf(t->out, "  %-34s %6d %5d/%-5d %9.4f  %s\n", t->label[i],
-		        t->runs[i]->plan.npacks, t->done[i], t->steps[i], t->loss[i],
+		        tg_plan_shards(&t->runs[i]->plan), t->done[i], t->steps[i], t->loss[i],
 		        t->stopped[i]               ? "stopped (successive halving)"
 		        : t->done[i] == t->steps[i] ? "done"
 		        : final                     ? ""

@@ -113,7 +113,11 @@ static void open_runs(struct rt_ctx *rt, struct rt_model *m, struct rt_run **run
 		CHECK_OK(rt_sharp_plan(rt, &m[i], 0.15, &plan[i]));
 		if (keep_stash)
 			plan[i].recompute = 0;
-		CHECK_MSG(plan[i].npacks >= 2, "model %d in %d shard(s)", i, plan[i].npacks);
+		/* shards of one pack per layer: a unit loads pack by pack */
+		int shards = tg_plan_shards(&plan[i]);
+		CHECK_MSG(shards >= 2 && plan[i].npacks == m[i].nlayers,
+		          "model %d: %d layers in %d packs, %d shard(s)", i, m[i].nlayers,
+		          plan[i].npacks, shards);
 		CHECK_OK(rt_run_open(rt, &m[i], &plan[i], 42 + (uint64_t)i, &runs[i]));
 	}
 }
