@@ -487,9 +487,10 @@ void rt_plan_describe(const struct tg_plan *p, char *buf, size_t n);
  * rt_run_open under rt_sharp_plan's plan (one device, greedy shards of whole
  * minibatches, a double-buffer reserve) and becomes a queue of shard units:
  * forward of a shard (the last with the loss), backward of a shard with its
- * updates (a shard of several packs is one unit: plan.shard_head). Devices take units from any model (cfg->policy picks among the
- * models whose previous unit has completed). A model's weights after its steps
- * are bit-identical to training it alone (rt_reference with one replica). */
+ * updates (a shard of several packs is one unit: plan.shard_head). Devices take
+ * units from any model (cfg->policy picks among the models whose previous unit
+ * has completed). A model's weights after its steps are bit-identical to
+ * training it alone (rt_reference with one replica). */
 struct rt_sharp_config {
 	enum tg_mm_policy policy;
 	int double_buffer; /* a device reserves its next unit and prefetches it */

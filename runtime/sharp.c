@@ -1,30 +1,29 @@
 /* runtime/sharp.c — many models trained at once (Hydra's SHARP) on the executor.
  *
- * Each model runs under a one-device plan of greedy shards (rt_sharp_plan), each
- * shard a run of packs of one layer, so one training step of it is a chain of
- * tasks: forward of each shard (the last one with the loss), then backward of
- * each shard with its just-in-time updates. A shard unit is the forward or
+ * Each model runs under a one-device plan of greedy shards (rt_sharp_plan),
+ * each shard a run of packs of one layer, so one training step of it is a chain
+ * of tasks: forward of each shard (the last one with the loss), then backward
+ * of each shard with its just-in-time updates. A shard unit is the forward or
  * backward tasks of one shard's packs with the loss or update tasks among and
- * after them, issued together: each pack's task waits only for its own
- * objects, so a unit computes its first layers while the later ones load. Units of one model run strictly one after another; devices
- * take units of any model: when a device is free it runs the unit its
- * double-buffer reserved, else the policy's pick among the eligible models (the
- * model's previous unit complete). With double buffering the device picks its
- * next unit as soon as it starts one — under lrtf the running model's own next
- * unit when that model has the longest remaining time (reserve_next: its shard
- * and intermediates are largely there already) — and prefetches what of that
- * unit's shard and inputs fits its free space while the current one computes;
- * intermediates stay on the device when the next unit of the model runs there
- * and go GPU->GPU otherwise (the vmm copies from a device holding a valid copy
- * first).
- * Lrtf's remaining time of a model: its units left in this step plus its
- * steps left, from measured unit times (the first step: FLOPs at the device's
- * rate). The same estimates give the vmm its Belady hints: when each object's
- * next unit should start, on the backend's clock (hint_model). The plan
- * recomputes a shard's forward in its backward unit, as Hydra does, when
- * moving the stash out and back would take longer.
- * Every model's tasks keep the order of training it alone, so its weights are
- * those of the reference loop, bit for bit. */
+ * after them, issued together: each pack's task waits only for its own objects,
+ * so a unit computes its first layers while the later ones load. Units of one
+ * model run strictly one after another; devices take units of any model: when a
+ * device is free it runs the unit its double-buffer reserved, else the policy's
+ * pick among the eligible models (the model's previous unit complete). With
+ * double buffering the device picks its next unit as soon as it starts one —
+ * under lrtf the running model's own next unit when that model has the longest
+ * remaining time (reserve_next: its shard and intermediates are largely there
+ * already) — and prefetches what of that unit's shard and inputs fits its free
+ * space while the current one computes; intermediates stay on the device when
+ * the next unit of the model runs there and go GPU->GPU otherwise (the vmm
+ * copies from a device holding a valid copy first). Lrtf's remaining time of a
+ * model: its units left in this step plus its steps left, from measured unit
+ * times (the first step: FLOPs at the device's rate). The same estimates give
+ * the vmm its Belady hints: when each object's next unit should start, on the
+ * backend's clock (hint_model). The plan recomputes a shard's forward in its
+ * backward unit, as Hydra does, when moving the stash out and back would take
+ * longer. Every model's tasks keep the order of training it alone, so its
+ * weights are those of the reference loop, bit for bit. */
 #include "runtime/internal.h"
 
 #include "common/log.h"
@@ -86,35 +85,39 @@ static int stash_costs_more(const struct tg_graph *g, const struct tg_hw *hw)
 	return stash / hw->d2h_bw + stash / hw->h2d_bw > fwd / hw->flops;
 }
 
-/* The shard of each pack (plan.shard_head; none set: a shard per pack). */
-static void shards_of(const struct tg_plan *p, int *shard)
+/* The shard of each pack (plan.shard_head); 0 when none is marked. */
+static int shards_of(const struct tg_plan *p, int *shard)
 {
 	int any = 0;
 	for (int pk = 0; pk < p->npacks; pk++)
 		any |= p->shard_head[pk];
 	for (int pk = 0, sh = -1; pk < p->npacks; pk++) {
-		if (!any || !pk || p->shard_head[pk])
+		if (!pk || p->shard_head[pk])
 			sh++;
 		shard[pk] = sh;
 	}
+	return any;
 }
 
 /* Splits the task order into units: a forward or backward task starts one
- * unless the one before was of the same kind and shard; the loss and update
- * tasks join the unit before them. unit[n] for order position n (program task
- * n is the graph's order[n]); returns the number of units. */
+ * unless the one before was of the same kind, shard and microbatches (with no
+ * shard marked, each starts one); the loss and update tasks join the unit
+ * before them. unit[n] for order position n (program task n is the graph's
+ * order[n]); returns the number of units. */
 static int split_units(const struct tg_graph *g, const struct tg_plan *p, int *unit)
 {
 	int shard[TG_MAX_PACKS];
-	shards_of(p, shard);
-	int nu = 0, kind = -1, sh = -1;
+	int marked = shards_of(p, shard);
+	int nu = 0, kind = -1, sh = -1, mb0 = -1;
 	for (int n = 0; n < g->ntask; n++) {
 		const struct tg_task *t = &g->task[g->order[n]];
 		if (t->kind == TG_FWD || t->kind == TG_BWD) {
-			if (!nu || t->kind != kind || shard[t->pack] != sh)
+			if (!nu || !marked || t->kind != kind || shard[t->pack] != sh ||
+			    t->mb0 != mb0)
 				nu++;
 			kind = t->kind;
 			sh = shard[t->pack];
+			mb0 = t->mb0;
 		} else if (!nu) {
 			nu++;
 		}
@@ -123,10 +126,20 @@ static int split_units(const struct tg_graph *g, const struct tg_plan *p, int *u
 	return nu;
 }
 
+/* The device space of an object of `bytes`, as the vmm's pools allocate it:
+ * aligned, rounded up to its size class, aligned again (vmm_obj_create). */
+static uint64_t device_bytes(uint64_t bytes, const struct tg_hw *hw, uint64_t align)
+{
+	uint64_t b = (bytes + align - 1) / align * align;
+	b = sp_size_class(b, hw->size_class_bits, hw->size_class_min);
+	return (b + align - 1) / align * align;
+}
+
 /* The most device memory one unit holds: every object its tasks use, at once
- * (a unit's tasks are issued together), each rounded up to the pool's
- * alignment. -ENOMEM for no memory to count with. */
-static int64_t unit_need_max(const struct tg_graph *g, const struct tg_plan *p, uint64_t align)
+ * (a unit's tasks are issued together), each as the pools allocate it.
+ * -ENOMEM for no memory to count with. */
+static int64_t unit_need_max(const struct tg_graph *g, const struct tg_plan *p,
+                             const struct tg_hw *hw, uint64_t align)
 {
 	int *unit = malloc((size_t)g->ntask * sizeof(int) + 1),
 	    *mark = malloc((size_t)g->nobj * sizeof(int) + 1);
@@ -148,7 +161,7 @@ static int64_t unit_need_max(const struct tg_graph *g, const struct tg_plan *p, 
 			if (mark[o] == unit[n])
 				continue;
 			mark[o] = unit[n];
-			cur += (g->obj[o].bytes + align - 1) / align * align;
+			cur += device_bytes(g->obj[o].bytes, hw, align);
 		}
 		if (cur > most)
 			most = cur;
@@ -158,14 +171,18 @@ static int64_t unit_need_max(const struct tg_graph *g, const struct tg_plan *p, 
 	return (int64_t)most;
 }
 
-/* Shards split into packs of about one layer each, up to `most` per shard:
- * the unit's tasks acquire pack by pack, so a pack computes while the next
- * one loads, and a prefetch that cannot hold the next shard whole still
- * loads its first packs. */
+/* Shards split into packs of about one layer each, up to `most` per shard
+ * and TG_MAX_PACKS in all: the unit's tasks acquire pack by pack, so a pack
+ * computes while the next one loads, and a prefetch that cannot hold the
+ * next shard whole still loads its first packs. */
 static void split_shards(const struct tg_plan *shards, int most, struct tg_plan *out)
 {
 	*out = *shards;
 	memset(out->shard_head, 0, sizeof(out->shard_head));
+	if (most > TG_MAX_PACKS / shards->npacks)
+		most = TG_MAX_PACKS / shards->npacks; /* tg_pack_greedy: npacks <= TG_MAX_PACKS */
+	if (most < 1)
+		most = 1;
 	int np = 0;
 	for (int sh = 0; sh < shards->npacks; sh++) {
 		int lo = sh ? shards->pack_end[sh - 1] : 0, hi = shards->pack_end[sh];
@@ -199,21 +216,29 @@ int rt_sharp_plan(const struct rt_ctx *rt, const struct rt_model *m, double rese
 	 * more (ping-pong gradients, the loss): shrink until every task fits */
 	int rc = -ENOMEM;
 	uint64_t cap = hw.capacity, align = rt->cfg.vmm.align ? rt->cfg.vmm.align : 256;
+	int most = SHARD_PACKS;
 	for (int tries = 0; tries < 40; tries++) {
 		struct tg_plan shards = *out;
 		rc = tg_pack_greedy(&tm, m->batch, cap, reserve, &shards);
 		if (rc < 0)
 			break;
-		split_shards(&shards, SHARD_PACKS, out);
+		split_shards(&shards, most, out);
 		struct tg_graph g;
 		rc = tg_graph_build(&tm, 1, out, &g);
+		if (rc < 0 && most > 1) {
+			/* a pack of several layers tied to two packs: whole shards */
+			SP_INFO(RT, "sharp %s: shards stay whole: %s", m->name, sp_last_error());
+			most = 1;
+			tries--;
+			continue;
+		}
 		if (rc < 0)
 			break;
-		int64_t need = unit_need_max(&g, out, align);
+		int64_t need = unit_need_max(&g, out, &hw, align);
 		if (need >= 0 && (uint64_t)need <= hw.capacity && !out->recompute &&
 		    stash_costs_more(&g, &hw)) {
 			/* Hydra's backward unit runs its shard's forward again (the
-			 * unit keeps only the shard's input): the stash would go to the
+			 * unit keeps only its packs' inputs): the stash would go to the
 			 * host and back between a model's units; recompute works in the
 			 * unit's own space, so the fit is checked again */
 			out->recompute = 1;
@@ -223,8 +248,8 @@ int rt_sharp_plan(const struct rt_ctx *rt, const struct rt_model *m, double rese
 		}
 		tg_graph_free(&g);
 		if (need < 0) {
-			rc = (int)need;
-			break;
+			free(tl);
+			return (int)need;
 		}
 		if ((uint64_t)need <= hw.capacity)
 			break;

@@ -236,7 +236,7 @@ int main(void)
 		}
 		rt_reference_close(r);
 	}
-	uint64_t budget = state / 2;
+	uint64_t budget = state / 5 * 3; /* the units, as the pools round them, fit */
 	printf("training state of the largest model %" PRIu64 " B, device budget %" PRIu64 " B\n",
 	       state, budget);
 	run(m, 2, TG_MM_LRTF, 1, budget, NULL, ref, ref_loss);
@@ -310,6 +310,47 @@ int main(void)
 	CHECK(rt_sharp_run(rt, &r2, &one, 1, &sc, &st) == -EINVAL);
 	rt_run_close(r2);
 	rt_close(rt);
+
+	/* a plan of its own, no shard marked: each forward and backward task is
+	 * a unit (2 packs x 2 microbatches, forward and backward) */
+	rt = open_rt(DEV_BACKEND_HOST, 1, 2 * state, NULL);
+	struct tg_plan own = {
+	    .sched = TG_HARMONY_PP, .ndev = 1, .npacks = 2, .microbatch = batch[0] / 2, .group = 1};
+	own.pack_end[0] = m[0].nlayers / 2;
+	own.pack_end[1] = m[0].nlayers;
+	CHECK_OK(rt_run_open(rt, &m[0], &own, 42, &r2));
+	CHECK_OK(rt_sharp_run(rt, &r2, &one, 1, &sc, &st));
+	CHECK_MSG(st.units == 8, "a plan with no shards: %llu units, want 8",
+	          (unsigned long long)st.units);
+	rt_run_close(r2);
+	rt_close(rt);
+
+	/* more layers than a plan has packs: shards split into fewer packs,
+	 * nothing written past the plan */
+	{
+		struct kn_model_config deep = cfg;
+		deep.L = 1100;
+		struct rt_model dm;
+		CHECK_OK(rt_model_gpt(&deep, T, 2, &dm));
+		rt = open_rt(DEV_BACKEND_MODEL, 1, 8 << 20, NULL);
+		struct {
+			struct tg_plan p;
+			unsigned char canary[64];
+		} guarded;
+		memset(guarded.canary, 0xa5, sizeof(guarded.canary));
+		CHECK_OK(rt_sharp_plan(rt, &dm, 0.15, &guarded.p));
+		for (size_t k = 0; k < sizeof(guarded.canary); k++)
+			CHECK(guarded.canary[k] == 0xa5);
+		CHECK_MSG(guarded.p.npacks <= TG_MAX_PACKS && tg_plan_shards(&guarded.p) >= 2 &&
+		              guarded.p.microbatch == 2,
+		          "%d layers: %d packs in %d shards, microbatch %d", dm.nlayers,
+		          guarded.p.npacks, tg_plan_shards(&guarded.p), guarded.p.microbatch);
+		printf("%d layers: %d packs in %d shards\n", dm.nlayers, guarded.p.npacks,
+		       tg_plan_shards(&guarded.p));
+		rt_close(rt);
+		rt_model_free(&dm);
+	}
+
 	rt = open_rt(DEV_BACKEND_HOST, 2, 4096, NULL);
 	int rc = rt_sharp_plan(rt, &m[1], 0.15, &p);
 	printf("budget 4 KiB: %s\n", sp_last_error());
