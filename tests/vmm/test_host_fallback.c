@@ -244,13 +244,7 @@ static void test_random(void)
 
 static void test_unsupported(void)
 {
-	struct dev_config dc;
-	memset(&dc, 0, sizeof(dc));
-	dc.backend = DEV_BACKEND_MODEL;
-	dc.ndevices = 1;
-	dc.profile = "h100-sxm";
-	struct dev_ctx *m;
-	CHECK_OK(dev_open(&dc, &m));
+	struct dev_ctx *m = vt_open_model(1, "h100-sxm");
 	struct vmm_config c = vt_config(64ull << 20, 8ull << 20, 64ull << 20);
 	c.host_fallback = 1;
 	struct vmm *v;

@@ -28,13 +28,7 @@ static const struct dev_kernel kernel = {"k", noop, NULL};
 
 int main(void)
 {
-	struct dev_config dc;
-	memset(&dc, 0, sizeof(dc));
-	dc.backend = DEV_BACKEND_MODEL;
-	dc.ndevices = 1;
-	dc.profile = "gtx1080ti-x4";
-	struct dev_ctx *ctx;
-	CHECK_OK(dev_open(&dc, &ctx));
+	struct dev_ctx *ctx = vt_open_model(1, "gtx1080ti-x4");
 	struct vmm_config c = vt_config(4 * OBJ, 0, 8 * OBJ);
 	c.policy = VMM_POLICY_BELADY;
 	struct vmm *v;

@@ -192,13 +192,7 @@ static struct result run(struct dev_ctx *ctx, uint64_t budget, int host_waits)
 
 int main(void)
 {
-	struct dev_config dc;
-	memset(&dc, 0, sizeof(dc));
-	dc.backend = DEV_BACKEND_MODEL;
-	dc.ndevices = 1;
-	dc.profile = "gtx1080ti-x4";
-	struct dev_ctx *ctx;
-	CHECK_OK(dev_open(&dc, &ctx));
+	struct dev_ctx *ctx = vt_open_model(1, "gtx1080ti-x4");
 	const uint64_t state = LAYERS * 20 * MiB;
 	struct result r[3] = {run(ctx, 2 * state, 0), run(ctx, state / 3, 0),
 	                      run(ctx, state / 3, 1)};

@@ -105,6 +105,19 @@ static inline struct dev_ctx *vt_open_host(int n, uint64_t mem)
 	return ctx;
 }
 
+/* Opens the model backend (virtual time) with n devices of a profile. */
+static inline struct dev_ctx *vt_open_model(int n, const char *profile)
+{
+	struct dev_config dc;
+	memset(&dc, 0, sizeof(dc));
+	dc.backend = DEV_BACKEND_MODEL;
+	dc.ndevices = n;
+	dc.profile = profile;
+	struct dev_ctx *ctx = NULL;
+	CHECK_OK(dev_open(&dc, &ctx));
+	return ctx;
+}
+
 /* A vmm config with no disk tier. */
 static inline struct vmm_config vt_config(uint64_t device_mem, uint64_t stable_mem,
                                           uint64_t host_mem)
