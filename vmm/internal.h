@@ -22,6 +22,10 @@ struct vmm_pool_block {
 	uint64_t off, size;
 	uint32_t owner; /* object index + 1, or VMM_POOL_FREE */
 	int32_t prev, next;
+	/* stream-ordered reuse (swap.c): the newest reuse sequence number of any
+	 * space freed into this block while still read (0: none); an allocation
+	 * keeps the number of the free block it was cut from */
+	uint64_t reuse_seq;
 };
 
 struct vmm_pool {
@@ -42,7 +46,10 @@ int vmm_pool_alloc(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int32_t *
 /* The same from the high end of the holes when high (best fit either way). */
 int vmm_pool_alloc_end(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int high,
                        int32_t *blk) SP_MUST_CHECK;
-void vmm_pool_free(struct vmm_pool *p, int32_t blk);
+/* Frees blk; reuse_seq tags its space (0: nobody reads it any more). A block
+ * keeps the newest of that, the tag it was allocated with (whoever read the
+ * space before may still read it) and those of blocks it merges with. */
+void vmm_pool_free(struct vmm_pool *p, int32_t blk, uint64_t reuse_seq);
 uint64_t vmm_pool_round(const struct vmm_pool *p, uint64_t bytes);
 uint64_t vmm_pool_largest_free(const struct vmm_pool *p);
 /* Finds the address window of at least bytes made only of free blocks and
@@ -138,10 +145,12 @@ struct vmm_place {
 	int32_t rhead;                       /* objects with space here (victim candidates) */
 	/* devices: pool space freed while still read (a fence, a D2H) is reused in
 	 * stream order: the "reuse" stream waits for those readers, free_ev is
-	 * recorded there after the last such wait */
+	 * recorded there after the last such wait. Each such free gets the next
+	 * reuse_seq, which tags its pool block; reuse_done: every free up to that
+	 * number is known read to the end */
 	struct dev_stream *reuse;
 	struct dev_event *free_ev;
-	uint8_t free_pending;
+	uint64_t reuse_seq, reuse_done;
 	uint8_t failed; /* devices: vmm_device_failed; no copies here any more */
 };
 

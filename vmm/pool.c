@@ -46,7 +46,7 @@ int vmm_pool_init(struct vmm_pool *p, uint64_t size, uint64_t align, uint32_t ma
 	p->free_node = -1;
 	for (int32_t i = (int32_t)max_blocks - 1; i >= 1; i--)
 		node_put(p, i);
-	p->blocks[0] = (struct vmm_pool_block){0, p->size, VMM_POOL_FREE, -1, -1};
+	p->blocks[0] = (struct vmm_pool_block){0, p->size, VMM_POOL_FREE, -1, -1, 0};
 	p->head = 0;
 	return 0;
 }
@@ -92,6 +92,7 @@ int vmm_pool_alloc_end(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int h
 		B = &p->blocks[b];
 		struct vmm_pool_block *N = &p->blocks[n];
 		N->owner = VMM_POOL_FREE;
+		N->reuse_seq = B->reuse_seq; /* both parts may still be read */
 		N->prev = b;
 		N->next = B->next;
 		if (B->next >= 0)
@@ -129,17 +130,21 @@ static void merge_next(struct vmm_pool *p, int32_t b)
 	int32_t n = B->next;
 	struct vmm_pool_block *N = &p->blocks[n];
 	B->size += N->size;
+	if (N->reuse_seq > B->reuse_seq)
+		B->reuse_seq = N->reuse_seq;
 	B->next = N->next;
 	if (N->next >= 0)
 		p->blocks[N->next].prev = b;
 	node_put(p, n);
 }
 
-void vmm_pool_free(struct vmm_pool *p, int32_t b)
+void vmm_pool_free(struct vmm_pool *p, int32_t b, uint64_t reuse_seq)
 {
 	struct vmm_pool_block *B = &p->blocks[b];
 	SP_ASSERT(B->owner != VMM_POOL_FREE);
 	B->owner = VMM_POOL_FREE;
+	if (reuse_seq > B->reuse_seq) /* the tag it was cut with may still be read */
+		B->reuse_seq = reuse_seq;
 	p->used -= B->size;
 	if (B->next >= 0 && p->blocks[B->next].owner == VMM_POOL_FREE)
 		merge_next(p, b);

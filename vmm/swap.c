@@ -157,14 +157,18 @@ static void copy_unfence(struct vmm *v, struct vmm_copy *c)
 
 /* Stream-ordered reuse of device pool space: rather than the host waiting for
  * the last reader of a block it frees (the caller's fence, a D2H still reading
- * it), device p's "reuse" stream waits for that reader. Space allocated after
- * that gets an event recorded on "reuse" (try_alloc, space_wait), and every
- * write into it waits for that event: a transfer into the copy (start_copy) or
- * the caller, through the acquire's ready event. A separate stream, so fresh
- * space does not wait for unrelated copies queued on "in". Returns 0, or
- * -EAGAIN (cfg.host_waits) or the device error: the caller then waits on the
- * host. */
-static int order_reuse(struct vmm *v, int p, struct dev_event *last_reader)
+ * it), device p's "reuse" stream waits for that reader, and the freed block is
+ * tagged with the free's sequence number (vmm_pool_free). Space allocated
+ * from a block whose tag is not yet known done gets an event recorded on
+ * "reuse" (try_alloc, space_wait), and every write into it waits for that
+ * event: a transfer into the copy (start_copy) or the caller, through the
+ * acquire's ready event. Space nobody still reads is written at once: one
+ * stream of frees must not hold back every fresh allocation (a unit's next
+ * weights behind the task before it). A separate stream, so fresh space does
+ * not wait for unrelated copies queued on "in". Returns the free's sequence
+ * number (> 0), or -EAGAIN (cfg.host_waits) or the device error: the caller
+ * then waits on the host. */
+static int64_t order_reuse(struct vmm *v, int p, struct dev_event *last_reader)
 {
 	struct vmm_place *pl = &v->pl[p];
 	if (v->cfg.host_waits)
@@ -173,9 +177,8 @@ static int order_reuse(struct vmm *v, int p, struct dev_event *last_reader)
 		SP_CHECK(vmm_event_get(v, &pl->free_ev));
 	SP_CHECK(dev_stream_wait_event(pl->reuse, last_reader));
 	SP_CHECK(dev_event_record(pl->free_ev, pl->reuse));
-	pl->free_pending = 1;
 	sp_counter_add(&v->st.ordered_reuses, 1);
-	return 0;
+	return (int64_t)++pl->reuse_seq;
 }
 
 /* cfg.host_fallback: the stable object's host chunk leaves its device address
@@ -223,8 +226,9 @@ void vmm_swap_fallback_map(struct vmm *v, uint32_t idx)
 	fallback_map(v, vmm_obj_at(v, idx));
 }
 
-/* Gives back the space of obj's copy on p; its readers are done or ordered. */
-static void release_space(struct vmm *v, uint32_t idx, int p)
+/* Gives back the space of obj's copy on p; its readers are done, or ordered
+ * by the reuse free reuse_seq (0: none). */
+static void release_space(struct vmm *v, uint32_t idx, int p, uint64_t reuse_seq)
 {
 	struct vmm_obj *o = vmm_obj_at(v, idx);
 	struct vmm_copy *c = &o->c[p];
@@ -251,7 +255,7 @@ static void release_space(struct vmm *v, uint32_t idx, int p)
 				SP_WARN(VMM, "host chunk of '%s': %s", o->name, sp_last_error());
 			c->phys = NULL;
 		}
-		vmm_pool_free(pool, c->blk);
+		vmm_pool_free(pool, c->blk, reuse_seq);
 		if (p == P_HOST(v))
 			sp_count_add(&v->st.host_bytes, -(int64_t)sz);
 		else
@@ -272,10 +276,11 @@ void vmm_swap_free_copy(struct vmm *v, uint32_t idx, int p)
 	}
 	/* a stable chunk is unmapped at once and host space is reused by the
 	 * host and the disk tier: those wait here; device pool space is ordered */
-	if (c->fenced && p < v->ndev && !o->stable && order_reuse(v, p, c->fence) == 0)
+	int64_t seq = 0;
+	if (c->fenced && p < v->ndev && !o->stable && (seq = order_reuse(v, p, c->fence)) > 0)
 		c->fenced = 0;
 	copy_unfence(v, c);
-	release_space(v, idx, p);
+	release_space(v, idx, p, seq > 0 ? (uint64_t)seq : 0);
 }
 
 void vmm_swap_free_copies(struct vmm *v, uint32_t idx)
@@ -343,7 +348,7 @@ static int try_alloc(struct vmm *v, uint32_t idx, int p)
 				SP_WARN(VMM, "phys destroy failed: %s", sp_last_error());
 			if (rc < 0) {
 				c->phys = NULL;
-				vmm_pool_free(pool, c->blk);
+				vmm_pool_free(pool, c->blk, 0);
 				return sp_error(rc, "vmm: host copy of '%s': %s", o->name,
 				                sp_last_error());
 			}
@@ -356,11 +361,12 @@ static int try_alloc(struct vmm *v, uint32_t idx, int p)
 	}
 	c->has_mem = 1;
 	c->valid = c->filling = c->space_wait = 0;
-	if (p < v->ndev && !o->stable && v->pl[p].free_pending) {
-		/* freed space may still be read: writes into it wait for "reuse" */
+	if (p < v->ndev && !o->stable &&
+	    v->pl[p].pool.blocks[c->blk].reuse_seq > v->pl[p].reuse_done) {
+		/* this space may still be read: writes into it wait for "reuse" */
 		struct vmm_place *pl = &v->pl[p];
 		if (dev_event_peek(pl->free_ev) == 0) {
-			pl->free_pending = 0;
+			pl->reuse_done = pl->reuse_seq;
 		} else if ((c->ev || vmm_event_get(v, &c->ev) == 0) &&
 		           dev_event_record(c->ev, pl->reuse) == 0) {
 			c->space_wait = 1;
@@ -799,14 +805,15 @@ static int evict_for_space(struct vmm *v, uint32_t victim, int p, int *nskip, in
 		return rc;
 	struct vmm_obj *o = vmm_obj_at(v, victim);
 	struct vmm_xfer *x = &o->x;
+	int64_t seq;
 	if (p < v->ndev && !o->stable && x->active && x->kind == VMM_XFER_D2H && x->src == p &&
-	    x->drop_src && order_reuse(v, p, x->ev) == 0) {
+	    x->drop_src && (seq = order_reuse(v, p, x->ev)) > 0) {
 		/* the D2H (which waited for the caller's fence on "out") still reads
 		 * the space; "reuse" waits for it, so the host does not */
 		x->drop_src = 0;
 		x->src_gone = 1;
 		o->c[p].fenced = 0;
-		release_space(v, victim, p);
+		release_space(v, victim, p, (uint64_t)seq);
 		return 0;
 	}
 	/* a written-down copy frees its space when the write completes; one the

@@ -936,7 +936,7 @@ int vmm_device_failed(struct vmm *v, int dev, uint32_t *nlost)
 				lost++;
 			}
 		}
-		v->pl[dev].free_pending = 0;
+		v->pl[dev].reuse_done = v->pl[dev].reuse_seq;
 		sp_counter_add(&v->st.lost_objects, lost);
 		SP_WARN(VMM, "device %d failed: its copies are gone, %u object%s lost their data",
 		        dev, lost, lost == 1 ? "" : "s");

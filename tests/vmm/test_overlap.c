@@ -23,10 +23,9 @@
  * Checks: the pressure runs really swap (more than the state in H2D);
  * ordered <= RATIO_MAX x unlimited, cold and warm; host-waits blocks the host
  * more often than ordered. It is not slower here: with LOOKAHEAD tasks queued
- * the compute stream does not starve while the host waits (1.006), and
- * ordered pays for its single "reuse" stream, which puts every fresh
- * allocation behind every pending free (1.009; per-block reuse events would
- * remove that). The 1.21x host-waits once measured here was the model
+ * the compute stream does not starve while the host waits (1.006 against
+ * ordered's 1.009, unchanged since only still-read space waits for its
+ * reader instead of every allocation: test_reuse_order). The 1.21x host-waits once measured here was the model
  * backend's clock run by the vmm's status checks (test_model_clock), not the
  * waits. What made the difference on the way here, for the next
  * reader: a prefetch must not evict what is needed before its own object

@@ -42,7 +42,7 @@ int main(void)
 	CHECK_OK(vmm_pool_init(&p, 4096, 256, 64));
 	CHECK(vmm_pool_alloc(&p, 0, 1, &a) == 0); /* zero rounds up to one unit */
 	CHECK(p.used == 256);
-	vmm_pool_free(&p, a);
+	vmm_pool_free(&p, a, 0);
 	CHECK_OK(vmm_pool_alloc(&p, 1000, 1, &a)); /* 1024 */
 	CHECK_OK(vmm_pool_alloc(&p, 1024, 2, &b));
 	CHECK_OK(vmm_pool_alloc(&p, 1024, 3, &c));
@@ -51,8 +51,8 @@ int main(void)
 	CHECK(vmm_pool_alloc(&p, 1, 5, &a) == -ENOMEM);
 	check_tiling(&p);
 	/* free 1 and 3: 2 KiB free, largest hole 1 KiB */
-	vmm_pool_free(&p, p.head);
-	vmm_pool_free(&p, c);
+	vmm_pool_free(&p, p.head, 0);
+	vmm_pool_free(&p, c, 0);
 	check_tiling(&p);
 	CHECK(p.size - p.used == 2048);
 	CHECK(vmm_pool_largest_free(&p) == 1024);
@@ -70,7 +70,7 @@ int main(void)
 	pinned[1] = 0;
 	n = vmm_pool_window(&p, 2048, cost_all, pinned, owners, 8);
 	CHECK(n == 1 && owners[0] == 1);
-	vmm_pool_free(&p, b); /* coalesces three blocks */
+	vmm_pool_free(&p, b, 0); /* coalesces three blocks */
 	check_tiling(&p);
 	CHECK(vmm_pool_largest_free(&p) == 3072);
 	vmm_pool_fini(&p);
@@ -86,8 +86,8 @@ int main(void)
 		                                 : 512,
 		                        (uint32_t)i + 1, &x[i]));
 	/* [0:2K a][2K:2.5K b][2.5K:3.5K c][3.5K:4K d][4K:8K free] */
-	vmm_pool_free(&p, x[0]);
-	vmm_pool_free(&p, x[2]);
+	vmm_pool_free(&p, x[0], 0);
+	vmm_pool_free(&p, x[2], 0);
 	CHECK_OK(vmm_pool_alloc(&p, 1000, 7, &x[4]));
 	CHECK_MSG(p.blocks[x[4]].off == 2560, "1K went to %llu, not the 1K hole",
 	          (unsigned long long)p.blocks[x[4]].off);
@@ -111,7 +111,7 @@ int main(void)
 		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
 		int i = (int)((seed >> 33) % 300);
 		if (blk[i] >= 0) {
-			vmm_pool_free(&p, blk[i]);
+			vmm_pool_free(&p, blk[i], 0);
 			shadow_used -= sz[i];
 			blk[i] = -1;
 		} else {
