@@ -57,10 +57,17 @@ void rt_plan_describe(const struct tg_plan *p, char *buf, size_t n)
 	                 p->npacks, p->npacks == 1 ? "" : "s", shards, p->microbatch);
 	if (k < (int)n && (p->sched == TG_HARMONY_DP || p->sched == TG_HARMONY_PP))
 		k += snprintf(buf + k, n - (size_t)k, ", group %d", p->group);
+	int kept = 0;
+	for (int pk = 0; pk < p->npacks && p->recompute; pk++)
+		kept += p->keep_stash[pk] != 0;
+	char rc[48] = "";
+	if (p->recompute && kept)
+		snprintf(rc, sizeof(rc), ", recompute but %d pack%s", kept, kept == 1 ? "" : "s");
+	else if (p->recompute)
+		snprintf(rc, sizeof(rc), ", recompute");
 	if (k < (int)n)
 		k += snprintf(buf + k, n - (size_t)k, ", %d device%s%s%s", p->ndev,
-		              p->ndev == 1 ? "" : "s", p->recompute ? ", recompute" : "",
-		              p->upd_cpu ? ", update on the CPU" : "");
+		              p->ndev == 1 ? "" : "s", rc, p->upd_cpu ? ", update on the CPU" : "");
 }
 
 /* The smallest device budget (within 2%) greedy packing fits m into at

@@ -103,7 +103,8 @@ static int fwd_task(const struct rt_launch *L, void *arg)
 	for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
 		const void *x = ptr_of(L, pk ? mo->B[k * P + pk - 1] : mo->X[k]);
 		char *S = ptr_of(L, mo->S[k * P + pk]);
-		if (r->plan.recompute) /* scratch in the work object: backward redoes it */
+		if (tg_recomputes(&r->plan,
+		                  pk)) /* scratch in the work object: backward redoes it */
 			S = (char *)work + r->pp_off[pk];
 		void *out = ptr_of(L, mo->B[k * P + pk]);
 		const void *Y = pk == P - 1 ? ptr_of(L, mo->Y[k]) : NULL;
@@ -153,7 +154,7 @@ static int bwd_task(const struct rt_launch *L, void *arg)
 		const void *dout =
 		    ptr_of(L, pk == P - 1 ? mo->B[k * P + pk] : mo->D[k * P + pk + 1]);
 		void *dpack = pk ? ptr_of(L, mo->D[k * P + pk]) : NULL;
-		if (r->plan.recompute) { /* forward again, its stash in the work object */
+		if (tg_recomputes(&r->plan, pk)) { /* forward again, its stash in the work object */
 			S = work + r->rc_off[pk];
 			const void *x = in;
 			for (int l = lo; l < hi; l++) {

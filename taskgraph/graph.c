@@ -193,10 +193,10 @@ static uint64_t pack_work(const struct tg_model *m, const struct tg_plan *p, int
 			dmax = L->out_bytes_per_sample;
 	}
 	if (bwd) {
-		w += 2 * dmax * mb; /* 0 for a one-layer pack */
-		if (p->recompute)   /* the stash again, and the last layer's output */
+		w += 2 * dmax * mb;       /* 0 for a one-layer pack */
+		if (tg_recomputes(p, pk)) /* the stash again, and the last layer's output */
 			w += (pack_stash(m, p, pk) + m->layers[hi - 1].out_bytes_per_sample) * mb;
-	} else if (p->recompute) { /* the forward's stash, not kept */
+	} else if (tg_recomputes(p, pk)) { /* the forward's stash, not kept */
 		w += pack_stash(m, p, pk) * mb;
 	}
 	return w;
@@ -208,7 +208,7 @@ static double pack_flops(const struct tg_model *m, const struct tg_plan *p, int 
 	double f = 0;
 	for (int l = lo; l < hi; l++)
 		f += bwd ? m->layers[l].bwd_flops_per_sample +
-		               (p->recompute ? m->layers[l].fwd_flops_per_sample : 0)
+		               (tg_recomputes(p, pk) ? m->layers[l].fwd_flops_per_sample : 0)
 		         : m->layers[l].fwd_flops_per_sample;
 	return f;
 }
@@ -594,7 +594,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 		OBJ(st.Y[k], TG_O_INPUT, m->target_bytes_per_sample * mb);
 		OBJ(st.L[k], TG_O_WORK, m->loss_bytes_per_sample * mb);
 		for (int pk = 0; pk < P; pk++) {
-			uint64_t stash = p->recompute ? 0 : pack_stash(m, p, pk) * mb;
+			uint64_t stash = tg_recomputes(p, pk) ? 0 : pack_stash(m, p, pk) * mb;
 			OBJ(st.S[k * P + pk], TG_O_STASH, stash);
 			OBJ(st.B[k * P + pk], TG_O_BOUNDARY, pack_sum(m, p, pk, 4) * mb);
 			uint64_t din = pk ? pack_sum(m, p, pk - 1, 4) * mb : 0;

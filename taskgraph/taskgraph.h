@@ -21,13 +21,13 @@
  * A pack's objects follow from its layers (mb = samples per microbatch):
  *   stash  = mb * (sum of stash_bytes_per_sample + sum of out_bytes_per_sample of
  *            all but the pack's last layer: the inputs its later layers' backward
- *            needs); 0 bytes with recompute
+ *            needs); 0 bytes where the pack recomputes (tg_recomputes)
  *   work of a layer = work_bytes + work_bytes_per_sample * mb
- *   FWD work = max over the pack's layers of the layer work (+ with recompute the
+ *   FWD work = max over the pack's layers of the layer work (+ if it recomputes the
  *            stash above as if recompute were off: scratch, not kept)
  *   BWD work = FWD work + (2 layers or more ? 2 * mb * max of out_bytes_per_sample
  *            over all but the last layer : 0) (ping-pong input-gradient buffers)
- *            + (recompute ? the stash above as if recompute were off, and the
+ *            + (recomputes ? the stash above as if recompute were off, and the
  *            last layer's output: mb * out_bytes_per_sample, for the re-run : 0) */
 struct tg_layer {
 	const char *name;
@@ -96,7 +96,19 @@ struct tg_plan {
 	 * of several packs loads pack by pack while its first packs compute; pack
 	 * 0 always begins one); all 0: every pack its own shard */
 	unsigned char shard_head[TG_MAX_PACKS];
+	/* with recompute: 1 where pack pk keeps its stash all the same, because
+	 * its backward follows its forward on the same device before anything
+	 * else runs there (SHARP's last shard: forward, loss and backward are one
+	 * unit); tg_recomputes() */
+	unsigned char keep_stash[TG_MAX_PACKS];
 };
+
+/* Does pack pk's backward run its forward again (plan.recompute, except the
+ * packs that keep their stash)? */
+static inline int tg_recomputes(const struct tg_plan *p, int pk)
+{
+	return p->recompute && !p->keep_stash[pk];
+}
 
 /* One task. Its read and write sets list object ids in a fixed order, so the
  * executor can find each role by position (below, r = rep, k runs over the
