@@ -100,10 +100,12 @@ static int shards_of(const struct tg_plan *p, int *shard)
 }
 
 /* Splits the task order into units: a forward or backward task starts one
- * unless the one before was of the same kind, shard and microbatches (with no
- * shard marked, each starts one); the loss and update tasks join the unit
- * before them. unit[n] for order position n (program task n is the graph's
- * order[n]); returns the number of units. */
+ * unless the one before was of the same shard and microbatches and of the
+ * same kind, or a forward before this backward (the last shard: its forward,
+ * loss and backward are one unit, so its backward runs where its stash is);
+ * with no shard marked, each starts one. The loss and update tasks join the
+ * unit before them. unit[n] for order position n (program task n is the
+ * graph's order[n]); returns the number of units. */
 static int split_units(const struct tg_graph *g, const struct tg_plan *p, int *unit)
 {
 	int shard[TG_MAX_PACKS];
@@ -112,8 +114,8 @@ static int split_units(const struct tg_graph *g, const struct tg_plan *p, int *u
 	for (int n = 0; n < g->ntask; n++) {
 		const struct tg_task *t = &g->task[g->order[n]];
 		if (t->kind == TG_FWD || t->kind == TG_BWD) {
-			if (!nu || !marked || t->kind != kind || shard[t->pack] != sh ||
-			    t->mb0 != mb0)
+			int same = t->kind == kind || (kind == TG_FWD && t->kind == TG_BWD);
+			if (!nu || !marked || !same || shard[t->pack] != sh || t->mb0 != mb0)
 				nu++;
 			kind = t->kind;
 			sh = shard[t->pack];
@@ -135,40 +137,107 @@ static uint64_t device_bytes(uint64_t bytes, const struct tg_hw *hw, uint64_t al
 	return (b + align - 1) / align * align;
 }
 
-/* The most device memory one unit holds: every object its tasks use, at once
- * (a unit's tasks are issued together), each as the pools allocate it.
- * -ENOMEM for no memory to count with. */
+/* Is task t's reference to o a write that reads nothing of it (its old
+ * contents are dead: the executor discards them after the use before)? */
+static int overwrites(const struct tg_task *t, int o)
+{
+	int w = 0;
+	for (int i = 0; i < t->nwrite; i++)
+		w |= t->write[i] == o;
+	for (int i = 0; i < t->nread && w; i++)
+		if (t->read[i] == o)
+			return 0;
+	return w;
+}
+
+/* The most device memory one unit holds, each object as the pools allocate
+ * it: an object from its first use in the unit (a unit's tasks are issued
+ * together, each acquiring what it uses) to the unit's end when the program
+ * reads it again later, in this step or the next; else to its last use in the
+ * unit (the executor discards dead contents right after issue, and the pools
+ * reuse the space in stream order). -ENOMEM for no memory to count with. */
 static int64_t unit_need_max(const struct tg_graph *g, const struct tg_plan *p,
                              const struct tg_hw *hw, uint64_t align)
 {
-	int *unit = malloc((size_t)g->ntask * sizeof(int) + 1),
-	    *mark = malloc((size_t)g->nobj * sizeof(int) + 1);
-	if (!unit || !mark) {
+	int nt = g->ntask, no = g->nobj;
+	int *unit = malloc((size_t)nt * sizeof(int) + 1);
+	int *from = calloc((size_t)no + 1, sizeof(int)); /* references of o: [from[o], from[o+1]) */
+	int *fill = calloc((size_t)no + 1, sizeof(int));
+	int nref = 0;
+	for (int n = 0; n < nt; n++)
+		nref += g->task[g->order[n]].nread + g->task[g->order[n]].nwrite;
+	int *at = malloc((size_t)nref * sizeof(int) + 1); /* order position of each */
+	int64_t *delta = calloc((size_t)nt + 1, sizeof(int64_t));
+	if (!unit || !from || !fill || !at || !delta) {
 		free(unit);
-		free(mark);
-		return sp_error(-ENOMEM, "sharp: units of %d tasks", g->ntask);
+		free(from);
+		free(fill);
+		free(at);
+		free(delta);
+		return sp_error(-ENOMEM, "sharp: units of %d tasks", nt);
 	}
 	split_units(g, p, unit);
-	for (int o = 0; o < g->nobj; o++)
-		mark[o] = -1;
-	uint64_t most = 0, cur = 0;
-	for (int n = 0; n < g->ntask; n++) {
-		const struct tg_task *t = &g->task[g->order[n]];
-		if (n && unit[n] != unit[n - 1])
-			cur = 0;
-		for (int i = 0; i < t->nread + t->nwrite; i++) {
-			int o = i < t->nread ? t->read[i] : t->write[i - t->nread];
-			if (mark[o] == unit[n])
-				continue;
-			mark[o] = unit[n];
-			cur += device_bytes(g->obj[o].bytes, hw, align);
+	/* each object's uses in order, a task that refers to it twice once:
+	 * counted, then filled (fill[o]: the last position seen, + 1) */
+	for (int pass = 0; pass < 2; pass++) {
+		for (int n = 0; n < nt; n++) {
+			const struct tg_task *t = &g->task[g->order[n]];
+			for (int i = 0; i < t->nread + t->nwrite; i++) {
+				int o = i < t->nread ? t->read[i] : t->write[i - t->nread];
+				if (fill[o] == n + 1)
+					continue;
+				fill[o] = n + 1;
+				if (pass == 0)
+					from[o + 1]++;
+				else
+					at[from[o]++] = n;
+			}
 		}
-		if (cur > most)
-			most = cur;
+		if (pass == 0)
+			for (int o = 0; o < no; o++)
+				from[o + 1] += from[o];
+		else /* from[o] advanced to from[o + 1]: shift back */
+			for (int o = no; o > 0; o--)
+				from[o] = from[o - 1];
+		if (pass == 1)
+			from[0] = 0;
+		memset(fill, 0, (size_t)(no + 1) * sizeof(int));
+	}
+	/* per object and unit: from its first use there; gone after its last
+	 * one when the next use (cyclically: the next step's first) overwrites
+	 * it, else held to the unit's end (a unit's count starts afresh) */
+	for (int o = 0; o < no; o++) {
+		if (!g->obj[o].bytes)
+			continue;
+		int64_t b = (int64_t)device_bytes(g->obj[o].bytes, hw, align);
+		for (int k = from[o]; k < from[o + 1];) {
+			int u = unit[at[k]], j = k;
+			while (j + 1 < from[o + 1] && unit[at[j + 1]] == u)
+				j++;
+			int wraps = j + 1 >= from[o + 1];
+			int nx = wraps ? at[from[o]] : at[j + 1];
+			int dead = overwrites(&g->task[g->order[nx]], o) ||
+			           (wraps && g->obj[o].kind == TG_O_INPUT);
+			delta[at[k]] += b;
+			if (dead && at[j] + 1 < nt && unit[at[j] + 1] == u)
+				delta[at[j] + 1] -= b;
+			k = j + 1;
+		}
+	}
+	int64_t most = 0, live = 0;
+	for (int n = 0; n < nt; n++) {
+		if (n && unit[n] != unit[n - 1])
+			live = 0; /* what a unit holds past its end is not counted in the next */
+		live += delta[n];
+		if (live > most)
+			most = live;
 	}
 	free(unit);
-	free(mark);
-	return (int64_t)most;
+	free(from);
+	free(fill);
+	free(at);
+	free(delta);
+	return most;
 }
 
 /* Shards split into packs of about one layer each, up to `most` per shard
@@ -192,6 +261,47 @@ static void split_shards(const struct tg_plan *shards, int most, struct tg_plan 
 			out->pack_end[np++] = lo + (int)((int64_t)(hi - lo) * j / k);
 	}
 	out->npacks = np;
+}
+
+/* The unit need of plan p, or a negative error. */
+static int64_t plan_need(const struct tg_model *tm, const struct tg_plan *p, const struct tg_hw *hw,
+                         uint64_t align)
+{
+	struct tg_graph g;
+	int rc = tg_graph_build(tm, 1, p, &g);
+	if (rc < 0)
+		return rc;
+	int64_t need = unit_need_max(&g, p, hw, align);
+	tg_graph_free(&g);
+	return need;
+}
+
+/* A recomputing plan: the last shard's forward, loss and backward are one
+ * unit (split_units), so its packs can keep their stash instead, as many of
+ * its last packs as fit with the double-buffer reserve left (the need grows
+ * with each one kept: a binary search). */
+static void keep_last_stashes(const struct tg_model *tm, struct tg_plan *p, const struct tg_hw *hw,
+                              uint64_t align, double reserve)
+{
+	int head = 0;
+	for (int pk = 0; pk < p->npacks; pk++)
+		if (p->shard_head[pk])
+			head = pk;
+	double lim = (double)hw->capacity / (1.0 + reserve);
+	int lo = 0, hi = p->npacks - head; /* lo packs fit */
+	while (lo < hi) {
+		int k = (lo + hi + 1) / 2;
+		struct tg_plan q = *p;
+		for (int pk = p->npacks - k; pk < p->npacks; pk++)
+			q.keep_stash[pk] = 1;
+		int64_t need = plan_need(tm, &q, hw, align);
+		if (need >= 0 && (double)need <= lim)
+			lo = k;
+		else
+			hi = k - 1;
+	}
+	for (int pk = p->npacks - lo; pk < p->npacks; pk++)
+		p->keep_stash[pk] = 1;
 }
 
 int rt_sharp_plan(const struct rt_ctx *rt, const struct rt_model *m, double reserve,
@@ -256,6 +366,8 @@ int rt_sharp_plan(const struct rt_ctx *rt, const struct rt_model *m, double rese
 		rc = -ENOMEM;
 		cap = cap / 10 * 9;
 	}
+	if (rc == 0 && out->recompute && tg_plan_shards(out) < out->npacks)
+		keep_last_stashes(&tm, out, &hw, align, reserve);
 	free(tl);
 	if (rc == -ENOMEM && !strstr(sp_last_error(), "layer"))
 		return sp_error(-ENOMEM,
@@ -319,8 +431,9 @@ static int uses_of(struct sm *s)
  * the clock is the backend's, in microseconds: each object of model i gets
  * the time its next unit using it should start, from the measured unit
  * times, stretched by the models sharing each device. Contents that the next
- * use overwrites, and state no step will read again, get no hint (evicted
- * first). Called whenever model i's position changes. */
+ * use overwrites (beyond the unit about to run), and state no step will read
+ * again, get no hint (evicted first). Called whenever model i's position
+ * changes. */
 static void hint_model(struct sharp *h, int i)
 {
 	struct sm *s = &h->m[i];
@@ -349,7 +462,11 @@ static void hint_model(struct sharp *h, int i)
 		if (wrap)
 			dist += to_end;
 		uint64_t next = VMM_NO_HINT;
-		if (!s->dead_at[k] && (!wrap || more))
+		/* in the unit about to run, what it overwrites it then reads (the
+		 * last shard's stash, a shard's boundaries): needed now, not a
+		 * victim once written (its dead contents were discarded before) */
+		int now_unit = !wrap && u == s->cur;
+		if ((!s->dead_at[k] || now_unit) && (!wrap || more))
 			next = (uint64_t)(1e6 * (now + slow * dist));
 		if (vmm_hint(h->rt->vmm, p->obj[o].vid, next) < 0)
 			SP_INFO(RT, "sharp hint %s: %s", p->obj[o].name, sp_last_error());

@@ -105,7 +105,17 @@ static uint64_t state_bytes(const struct rt_model *m)
  * recompute on these links; its packs fit either way, it checks both) */
 static int keep_stash;
 
-/* Every model under its SHARP plan on rt, in shards. */
+static int kept_packs(const struct tg_plan *p)
+{
+	int k = 0;
+	for (int pk = 0; pk < p->npacks; pk++)
+		k += p->recompute && p->keep_stash[pk];
+	return k;
+}
+
+/* Every model under its SHARP plan on rt, in shards; with recompute, some of
+ * the last shard's packs keep their stash (its forward and backward are one
+ * unit): the weights must still be the reference loop's. */
 static void open_runs(struct rt_ctx *rt, struct rt_model *m, struct rt_run **runs,
                       struct tg_plan *plan)
 {
@@ -113,6 +123,10 @@ static void open_runs(struct rt_ctx *rt, struct rt_model *m, struct rt_run **run
 		CHECK_OK(rt_sharp_plan(rt, &m[i], 0.15, &plan[i]));
 		if (keep_stash)
 			plan[i].recompute = 0;
+		else
+			CHECK_MSG(plan[i].recompute && kept_packs(&plan[i]) > 0,
+			          "model %d: recompute %d, %d packs keep their stash", i,
+			          plan[i].recompute, kept_packs(&plan[i]));
 		/* shards of one pack per layer: a unit loads pack by pack */
 		int shards = tg_plan_shards(&plan[i]);
 		CHECK_MSG(shards >= 2 && plan[i].npacks == m[i].nlayers,
@@ -142,12 +156,15 @@ static void run(struct rt_model *m, int ndev, enum tg_mm_policy pol, int db, uin
 	CHECK_OK(rt_sharp_run(rt, runs, steps, NM, &sc, &st));
 	struct vmm_stats vs;
 	vmm_stats_get(rt->vmm, &vs);
+	char rc[64] = "";
+	if (plan[0].recompute) /* kept: the last shard's packs whose stash stays */
+		snprintf(rc, sizeof(rc), ", recompute but %d %d %d %d packs", kept_packs(&plan[0]),
+		         kept_packs(&plan[1]), kept_packs(&plan[2]), kept_packs(&plan[3]));
 	printf("  %-6s%s %d devices%s%s%s: %" PRIu64 " units (%" PRIu64 " on the device of the "
 	       "one before), %" PRId64 " evictions, %" PRIu64 " B H2D, %" PRIu64 " B P2P",
-	       tg_mm_policy_name(pol), db ? "+db" : "   ", ndev,
-	       plan[0].recompute ? ", recompute" : "", fail ? ", fail " : "", fail ? fail : "",
-	       st.units, st.same_device, vs.evictions.total, vmm_xfer_bytes(rt->vmm, VMM_XFER_H2D),
-	       vmm_xfer_bytes(rt->vmm, VMM_XFER_P2P));
+	       tg_mm_policy_name(pol), db ? "+db" : "   ", ndev, rc, fail ? ", fail " : "",
+	       fail ? fail : "", st.units, st.same_device, vs.evictions.total,
+	       vmm_xfer_bytes(rt->vmm, VMM_XFER_H2D), vmm_xfer_bytes(rt->vmm, VMM_XFER_P2P));
 	if (fail)
 		printf(", %d failure, %" PRIu64 " unit(s) in flight lost, %" PRId64
 		       " objects lost, %" PRIu64 " checkpoints",
