@@ -27,7 +27,11 @@
  * (mean of 12). Last line:
  *   sharp_vs_model_parallel=X lrtf_vs_random=Y lrtf_vs_milp=Z
  * (X from Hydra's setting.) Writes bench/results/hydra.json.
- * argv: [json path] [steps per model] */
+ * Every model sees the same samples, as in the paper (Table 2: 4 epochs of
+ * WikiText-2 each): an epoch here is 32 samples, so a batch-8 model runs 4x
+ * the steps of a batch-32 one (equal steps would give the batch-32 models 4x
+ * the work and make one of them alone the makespan's floor).
+ * argv: [json path] [epochs, default 4] */
 #include "bench/bench.h"
 
 #include "runtime/runtime.h"
@@ -37,7 +41,8 @@
 #include <stdint.h>
 #include <time.h>
 
-#define NMODELS 12
+#define NMODELS       12
+#define EPOCH_SAMPLES 32
 
 static double wall(void)
 {
@@ -71,6 +76,11 @@ struct res {
 	double dev_peak;
 	uint64_t bytes;
 	int ok;
+	/* SHARP: device time inside units over makespan x devices; units that ran
+	 * where their model's previous unit did */
+	double busy, same;
+	int sharp;
+	double by_kind[TG_NOKIND][3]; /* SHARP: bytes moved H2D, D2H, P2P per object kind */
 };
 
 static struct rt_model models[NMODELS];
@@ -136,6 +146,24 @@ static int run_models(enum how how, int first, int n, struct res *r)
 		rc = rt_sharp_run(rt, runs + first, steps + first, n, &sc, &st);
 		if (rc)
 			report_err("sharp");
+		double busy = 0;
+		for (int d = 0; d < rt->ndev; d++)
+			busy += st.busy_s[d];
+		r->sharp = how != SPILL_ONLY; /* (one model alone keeps 7 devices idle) */
+		r->busy = st.makespan_s > 0 ? busy / (st.makespan_s * rt->ndev) : 0;
+		r->same = st.units ? (double)st.same_device / (double)st.units : 0;
+		if (how == SHARP) /* what moved, by kind of object */
+			for (int i = first; i < first + n; i++)
+				for (int o = 0; o < runs[i]->prog.nobj && o < runs[i]->g.nobj;
+				     o++) {
+					struct vmm_obj_info in;
+					const struct rt_obj *ob = &runs[i]->prog.obj[o];
+					if (!ob->vid || vmm_obj_info(rt->vmm, ob->vid, &in) < 0)
+						continue;
+					for (int x = 0; x < 3; x++)
+						r->by_kind[runs[i]->g.obj[o].kind][x] +=
+						    (double)in.bytes_moved[x];
+				}
 	}
 	if (!rc) {
 		r->s += dev_now(rt->dev) - t0;
@@ -230,7 +258,7 @@ static double makespan(const struct inst *I, enum tg_mm_policy p, uint64_t seed)
 int main(int argc, char **argv)
 {
 	const char *json = argc > 1 ? argv[1] : "bench/results/hydra.json";
-	int nsteps = argc > 2 ? atoi(argv[2]) : 4;
+	int epochs = argc > 2 ? atoi(argv[2]) : 4;
 	static const int batches[] = {8, 16, 32};
 	static const float lrs[] = {1e-3f, 1e-4f, 1e-5f, 1e-6f};
 	struct kn_model_config cfg = {.maxT = 128, .V = 30522, .L = 24, .NH = 16, .C = 1792};
@@ -242,7 +270,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		models[i].opt.lr = lrs[i / 3];
-		steps[i] = nsteps;
+		steps[i] = epochs * EPOCH_SAMPLES / batches[i % 3];
 		if (!i)
 			for (int l = 0; l < models[0].nlayers; l++)
 				params += models[0].layers[l].param_bytes / 4;
@@ -253,8 +281,8 @@ int main(int argc, char **argv)
 	static const char *const optim_label[2] = {"AdamW", "SGD (Hydra's setting)"};
 	static const enum kn_optimizer order[2] = {KN_SGD, KN_ADAMW};
 	printf("bench-hydra: %d models of %.2fB parameters (batch 8/16/32 x 4 learning rates), "
-	       "%d steps each, 8x GTX 1080 Ti (model backend)\n",
-	       NMODELS, (double)params / 1e9, nsteps);
+	       "%d epochs of %d samples each (%d, %d, %d steps), 8x GTX 1080 Ti (model backend)\n",
+	       NMODELS, (double)params / 1e9, epochs, EPOCH_SAMPLES, steps[0], steps[1], steps[2]);
 	struct res r[2][NHOW];
 	double x[2], floor_s[2], ceil_x[2];
 	for (int k = 0; k < 2; k++) {
@@ -274,6 +302,16 @@ int main(int argc, char **argv)
 			       "P2P %.1f)  [%.1f s]\n",
 			       names[h], q[h].s, 100 * q[h].util, (double)q[h].bytes / 1e9,
 			       q[h].h2d / 1e9, q[h].d2h / 1e9, q[h].p2p / 1e9, q[h].wall);
+			if (q[h].sharp)
+				printf("    devices in units %.1f%% of the time; units where the "
+				       "model's previous one ran %.1f%%\n",
+				       100 * q[h].busy, 100 * q[h].same);
+			for (int o = 0; o < TG_NOKIND && h == SHARP; o++)
+				if (q[h].by_kind[o][0] + q[h].by_kind[o][1] + q[h].by_kind[o][2] >
+				    0)
+					printf("    %-9s H2D %6.1f  D2H %6.1f  P2P %6.1f GB\n",
+					       tg_okind_name(o), q[h].by_kind[o][0] / 1e9,
+					       q[h].by_kind[o][1] / 1e9, q[h].by_kind[o][2] / 1e9);
 		}
 		x[k] = q[MODEL_PARALLEL].s / q[SHARP].s;
 		printf("  speedup over model parallelism:      spill %.2fx (paper: Hydra 7.5x); "
@@ -350,8 +388,8 @@ int main(int argc, char **argv)
 	if (f) {
 		fprintf(f, "{\n");
 		bench_machine_json(f);
-		fprintf(f, "  \"models\": %d, \"params\": %llu, \"steps\": %d,\n", NMODELS,
-		        (unsigned long long)params, nsteps);
+		fprintf(f, "  \"models\": %d, \"params\": %llu, \"epochs\": %d,\n", NMODELS,
+		        (unsigned long long)params, epochs);
 		for (int k = 0; k < 2; k++) {
 			const struct res *q = r[k];
 			fprintf(f, "  \"%s\": {\n    \"runs\": [\n", rt_optimizer_name(order[k]));
