@@ -193,16 +193,12 @@ static int64_t unit_need_max(const struct tg_graph *g, const struct tg_plan *p,
 					at[from[o]++] = n;
 			}
 		}
-		if (pass == 0)
-			for (int o = 0; o < no; o++)
-				from[o + 1] += from[o];
-		else /* from[o] advanced to from[o + 1]: shift back */
-			for (int o = no; o > 0; o--)
-				from[o] = from[o - 1];
-		if (pass == 1)
-			from[0] = 0;
+		for (int o = 0; o < no && pass == 0; o++)
+			from[o + 1] += from[o];
 		memset(fill, 0, (size_t)(no + 1) * sizeof(int));
 	}
+	memmove(from + 1, from, (size_t)no * sizeof(int)); /* filling advanced each by one object */
+	from[0] = 0;
 	/* per object and unit: from its first use there; gone after its last
 	 * one when the next use (cyclically: the next step's first) overwrites
 	 * it, else held to the unit's end (a unit's count starts afresh) */
