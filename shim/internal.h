@@ -254,6 +254,7 @@ struct shim_state {
 	size_t cap_launch;
 	struct shim_rec *rec;
 	uint64_t ops, batch_releases, refused;
+	uint64_t stale_launches; /* launched with a freed address inside a struct parameter */
 	double t0;
 };
 extern struct shim_state shim;

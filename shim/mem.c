@@ -454,7 +454,8 @@ struct op_state {
 	int n;
 	uint32_t k;
 	uint64_t sig;
-	int all; /* unknown layout: every allocation */
+	int all;   /* unknown layout: every allocation */
+	int stale; /* a freed address inside a struct parameter */
 };
 
 static __thread struct op_state tls_op;
@@ -476,13 +477,18 @@ static void add_touch(struct op_state *st, struct shim_alloc *a, enum shim_use u
 	}
 }
 
-/* Every 8-byte word of a parameter that points into a tracked allocation.
- * Returns -1 when a word points into a freed one. */
-static int scan_words(struct op_state *st, const unsigned char *p, size_t bytes)
+/* Every 8-byte word of a parameter that points into a tracked allocation. A word in a freed range refuses the
+ * launch (-1) only when it is a whole pointer-sized parameter (pointer != 0):
+ * inside a larger parameter (a struct of pointers, some unused) it may be a
+ * stale field the kernel never reads, so it is only counted. On an H100,
+ * PyTorch under PYTORCH_NO_CUDA_MEMORY_CACHING=1 had a backward kernel refused
+ * that runs without the shim. */
+static int scan_words(struct op_state *st, const unsigned char *p, size_t bytes, int pointer)
 {
 	if (!shim.nallocs && !shim.ngrave)
 		return 0;
 	CUdeviceptr lo = shim.nallocs ? shim.allocs[0]->base : 0;
+	int stale = 0;
 	for (size_t o = 0; o + 8 <= bytes; o += 8) {
 		uint64_t w;
 		memcpy(&w, p + o, 8);
@@ -491,9 +497,13 @@ static int scan_words(struct op_state *st, const unsigned char *p, size_t bytes)
 		struct shim_alloc *a = find((CUdeviceptr)w);
 		if (a)
 			add_touch(st, a, SHIM_USE_WRITE);
-		else if (shim.ngrave && w && in_grave((CUdeviceptr)w))
-			return -1;
+		else if (shim.ngrave && w && in_grave((CUdeviceptr)w)) {
+			if (pointer)
+				return -1;
+			stale = 1;
+		}
 	}
+	st->stale |= stale;
 	return 0;
 }
 
@@ -516,8 +526,8 @@ static int scan_params(struct op_state *st, struct shim_op *op)
 			         e[0] != CU_LAUNCH_PARAM_BUFFER_SIZE)
 				break;
 		}
-		if (buf && size)
-			return scan_words(st, buf, size);
+		if (buf && size) /* no parameter bounds: every word as in a struct */
+			return scan_words(st, buf, size, 0);
 	}
 	if (!op->params)
 		return 0;
@@ -528,7 +538,7 @@ static int scan_params(struct op_state *st, struct shim_op *op)
 	for (int i = 0; i < fi->nparams; i++) {
 		if (fi->size[i] < 8 || !op->params[i])
 			continue;
-		if (scan_words(st, op->params[i], fi->size[i]) < 0)
+		if (scan_words(st, op->params[i], fi->size[i], fi->size[i] == 8) < 0)
 			return -1;
 	}
 	return 0;
@@ -583,6 +593,7 @@ CUresult shim_op_begin(struct shim_op *op)
 	struct op_state *st = &tls_op;
 	st->n = 0;
 	st->all = 0;
+	st->stale = 0;
 	st->k = op->fn ? 0 : shim_kstat_get(op->kind);
 	int bad = 0;
 	if (op->fn) {
@@ -611,6 +622,8 @@ CUresult shim_op_begin(struct shim_op *op)
 		        op->fn ? "launch of" : op->kind, op->fn ? shim.kstats[st->k].name : "");
 		return CUDA_ERROR_ILLEGAL_ADDRESS;
 	}
+	if (st->stale)
+		shim.stale_launches++;
 	if (st->all) {
 		for (size_t i = 0; i < shim.nallocs && st->n < SHIM_MAX_TOUCH; i++)
 			add_touch(st, shim.allocs[i], SHIM_USE_WRITE);

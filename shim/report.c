@@ -119,6 +119,11 @@ static void print_locked(FILE *f)
 	if (shim.refused)
 		fprintf(f, "spill shim: %" PRIu64 " operations refused (freed memory)\n",
 		        shim.refused);
+	if (shim.stale_launches)
+		fprintf(f,
+		        "spill shim: %" PRIu64 " launches had a freed address inside a struct "
+		        "parameter (passed on: a field the kernel may not read)\n",
+		        shim.stale_launches);
 	struct vmm_stats vs;
 	vmm_stats_get(shim.vmm, &vs);
 	if (vs.host_fallbacks.total)
@@ -188,12 +193,13 @@ static int json_locked(FILE *f)
 	        "{\"tool\":\"spill-shim\",\"budget\":%" PRIu64 ",\"operations\":%" PRIu64
 	        ",\"allocations\":%" PRIu64 ",\"live\":%zu,\"policy\":\"%s\",\"period\":%" PRIu64
 	        ",\"repeats\":%" PRIu64 ",\"batch_releases\":%" PRIu64 ",\"refused\":%" PRIu64
-	        ",\"host_fallbacks\":%" PRIu64 ",\n\"bytes\":{\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64
-	        ",\"host2disk\":%" PRIu64 ",\"disk2host\":%" PRIu64 "},\n\"per_allocation\":[",
+	        ",\"stale_launches\":%" PRIu64 ",\"host_fallbacks\":%" PRIu64
+	        ",\n\"bytes\":{\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"host2disk\":%" PRIu64
+	        ",\"disk2host\":%" PRIu64 "},\n\"per_allocation\":[",
 	        shim.budget, shim.ops, shim.nseq, shim.nallocs, shim.params.shim_policy, period,
-	        cycles, shim.batch_releases, shim.refused, vs.host_fallbacks.total,
-	        vmm_xfer_bytes(shim.vmm, VMM_XFER_H2D), vmm_xfer_bytes(shim.vmm, VMM_XFER_D2H),
-	        vmm_xfer_bytes(shim.vmm, VMM_XFER_H2DISK),
+	        cycles, shim.batch_releases, shim.refused, shim.stale_launches,
+	        vs.host_fallbacks.total, vmm_xfer_bytes(shim.vmm, VMM_XFER_H2D),
+	        vmm_xfer_bytes(shim.vmm, VMM_XFER_D2H), vmm_xfer_bytes(shim.vmm, VMM_XFER_H2DISK),
 	        vmm_xfer_bytes(shim.vmm, VMM_XFER_DISK2H));
 	size_t n = 0;
 	struct alloc_row *rows = collect(&n);

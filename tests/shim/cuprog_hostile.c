@@ -5,6 +5,9 @@
  *   an allocation larger than the budget, a double free, a free of an
  *   unknown pointer, a launch and a copy on freed memory, cuMemGetInfo with
  *   NULL arguments; cuMemGetInfo reports the budget as the device's size.
+ * And a launch that must not be refused: a struct parameter holding a freed
+ * address in a field the kernel never reads (a stale field), as cuBLAS and
+ * PyTorch kernels may have.
  * Prints one line per check and "hostile: ok" at the end.
  */
 #include "tests/shim/fakecu.h"
@@ -35,19 +38,36 @@ static void k_fill(const void *a)
 		f->p[i] = f->v;
 }
 
+/* one struct parameter: p and n are used, unused is not */
+struct fill_struct {
+	int *p;
+	int *unused;
+	int v, n;
+};
+
+static void k_fill_struct(const void *a)
+{
+	const struct fill_struct *f = a;
+	for (int i = 0; i < f->n; i++)
+		f->p[i] = f->v;
+}
+
 int main(int argc, char **argv)
 {
 	int shim = getenv("SHIM_EXPECTED") && atoi(getenv("SHIM_EXPECTED"));
 	size_t budget = (size_t)(argc > 1 ? atoi(argv[1]) : 8) << 20;
 	size_t sizes[] = {8, 4, 4};
 	fakecu_register_kernel("fill", k_fill, 3, sizes);
+	size_t struct_size[] = {sizeof(struct fill_struct)};
+	fakecu_register_kernel("fill_struct", k_fill_struct, 1, struct_size);
 	CUdevice dev;
 	CUcontext ctx;
 	CUmodule mod;
-	CUfunction fill;
+	CUfunction fill, fill_struct;
 	if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) ||
 	    cuCtxSetCurrent(ctx) || cuModuleLoadData(&mod, "img") ||
-	    cuModuleGetFunction(&fill, mod, "fill"))
+	    cuModuleGetFunction(&fill, mod, "fill") ||
+	    cuModuleGetFunction(&fill_struct, mod, "fill_struct"))
 		return 1;
 
 	CUdeviceptr big = 0;
@@ -79,6 +99,19 @@ int main(int argc, char **argv)
 		expect(cuMemcpyHtoD(d, host, sizeof(host)) == CUDA_ERROR_ILLEGAL_ADDRESS,
 		       "a copy to freed memory");
 	}
+
+	/* a freed address in a field the kernel does not read: it runs */
+	CUdeviceptr live = 0;
+	expect(cuMemAlloc(&live, 4096) == CUDA_SUCCESS, "cuMemAlloc 4 KiB");
+	struct fill_struct fs = {(int *)(uintptr_t)live, (int *)(uintptr_t)d, 5, 1024};
+	void *sparams[] = {&fs};
+	int got[1024] = {0};
+	expect(cuLaunchKernel(fill_struct, 1, 1, 1, 1, 1, 1, 0, NULL, sparams, NULL) ==
+	               CUDA_SUCCESS &&
+	           cuMemcpyDtoH(got, live, sizeof(got)) == CUDA_SUCCESS && got[0] == 5 &&
+	           got[1023] == 5,
+	       "a launch whose struct parameter holds a freed address it does not read");
+	expect(cuMemFree(live) == CUDA_SUCCESS, "cuMemFree");
 
 	/* and it still works */
 	CUdeviceptr e = 0;
