@@ -24,13 +24,15 @@ $(FAKECU_LIB): $(O)/obj/tests/shim/fakecuda.c.o $(call mod_libs,device)
 	$(Q)$(CC) -shared $(LDFLAGS) -Wl,-Bsymbolic -Wl,-soname,libcuda.so.1 -o $@ $^ $(SHIM_LDLIBS)
 
 # Test programs: plain driver-API programs linked against the emulated driver.
+# DT_RPATH (--disable-new-dtags), not DT_RUNPATH: it wins over LD_LIBRARY_PATH,
+# which on GPU machines often names the real driver's folder (libcuda.so.1 too).
 SHIM_PROG_SRCS := $(wildcard tests/shim/cuprog_*.c)
 SHIM_PROGS := $(patsubst %.c,$(O)/%,$(SHIM_PROG_SRCS))
 $(O)/tests/shim/cuprog_%: $(O)/obj/tests/shim/cuprog_%.c.o $(FAKECU_LIB)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< -L$(dir $(FAKECU_LIB)) -l:libcuda.so.1 \
-		-Wl,-rpath,'$$ORIGIN/fake' -ldl -lm
+		-Wl,--disable-new-dtags,-rpath,'$$ORIGIN/fake' -ldl -lm
 
 EXTRA_ALL += $(PRELOAD_LIB)
 EXTRA_TEST_DEPS += $(PRELOAD_LIB) $(FAKECU_LIB) $(SHIM_PROGS)

@@ -34,7 +34,7 @@ if ! make -C "$work" --no-print-directory CFLAGS="-O2 -Wall -Wextra -Werror ${TE
 	echo "FAIL: the examples do not build against the installed library"
 	exit 1
 fi
-export LD_LIBRARY_PATH="$prefix/lib"
+export LD_LIBRARY_PATH="$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 for ex in mlp graph; do
 	if "$work/$ex"; then
 		echo "ok: examples/$ex"
