@@ -291,7 +291,8 @@ static const char train_help[] =
     "         --trace FILE (Chrome/Perfetto trace) --stats-json FILE\n"
     "Flags override the SPILL_* variables. With no flags: a small GPT on the default\n"
     "corpus (Debian's bible-kjv), on the emulated GPUs when there is no GPU, with a\n"
-    "device budget of a quarter of the training state.\n";
+    "device budget of a quarter of the training state (on a GPU too, unless --model\n"
+    "names a preset: that gets the whole device).\n";
 
 static int bad_flag(const char *cmd, const char *msg, const char *flag)
 {

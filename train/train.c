@@ -146,20 +146,38 @@ int tr_open_context(struct run *r, uint64_t budget)
 	SP_CHECK(rt_config_from_params(&sp, &rc));
 	if (c->trace_file)
 		rc.vmm.trace_cap = 1u << 20;
-	if (!c->budget && !sp.vmm_device_mem && rc.dev.backend == DEV_BACKEND_HOST) {
-		/* the emulated GPUs together hold a quarter of the training state:
-		 * it swaps whatever the schedule spreads over them */
-		int nd = rc.dev.ndevices > 0 ? rc.dev.ndevices : 2;
+	/* The emulated GPUs, and real ones when training the built-in default
+	 * model (the demo: its 48 MiB would never swap on a GPU), together hold a
+	 * quarter of the training state: it swaps whatever the schedule spreads
+	 * over them. A named model on a GPU gets the whole device. */
+	int host = rc.dev.backend == DEV_BACKEND_HOST;
+	int demo_gpu = rc.dev.backend == DEV_BACKEND_CUDA && !c->model;
+	if (!c->budget && !sp.vmm_device_mem && (host || demo_gpu)) {
+		int nd = rc.dev.ndevices > 0 ? rc.dev.ndevices : host ? 2 : 1;
 		rc.vmm.device_mem = r->per_device ? budget : budget / (uint64_t)nd;
-		if (!rc.dev.device_mem || rc.dev.device_mem < rc.vmm.device_mem * 2)
+		if (host && (!rc.dev.device_mem || rc.dev.device_mem < rc.vmm.device_mem * 2))
 			rc.dev.device_mem = rc.vmm.device_mem * 2;
 		r->quarter = 1;
+		if (demo_gpu && !r->per_device && rc.dev.ndevices <= 0) {
+			/* every GPU by default: the share per device needs their count */
+			SP_CHECK(rt_open(&rc, &r->rt));
+			nd = r->rt->ndev;
+			if (nd == 1)
+				return 0;
+			rt_close(r->rt);
+			r->rt = NULL;
+			rc.vmm.device_mem = budget / (uint64_t)nd;
+		}
 	}
-	if (rc.dev.backend == DEV_BACKEND_MODEL && !sp.host_mem)
-		/* the host is no limit: the whole state and a quarter for the pool's
-		 * gaps (address space only; no more than that, which sanitizers and
-		 * small vm.max_map_count settings refuse) */
-		rc.vmm.host_mem = r->state + r->state / 4 + (1ull << 30);
+	/* The whole state and a quarter for the pool's gaps. On the model backend
+	 * the host is no limit: that much address space (no more, which sanitizers
+	 * and small vm.max_map_count settings refuse). On cuda at most that much:
+	 * the default pool, a quarter of physical memory, is pinned up front, once
+	 * per context the budget search opens (32 GiB on a 128 GiB server). */
+	uint64_t host_need = r->state + r->state / 4 + (1ull << 30);
+	if (!sp.host_mem && (rc.dev.backend == DEV_BACKEND_MODEL ||
+	                     (rc.dev.backend == DEV_BACKEND_CUDA && host_need < rc.vmm.host_mem)))
+		rc.vmm.host_mem = host_need;
 	return rt_open(&rc, &r->rt);
 }
 
