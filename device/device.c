@@ -238,6 +238,10 @@ int dev_open(const struct dev_config *cfg, struct dev_ctx **out)
 	SP_CHECK_ARG(ops, "dev_open: unknown backend %d", (int)cfg->backend);
 	SP_CHECK_ARG(cfg->ndevices >= 0 && cfg->ndevices <= DEV_MAX,
 	             "SPILL_DEVICES: %d devices is out of range (0..%d)", cfg->ndevices, DEV_MAX);
+	/* a fault asked for and silently not injected would pass a recovery test */
+	SP_CHECK_ARG(!cfg->host_fail || !*cfg->host_fail || cfg->backend == DEV_BACKEND_HOST,
+	             "SPILL_HOST_FAIL: fault injection needs the host backend (this is %s)",
+	             dev_backend_name(cfg->backend));
 	SP_CHECK_ARG(cfg->threads >= 0, "SPILL_THREADS: %d must be >= 0", cfg->threads);
 	struct dev_ctx *ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)

@@ -8,15 +8,16 @@
 #    --recover: one line naming the device, exit 1;
 #  - --sim with two presets on the model backend: a virtual makespan;
 #  - bad input: an empty or malformed grid, an unknown policy or preset, a budget
-#    below one layer (the message names the layer and the shortfall): one line
-#    on stderr, exit 1.
+#    below one layer (the message names the layer and the shortfall), a fault
+#    asked of a backend that cannot inject it: one line on stderr, exit 1.
+# The host backend throughout, also where a GPU would be the default.
 set -u
 spill="$O/bin/spill"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-export SPILL_THREADS=1
+export SPILL_THREADS=1 SPILL_BACKEND=host
 command -v bible >/dev/null 2>&1 || { echo "SKIP: no bible-kjv (make deps)"; exit 77; }
 
 "$spill" tune --steps 6 --seq 32 --grid lr=3e-3,1e-3 batch=4,8 >"$work/out" 2>&1 ||
@@ -69,5 +70,7 @@ bad "policy 'bogus'" --policy bogus
 bad "unknown model 'nope'" --model nope
 bad 'layer 0 (embedding) needs .*short by' --budget 4K
 SPILL_HOST_FAIL=5:1 bad "SPILL_HOST_FAIL: '5:1' is not DEV:N"
+SPILL_HOST_FAIL=1:200 bad 'SPILL_HOST_FAIL: fault injection needs the host backend (this is model)' \
+	--backend model
 [ "$fails" -eq 0 ] || exit 1
 echo ok
