@@ -100,10 +100,13 @@ int main(int argc, char **argv)
 		       "a copy to freed memory");
 	}
 
-	/* a freed address in a field the kernel does not read: it runs */
-	CUdeviceptr live = 0;
-	expect(cuMemAlloc(&live, 4096) == CUDA_SUCCESS, "cuMemAlloc 4 KiB");
-	struct fill_struct fs = {(int *)(uintptr_t)live, (int *)(uintptr_t)d, 5, 1024};
+	/* a freed address in a field the kernel does not read: it runs (freed after
+	 * the live one is allocated, so that one cannot take its place) */
+	CUdeviceptr live = 0, gone = 0;
+	expect(cuMemAlloc(&gone, 4096) == CUDA_SUCCESS && cuMemAlloc(&live, 4096) == CUDA_SUCCESS &&
+	           cuMemFree(gone) == CUDA_SUCCESS,
+	       "two allocations of 4 KiB, the first freed");
+	struct fill_struct fs = {(int *)(uintptr_t)live, (int *)(uintptr_t)gone, 5, 1024};
 	void *sparams[] = {&fs};
 	int got[1024] = {0};
 	expect(cuLaunchKernel(fill_struct, 1, 1, 1, 1, 1, 1, 0, NULL, sparams, NULL) ==
