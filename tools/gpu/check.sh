@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs on a lent GPU machine from the repo root, with .gpubin/ (tools/gpu/bundle.sh)
+# carried: STEPS="env build gpu demo block train tests" bash tools/gpu/check.sh
+# Each step logs to $OUT/logs/STEP.log (tarred into $OUT/logs.tgz) and adds a
+# line to $OUT/summary.txt; DEADLINE (s, default 570) keeps the whole inside
+# one device call, so the logs come back even when a step runs long.
+#   env    nvidia-smi, compilers, python, LD_LIBRARY_PATH
+#   build  make -j16 all tests
+#   gpu    make test-gpu-run (test_gpu_*: device, kernels, vmm, shim)
+#   shim   tests/shim/test_gpu_shim.sh alone, traced (bash -x)
+#   demo   make demo-run (the README's first command)
+#   block  make bench-block-gpu against PyTorch eager (python3 on PATH)
+#   train  make bench-train (4x oversubscribed GPT-2 against unlimited)
+#   tests  make test-run (every test, with a GPU present)
+cd "$(dirname "$0")/../.." || exit 1
+R=$PWD/.gpubin/root
+export PATH=$PATH:$PWD/.gpubin/bin
+export CPATH=$R/include LIBRARY_PATH=$R/lib LD_LIBRARY_PATH=$R/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+OUT=${OUT:-/tmp/gpu-check}
+L=$OUT/logs
+mkdir -p "$L"
+t0=$SECONDS
+step() { # name timeout cmd...
+	local n=$1 to=$2
+	shift 2
+	local s=$SECONDS left=$((${DEADLINE:-570} - SECONDS + t0))
+	if [ $left -lt 15 ]; then
+		echo "== $n skipped: no time left" | tee -a "$OUT/summary.txt"
+		return
+	fi
+	[ "$to" -gt $left ] && to=$left
+	timeout "$to" "$@" >"$L/$n.log" 2>&1
+	echo "== $n rc=$? $((SECONDS - s))s (at $((SECONDS - t0))s)" | tee -a "$OUT/summary.txt"
+}
+for s in ${STEPS:-env build gpu demo block train}; do
+	case $s in
+	env) step env 30 bash -c 'nvidia-smi; gcc --version | head -1; command -v make mpicc python3
+		python3 -c "import torch; print(torch.__version__, torch.cuda.is_available())"
+		echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; nproc; free -g' ;;
+	build) step build 330 make -j16 all tests ;;
+	gpu) step gpu 200 make test-gpu-run && tail -30 "$L/gpu.log" ;;
+	shim) O=build/release step shim 200 bash -x tests/shim/test_gpu_shim.sh
+		grep -n "FAIL\|^[0-9]\. " "$L/shim.log" | head -20 ;;
+	demo) step demo 90 make demo-run && grep -vE "^step +[0-9]+/" "$L/demo.log" | head -40 ;;
+	block) PYTHON=python3 step block 120 make bench-block-gpu && tail -5 "$L/block.log" ;;
+	train) step train 300 make bench-train && tail -5 "$L/train.log" ;;
+	tests) step tests 500 make test-run && grep -E "FAIL|passed" "$L/tests.log" | tail -20 ;;
+	*) echo "unknown step $s" ;;
+	esac
+done
+cp bench/results/*.json "$L/" 2>/dev/null
+tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$L"
+cat "$OUT/summary.txt"
