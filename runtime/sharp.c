@@ -607,12 +607,13 @@ static int issue_unit(struct sharp *h, int i, int d)
 }
 
 /* 1 while the unit running on device d still waits for a copy of what it
- * reads: a prefetch now would take link bandwidth from it. Polled on each pass
- * of the loop, which wakes on task completions: on a device alone, the
- * prefetch may start only when the unit's first task is done. (Waking on the
- * unit's start event instead, so that the prefetch starts as soon as the loads
- * are done, made bench-hydra slower: AdamW 38.1 -> 43.8 s.) */
-static int loading(struct sharp *h, int d)
+ * reads (over the host link only, with h2d_only): a prefetch now would take
+ * link bandwidth from it. Polled on each pass of the loop, which wakes on
+ * task completions: on a device alone, the prefetch may start only when the
+ * unit's first task is done. (Waking on the unit's start event instead, so
+ * that the prefetch starts as soon as the loads are done, made bench-hydra
+ * slower: AdamW 38.1 -> 43.8 s.) */
+static int loading(struct sharp *h, int d, int h2d_only)
 {
 	const struct sm *s = &h->m[h->busy[d]];
 	const struct rt_prog *p = &s->run->prog;
@@ -621,7 +622,8 @@ static int loading(struct sharp *h, int d)
 			const struct rt_obj *o = &p->obj[p->task[t].ref[r].obj];
 			struct vmm_obj_info in;
 			if (o->vid && vmm_obj_info(h->rt->vmm, o->vid, &in) == 0 &&
-			    (in.in_flight == VMM_XFER_H2D || in.in_flight == VMM_XFER_P2P))
+			    (in.in_flight == VMM_XFER_H2D ||
+			     (!h2d_only && in.in_flight == VMM_XFER_P2P)))
 				return 1;
 		}
 	return 0;
@@ -629,13 +631,17 @@ static int loading(struct sharp *h, int d)
 
 /* Double buffering: what model i's next unit reads comes to device d, as far
  * as it fits, once the running unit has what it reads (bench-hydra: loading
- * both at once, each at half the link, was 5-12% slower). Called again on
- * every pass of the loop while the reservation stands: room frees as the
- * running unit's predecessors are written back. */
+ * both at once, each at half the link, was 5-12% slower) and no unit running
+ * elsewhere waits for the shared host link (asking only d's unit, a prefetch
+ * delayed the others' loads: bench-hydra AdamW 59.4 s and 0.73x the time
+ * without double buffering; 40.3 s and 1.08x the other way; SGD 21.2 ->
+ * 20.4 s). Called again on every pass of the loop while the reservation
+ * stands: room frees as the running unit's predecessors are written back. */
 static void prefetch_unit(struct sharp *h, int i, int d)
 {
-	if (loading(h, d))
-		return;
+	for (int e = 0; e < h->rt->ndev; e++)
+		if (h->busy[e] >= 0 && loading(h, e, e != d))
+			return;
 	struct sm *s = &h->m[i];
 	const struct rt_prog *p = &s->run->prog;
 	/* the model running here: its unit after the current one (the next
