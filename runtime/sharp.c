@@ -802,9 +802,63 @@ static int available(const struct sharp *h, int d)
 	return !h->cfg->device_ready || h->cfg->device_ready(h->cfg->arg, d);
 }
 
-static int pick_or_steal(struct sharp *h)
+/* Bytes of what model i's next unit reads that device d holds. */
+static uint64_t held_on(const struct sharp *h, int i, int d)
 {
-	int i = tg_sharp_pick(h->pol), from = -1;
+	const struct sm *s = &h->m[i];
+	const struct rt_prog *p = &s->run->prog;
+	uint64_t b = 0;
+	for (int t = s->ufirst[s->cur]; t < s->ufirst[s->cur + 1]; t++)
+		for (int r = 0; r < p->task[t].nref; r++) {
+			const struct rt_obj *o = &p->obj[p->task[t].ref[r].obj];
+			if (o->vid && p->task[t].ref[r].mode != VMM_OVERWRITE &&
+			    (vmm_obj_where(h->rt->vmm, o->vid) & (1u << d)))
+				b += o->bytes;
+		}
+	return b;
+}
+
+/* The policy's pick for device d. Under lrtf, among the models whose
+ * remaining time is within AFFINITY of the longest, the one whose next unit
+ * finds the most of what it reads on d: a shard moved GPU to GPU, or evicted
+ * and loaded again, costs link time that units wait for. */
+#define AFFINITY 0.05
+static int pick_for(struct sharp *h, int d)
+{
+	int i = tg_sharp_pick(h->pol);
+	if (i < 0 || h->cfg->policy != TG_MM_LRTF)
+		return i;
+	int cand[8], n = 0;
+	double top = remaining(&h->m[i]);
+	cand[n++] = i;
+	while (n < 8) {
+		int j = tg_sharp_pick(h->pol);
+		if (j < 0)
+			break;
+		if (remaining(&h->m[j]) < top * (1 - AFFINITY)) {
+			tg_sharp_ready(h->pol, j, remaining(&h->m[j]));
+			break;
+		}
+		cand[n++] = j;
+	}
+	int best = 0;
+	uint64_t most = held_on(h, i, d);
+	for (int k = 1; k < n; k++) {
+		uint64_t b = held_on(h, cand[k], d);
+		if (b > most) {
+			most = b;
+			best = k;
+		}
+	}
+	for (int k = 0; k < n; k++) /* the others back to the policy, unchanged */
+		if (k != best)
+			tg_sharp_ready(h->pol, cand[k], remaining(&h->m[cand[k]]));
+	return cand[best];
+}
+
+static int pick_or_steal(struct sharp *h, int d)
+{
+	int i = pick_for(h, d), from = -1;
 	double best = i >= 0 ? remaining(&h->m[i]) : -1;
 	for (int o = 0; o < h->rt->ndev; o++) {
 		int r = h->reserved[o];
@@ -843,7 +897,7 @@ static int slower_than_another(const struct sharp *h, int d)
 
 static int reserve_next(struct sharp *h, int d)
 {
-	int i = tg_sharp_pick(h->pol), run = h->busy[d];
+	int i = pick_for(h, d), run = h->busy[d];
 	if (h->cfg->policy != TG_MM_LRTF || slower_than_another(h, d))
 		return i;
 	const struct sm *s = &h->m[run];
@@ -897,7 +951,7 @@ static int loop(struct sharp *h)
 					continue;
 				}
 				if (i < 0)
-					i = pick_or_steal(h);
+					i = pick_or_steal(h, d);
 				if (i < 0)
 					continue;
 				SP_CHECK(issue_unit(h, i, d));
