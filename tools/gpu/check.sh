@@ -11,6 +11,7 @@
 #   demo   make demo-run (the README's first command)
 #   block  make bench-block-gpu against PyTorch eager (python3 on PATH)
 #   train  make bench-train (4x oversubscribed GPT-2 against unlimited)
+#   vmm    make bench-vmm (its GPU part: H2D/D2H through the vmm vs cudaMemcpyAsync)
 #   tests  make test-run (every test, with a GPU present)
 cd "$(dirname "$0")/../.." || exit 1
 R=$PWD/.gpubin/root
@@ -32,7 +33,7 @@ step() { # name timeout cmd...
 	timeout "$to" "$@" >"$L/$n.log" 2>&1
 	echo "== $n rc=$? $((SECONDS - s))s (at $((SECONDS - t0))s)" | tee -a "$OUT/summary.txt"
 }
-for s in ${STEPS:-env build gpu demo block train}; do
+for s in ${STEPS:-env build gpu demo block train vmm}; do
 	case $s in
 	env) step env 30 bash -c 'nvidia-smi; gcc --version | head -1; command -v make mpicc python3
 		python3 -c "import torch; print(torch.__version__, torch.cuda.is_available())"
@@ -44,6 +45,7 @@ for s in ${STEPS:-env build gpu demo block train}; do
 	demo) step demo 90 make demo-run && grep -vE "^step +[0-9]+/" "$L/demo.log" | head -40 ;;
 	block) PYTHON=python3 step block 120 make bench-block-gpu && tail -5 "$L/block.log" ;;
 	train) step train 300 make bench-train && tail -5 "$L/train.log" ;;
+	vmm) step vmm 200 make bench-vmm && tail -8 "$L/vmm.log" ;;
 	tests) step tests 500 make test-run && grep -E "FAIL|passed" "$L/tests.log" | tail -20 ;;
 	*) echo "unknown step $s" ;;
 	esac
