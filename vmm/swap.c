@@ -478,6 +478,10 @@ static int start_copy(struct vmm *v, uint32_t idx, int src, int dst, int drop_sr
 		SP_CHECK(dev_stream_wait_event(st, s->ev));
 	if (d->space_wait) /* the space's former owner may still be read */
 		SP_CHECK(dev_stream_wait_event(st, d->ev));
+	/* space kept while invalid (a failed transfer into a copy its acquirer
+	 * held) may still be used by that acquirer's work: fill it after */
+	if (d->fenced)
+		SP_CHECK(dev_stream_wait_event(st, d->fence));
 	SP_CHECK(dev_memcpy_async(st, d->ptr, vmm_place_public(v, dst), s->ptr,
 	                          vmm_place_public(v, src), o->bytes));
 	SP_CHECK(dev_event_record(*evp, st));
