@@ -51,5 +51,7 @@ for s in ${STEPS:-env build gpu demo block train vmm}; do
 	esac
 done
 cp bench/results/*.json "$L/" 2>/dev/null
+# each test's whole log (run-tests.sh shows only the tail of a failure)
+cp -r build/release/test-logs "$L/" 2>/dev/null
 tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$L"
 cat "$OUT/summary.txt"
