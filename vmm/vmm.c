@@ -612,7 +612,13 @@ int vmm_release(struct vmm *v, uint64_t id, int place, struct dev_event *done)
 		goto out;
 	}
 	if (done) {
-		struct dev_stream *fs = v->pl[p < v->ndev ? p : 0].fence;
+		/* a host copy's fence goes on a live device's fence stream: a failed
+		 * device's work is dropped and its events fail */
+		int fp = p;
+		for (int d = 0; fp == P_HOST(v) && d < v->ndev; d++)
+			if (!v->pl[d].failed)
+				fp = d;
+		struct dev_stream *fs = v->pl[fp < v->ndev ? fp : 0].fence;
 		if (!c->fence)
 			SP_CHECK_GOTO(vmm_event_get(v, &c->fence), rc, out);
 		SP_CHECK_GOTO(dev_stream_wait_event(fs, done), rc, out);

@@ -19,10 +19,15 @@
  * with its done event. A second READ acquire on device 1 gets the same space,
  * refilled from the host: its ready event must stay pending while the holder's
  * kernel is held back, and the space must read back as the host's bytes once
- * the kernel and the refill are done. */
+ * the kernel and the refill are done. Then a host copy released with a done
+ * event while device 0 is failed: its fence must not go on device 0's stream
+ * (waiting for it failed, "fence wait failed"). */
 #include "tests/vmm/vmm_test.h"
 
+#include "common/log.h"
+
 #include <stdatomic.h>
+#include <string.h>
 #include <time.h>
 
 #define MiB     (1024ull * 1024)
@@ -145,7 +150,29 @@ int main(void)
 
 	CHECK(vt_read_host(v, a, OBJ, SEED_H) == 0);
 	CHECK_OK(vmm_sync(v));
+
+	/* a host copy released with a done event while device 0 is failed: its
+	 * fence goes on a live device's stream, so waiting for it (the destroy
+	 * frees the host copy) succeeds: no "fence wait failed" */
+	FILE *log = tmpfile();
+	CHECK(log);
+	sp_log_configure(SP_LOG_WARN, SP_SUBSYS_ALL, fileno(log));
+	void *hp;
+	struct dev_event *hr;
+	CHECK_OK(vmm_acquire(v, a, VMM_HOST, VMM_READ, &hp, &hr));
+	if (hr)
+		CHECK_OK(dev_event_sync(hr));
+	CHECK_OK(dev_event_record(done2, s1));
+	CHECK_OK(vmm_release(v, a, VMM_HOST, done2));
 	CHECK_OK(vmm_obj_destroy(v, a));
+	sp_log_configure(SP_LOG_WARN, SP_SUBSYS_ALL, 2);
+	char text[4096] = {0};
+	rewind(log);
+	size_t got = fread(text, 1, sizeof(text) - 1, log);
+	fclose(log);
+	CHECK_MSG(!strstr(text, "fence wait failed"),
+	          "a host copy's fence was recorded on the failed device's stream: %.*s", (int)got,
+	          text);
 	vmm_close(v);
 	CHECK_OK(dev_event_destroy(done0));
 	CHECK_OK(dev_event_destroy(done1));
