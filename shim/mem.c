@@ -454,8 +454,10 @@ struct op_state {
 	int n;
 	uint32_t k;
 	uint64_t sig;
-	int all;   /* unknown layout: every allocation */
-	int stale; /* a freed address inside a struct parameter */
+	int all;           /* unknown layout: every allocation */
+	int stale;         /* a freed address inside a struct parameter */
+	int bad_param;     /* the refused launch's parameter, -1: a copy or set */
+	uint64_t bad_word; /* and the freed address it holds */
 };
 
 static __thread struct op_state tls_op;
@@ -498,8 +500,10 @@ static int scan_words(struct op_state *st, const unsigned char *p, size_t bytes,
 		if (a)
 			add_touch(st, a, SHIM_USE_WRITE);
 		else if (shim.ngrave && w && in_grave((CUdeviceptr)w)) {
-			if (pointer)
+			if (pointer) {
+				st->bad_word = w;
 				return -1;
+			}
 			stale = 1;
 		}
 	}
@@ -538,8 +542,10 @@ static int scan_params(struct op_state *st, struct shim_op *op)
 	for (int i = 0; i < fi->nparams; i++) {
 		if (fi->size[i] < 8 || !op->params[i])
 			continue;
-		if (scan_words(st, op->params[i], fi->size[i], fi->size[i] == 8) < 0)
+		if (scan_words(st, op->params[i], fi->size[i], fi->size[i] == 8) < 0) {
+			st->bad_param = i;
 			return -1;
+		}
 	}
 	return 0;
 }
@@ -594,6 +600,8 @@ CUresult shim_op_begin(struct shim_op *op)
 	st->n = 0;
 	st->all = 0;
 	st->stale = 0;
+	st->bad_param = -1;
+	st->bad_word = 0;
 	st->k = op->fn ? 0 : shim_kstat_get(op->kind);
 	int bad = 0;
 	if (op->fn) {
@@ -618,8 +626,15 @@ CUresult shim_op_begin(struct shim_op *op)
 	if (bad) {
 		shim.refused++;
 		pthread_mutex_unlock(&shim.lock);
-		SP_WARN(SHIM, "%s %s: refused, it reaches device memory that was freed",
-		        op->fn ? "launch of" : op->kind, op->fn ? shim.kstats[st->k].name : "");
+		if (st->bad_param >= 0) /* which word: to tell a real use from a stale value */
+			SP_WARN(SHIM,
+			        "launch of %s: refused, it reaches device memory that was freed "
+			        "(parameter %d, pointer %#" PRIx64 ")",
+			        shim.kstats[st->k].name, st->bad_param, st->bad_word);
+		else
+			SP_WARN(SHIM, "%s %s: refused, it reaches device memory that was freed",
+			        op->fn ? "launch of" : op->kind,
+			        op->fn ? shim.kstats[st->k].name : "");
 		return CUDA_ERROR_ILLEGAL_ADDRESS;
 	}
 	if (st->stale)

@@ -49,7 +49,7 @@ if [ -n "$py" ] && "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_avai
 	for caching in 1 0; do
 		shim env SPILL_DEVICE_MEM=$budget PYTORCH_NO_CUDA_MEMORY_CACHING=$caching \
 			"$py" "$script" >"$work/s$caching" 2>&1 ||
-			fail "torch with the shim (NO_CUDA_MEMORY_CACHING=$caching): $(tail -3 "$work/s$caching")"
+			fail "torch with the shim (NO_CUDA_MEMORY_CACHING=$caching): $(grep -m3 'refused' "$work/s$caching") $(tail -3 "$work/s$caching")"
 		grep '^step' "$work/s$caching" >"$work/s$caching.loss"
 		cmp -s "$work/ref.loss" "$work/s$caching.loss" ||
 			fail "torch (NO_CUDA_MEMORY_CACHING=$caching): losses differ: $(paste -d' ' "$work/ref.loss" "$work/s$caching.loss" | head -3)"

@@ -101,7 +101,7 @@ sed 's/^/    /' "$work/r1" | grep -v '^    \[' | head -20
 SHIM_EXPECTED=0 "$D/cuprog_hostile" 8 >"$work/h0" 2>&1 || fail "hostile without the shim: $(grep FAIL "$work/h0")"
 SPILL_DEVICE_MEM=8M shim "$D/cuprog_hostile" 8 >"$work/h1" 2>&1 || fail "hostile with the shim: $(grep FAIL "$work/h1") $(tail -2 "$work/h1")"
 grep -q 'hostile: ok' "$work/h1" || fail "hostile: did not finish"
-for msg in 'double free' 'refused, it reaches device memory that was freed' 'cannot be made resident\|larger than the stable budget' \
+for msg in 'double free' 'refused, it reaches device memory that was freed (parameter 0, pointer 0x' 'cannot be made resident\|larger than the stable budget' \
 	'1 launches had a freed address inside a struct parameter'; do
 	grep -q "$msg" "$work/h1" || fail "hostile: no log line matching '$msg'"
 done
