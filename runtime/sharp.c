@@ -635,13 +635,14 @@ static int loading(struct sharp *h, int d, int h2d_only)
  * elsewhere waits for the shared host link (asking only d's unit, a prefetch
  * delayed the others' loads: bench-hydra AdamW 59.4 s and 0.73x the time
  * without double buffering; 40.3 s and 1.08x the other way; SGD 21.2 ->
- * 20.4 s). Called again on every pass of the loop while the reservation
- * stands: room frees as the running unit's predecessors are written back. */
-static void prefetch_unit(struct sharp *h, int i, int d)
+ * 20.4 s). link_busy: some running unit waits for an H2D copy (loop() asks
+ * once per pass). Called again on every pass of the loop while the
+ * reservation stands: room frees as the running unit's predecessors are
+ * written back. */
+static void prefetch_unit(struct sharp *h, int i, int d, int link_busy)
 {
-	for (int e = 0; e < h->rt->ndev; e++)
-		if (h->busy[e] >= 0 && loading(h, e, e != d))
-			return;
+	if (link_busy || loading(h, d, 0))
+		return;
 	struct sm *s = &h->m[i];
 	const struct rt_prog *p = &s->run->prog;
 	/* the model running here: its unit after the current one (the next
@@ -959,6 +960,9 @@ static int loop(struct sharp *h)
 			}
 		/* then double buffering: each busy device reserves its next unit
 		 * and loads what of it fits */
+		int link_busy = 0;
+		for (int e = 0; e < h->rt->ndev && h->cfg->double_buffer && !link_busy; e++)
+			link_busy = h->busy[e] >= 0 && loading(h, e, 1);
 		for (int d = 0; d < h->rt->ndev && h->cfg->double_buffer; d++) {
 			if (h->busy[d] < 0 || h->dead[d])
 				continue;
@@ -969,7 +973,7 @@ static int loop(struct sharp *h)
 			if (h->reserved[d] < 0 && available(h, d)) /* not one leaving */
 				h->reserved[d] = reserve_next(h, d);
 			if (h->reserved[d] >= 0)
-				prefetch_unit(h, h->reserved[d], d);
+				prefetch_unit(h, h->reserved[d], d, link_busy);
 		}
 		if (progress || !h->alive)
 			continue;
