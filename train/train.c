@@ -146,6 +146,16 @@ int tr_open_context(struct run *r, uint64_t budget)
 	SP_CHECK(rt_config_from_params(&sp, &rc));
 	if (c->trace_file)
 		rc.vmm.trace_cap = 1u << 20;
+	/* The whole state and a quarter for the pool's gaps. On the model backend
+	 * the host is no limit: that much address space (no more, which sanitizers
+	 * and small vm.max_map_count settings refuse). On cuda at most that much:
+	 * the default pool, a quarter of physical memory, is pinned up front, once
+	 * per context the budget search opens (32 GiB on a 128 GiB server).
+	 * Set before any rt_open below: the demo's first context is kept. */
+	uint64_t host_need = r->state + r->state / 4 + (1ull << 30);
+	if (!sp.host_mem && (rc.dev.backend == DEV_BACKEND_MODEL ||
+	                     (rc.dev.backend == DEV_BACKEND_CUDA && host_need < rc.vmm.host_mem)))
+		rc.vmm.host_mem = host_need;
 	/* The emulated GPUs, and real ones when training the built-in default
 	 * model (the demo: its 48 MiB would never swap on a GPU), together hold a
 	 * quarter of the training state: it swaps whatever the schedule spreads
@@ -169,15 +179,6 @@ int tr_open_context(struct run *r, uint64_t budget)
 			rc.vmm.device_mem = budget / (uint64_t)nd;
 		}
 	}
-	/* The whole state and a quarter for the pool's gaps. On the model backend
-	 * the host is no limit: that much address space (no more, which sanitizers
-	 * and small vm.max_map_count settings refuse). On cuda at most that much:
-	 * the default pool, a quarter of physical memory, is pinned up front, once
-	 * per context the budget search opens (32 GiB on a 128 GiB server). */
-	uint64_t host_need = r->state + r->state / 4 + (1ull << 30);
-	if (!sp.host_mem && (rc.dev.backend == DEV_BACKEND_MODEL ||
-	                     (rc.dev.backend == DEV_BACKEND_CUDA && host_need < rc.vmm.host_mem)))
-		rc.vmm.host_mem = host_need;
 	return rt_open(&rc, &r->rt);
 }
 
