@@ -242,6 +242,10 @@ int dev_open(const struct dev_config *cfg, struct dev_ctx **out)
 	SP_CHECK_ARG(!cfg->host_fail || !*cfg->host_fail || cfg->backend == DEV_BACKEND_HOST,
 	             "SPILL_HOST_FAIL: fault injection needs the host backend (this is %s)",
 	             dev_backend_name(cfg->backend));
+	/* likewise a throttle: a tuner test on real links would test nothing */
+	SP_CHECK_ARG(!cfg->link_throttle || cfg->backend == DEV_BACKEND_HOST,
+	             "SPILL_LINK_THROTTLE: throttled links need the host backend (this is %s)",
+	             dev_backend_name(cfg->backend));
 	SP_CHECK_ARG(cfg->threads >= 0, "SPILL_THREADS: %d must be >= 0", cfg->threads);
 	struct dev_ctx *ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)

@@ -137,6 +137,9 @@ bad "layers 2" train "${small[@]}" --layers 3 --steps 12 --checkpoint "$work/b" 
 bad "optimizer adamw" train "${small[@]}" --optim sgd --steps 12 --checkpoint "$work/b" --resume
 bad "unknown optimizer" train "${small[@]}" --optim adam
 bad "SGD setting" train "${small[@]}" --momentum 0.9
+# a throttle on real links would throttle nothing (it did not, on an H100)
+SPILL_BACKEND=model SPILL_LINK_THROTTLE=1 bad "SPILL_LINK_THROTTLE: throttled links need the host backend (this is model)" \
+	train "${small[@]}" --steps 1
 [ "$before" = "$(md5sum "$work"/b/*.safetensors)" ] || fail "a failed run changed the checkpoints"
 
 # 4. the tuner: the planner assumes links of 1000 GB/s, the host backend
@@ -146,7 +149,7 @@ links() { sed -e "s|^name = .*|name = $1|" -e "s|^h2d = .*|h2d = $2|" -e "s|^d2h
 	-e "s|^host_link = .*|host_link = $2|" "$prof"; }
 links fastlinks "1000 GB/s" >"$work/fast.prof"
 links slowlinks "0.1 GB/s" >"$work/slow.prof"
-SPILL_LINK_THROTTLE=1 "$spill" train "${big[@]}" --steps 8 --profile "$work/slow.prof" \
+SPILL_BACKEND=host SPILL_LINK_THROTTLE=1 "$spill" train "${big[@]}" --steps 8 --profile "$work/slow.prof" \
 	--plan-profile "$work/fast.prof" --stats-json "$work/tune.json" >"$work/tune.out" 2>&1 ||
 	{ cat "$work/tune.out"; fail "tuner run"; }
 grep "^tuner:\|^plan:" "$work/tune.out"
