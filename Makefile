@@ -192,7 +192,7 @@ test-run: tests
 test-gpu: deps
 	@$(MAKE) --no-print-directory test-gpu-run
 test-gpu-run: tests
-	@SPILL_TEST_GPU=1 $(run_tests) --gpu $(if $(TESTS),--filter '$(TESTS)') $(TEST_BINS) $(TEST_SCRIPTS)
+	@$(run_tests) --gpu $(if $(TESTS),--filter '$(TESTS)') $(TEST_BINS) $(TEST_SCRIPTS)
 
 deps:
 	@tools/deps.sh
