@@ -8,16 +8,8 @@
 set -u
 spill="$O/bin/spill"
 here=$(cd "$(dirname "$0")" && pwd)
-# Debian's python3 first, else the first on PATH (a GPU machine's may be the
-# one with torch)
-py=
-for c in /usr/bin/python3 python3; do
-	if command -v "$c" >/dev/null 2>&1 && "$c" -c 'import torch, numpy' 2>/dev/null; then
-		py=$(command -v "$c")
-		break
-	fi
-done
-[ -n "$py" ] || { echo "SKIP: no python3 with torch and numpy"; exit 77; }
+. "$here/pick_python.sh"
+pick_python torch numpy || { echo "SKIP: no python3 with torch and numpy"; exit 77; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export SPILL_THREADS=1

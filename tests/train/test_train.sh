@@ -20,16 +20,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-# a python with numpy (ckpt_read.py): Debian's first; a python3 earlier on PATH
-# may lack it, and a GPU machine's Debian one may too
-py=
-for c in /usr/bin/python3 python3; do
-	if command -v "$c" >/dev/null 2>&1 && "$c" -c 'import numpy' 2>/dev/null; then
-		py=$(command -v "$c")
-		break
-	fi
-done
-[ -n "$py" ] || { echo "SKIP: no python3 with numpy"; exit 77; }
+. "$here/pick_python.sh"
+pick_python numpy || { echo "SKIP: no python3 with numpy"; exit 77; }
 export SPILL_THREADS=1 # two processes never share the 2 cores badly
 
 # a corpus of its own: 60 KB of text in two files
