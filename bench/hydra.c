@@ -7,21 +7,14 @@
  * first table; the second is the same with AdamW (16 GB), for reference.
  * Side by side, in one run, for each:
  *   model parallelism  each model alone over the 8 GPUs (8 balanced packs, one
- *                      per GPU, the minibatch at once), one model after the other,
- *                      without recomputation (stronger than the paper's baseline)
+ *                      per GPU, the minibatch at once), one model after the other
+ *                      (no recomputation: a stronger baseline than Hydra's
+ *                      script, which checkpoints; that one is a row too)
  *   spilling only      each model alone on one GPU in shards, one after the other
  *                      (no SHARP, no double buffering)
  *   SHARP, no db       SHARP + Sharded-LRTF on 8 GPUs, no double buffering
  *   SHARP              SHARP + Sharded-LRTF + double buffering
  *   SHARP random       the same with random unit selection
- *   SHARP, every shard recomputed
- *                      Hydra's own recipe: its backward unit runs the shard's
- *                      forward again from the shard's input (spill's SHARP
- *                      keeps the stashes that fit)
- *   model parallelism, recomputing
- *                      the baseline the paper measured: Hydra's mp script
- *                      (examples/mp_12_model_sequential.py in knagrecha/hydra)
- *                      wraps every stage in checkpoint_sequential
  * with the paper's figures (7.5x over model parallelism; Table 3: 13.05x
  * slower without SHARP and double buffering, 2.3x slower without double
  * buffering), and the floor the shared host link puts under SHARP (its bytes
@@ -33,9 +26,7 @@
  * units; mean of 5 instances) and against GLPK's MILP on small instances
  * (mean of 12). Last line:
  *   sharp_vs_model_parallel=X lrtf_vs_random=Y lrtf_vs_milp=Z
- * (X from Hydra's setting, SGD: SHARP over the paper's recomputing baseline;
- * the speedup over the non-recomputing one is printed above it and in the
- * json.) Writes bench/results/hydra.json.
+ * (X from Hydra's setting.) Writes bench/results/hydra.json.
  * Every model sees the same samples, as in the paper (Table 2: 4 epochs of
  * WikiText-2 each): an epoch here is 32 samples, so a batch-8 model runs 4x
  * the steps of a batch-32 one (equal steps would give the batch-32 models 4x
@@ -95,16 +86,7 @@ struct res {
 static struct rt_model models[NMODELS];
 static int steps[NMODELS];
 
-enum how {
-	MODEL_PARALLEL,
-	SPILL_ONLY,
-	SHARP_NODB,
-	SHARP,
-	SHARP_RANDOM,
-	SHARP_ALL_RECOMPUTE,
-	MP_RECOMPUTE,
-	NHOW
-};
+enum how { MODEL_PARALLEL, SPILL_ONLY, SHARP_NODB, SHARP, SHARP_RANDOM, MP_RECOMPUTE, NHOW };
 
 static void report_err(const char *what)
 {
@@ -138,12 +120,6 @@ static int run_models(enum how how, int first, int n, struct res *r)
 			p.recompute = how == MP_RECOMPUTE;
 		} else {
 			rc = rt_sharp_plan(rt, &models[i], 0.15, &p);
-			if (rc == 0 && how == SHARP_ALL_RECOMPUTE) {
-				/* as Hydra's units: the backward unit runs its shard's
-				 * forward again from the shard's input */
-				p.recompute = 1;
-				memset(p.keep_stash, 0, sizeof(p.keep_stash));
-			}
 		}
 		if (rc == 0)
 			rc = rt_run_open(rt, &models[i], &p, 1 + (uint64_t)i, &runs[i]);
@@ -162,10 +138,10 @@ static int run_models(enum how how, int first, int n, struct res *r)
 		if (rc)
 			report_err("model parallelism");
 	} else {
-		struct rt_sharp_config sc = {
-		    .policy = how == SHARP_RANDOM ? TG_MM_RANDOM : TG_MM_LRTF,
-		    .double_buffer = how != SHARP_NODB && how != SPILL_ONLY,
-		    .seed = 3};
+		struct rt_sharp_config sc = {.policy =
+		                                 how == SHARP_RANDOM ? TG_MM_RANDOM : TG_MM_LRTF,
+		                             .double_buffer = how == SHARP || how == SHARP_RANDOM,
+		                             .seed = 3};
 		struct rt_sharp_stats st;
 		rc = rt_sharp_run(rt, runs + first, steps + first, n, &sc, &st);
 		if (rc)
@@ -299,13 +275,9 @@ int main(int argc, char **argv)
 			for (int l = 0; l < models[0].nlayers; l++)
 				params += models[0].layers[l].param_bytes / 4;
 	}
-	static const char *const names[NHOW] = {"model parallelism",
-	                                        "spilling only",
-	                                        "SHARP, no double buffering",
-	                                        "SHARP (Hydra)",
-	                                        "SHARP, random",
-	                                        "SHARP, every shard recomputed",
-	                                        "model parallelism, recomputing"};
+	static const char *const names[NHOW] = {
+	    "model parallelism", "spilling only", "SHARP, no double buffering",
+	    "SHARP (Hydra)",     "SHARP, random", "model parallelism, recomputing"};
 	static const char *const optim_label[2] = {"AdamW", "SGD (Hydra's setting)"};
 	static const enum kn_optimizer order[2] = {KN_SGD, KN_ADAMW};
 	printf("bench-hydra: %d models of %.2fB parameters (batch 8/16/32 x 4 learning rates), "
@@ -341,15 +313,10 @@ int main(int argc, char **argv)
 					       tg_okind_name(o), q[h].by_kind[o][0] / 1e9,
 					       q[h].by_kind[o][1] / 1e9, q[h].by_kind[o][2] / 1e9);
 		}
-		/* X is against the baseline the paper measured: PyTorch model
-		 * parallelism with checkpointing (Hydra's mp script) */
-		x[k] = q[MP_RECOMPUTE].s / q[SHARP].s;
-		printf("  speedup over model parallelism as the paper ran it (recomputing): spill "
-		       "%.2fx, Hydra's recipe (every shard recomputed) %.2fx (paper: Hydra 7.5x)\n",
-		       x[k], q[MP_RECOMPUTE].s / q[SHARP_ALL_RECOMPUTE].s);
-		printf("  speedup over model parallelism without recomputation (stronger): spill "
-		       "%.2fx\n",
-		       q[MODEL_PARALLEL].s / q[SHARP].s);
+		x[k] = q[MODEL_PARALLEL].s / q[SHARP].s;
+		printf("  speedup over model parallelism:      spill %.2fx (paper: Hydra 7.5x); "
+		       "over the recomputing one %.2fx\n",
+		       x[k], q[MP_RECOMPUTE].s / q[SHARP].s);
 		printf("  slowdown without SHARP and double buffering: %.2fx (paper 13.05x)\n",
 		       q[SPILL_ONLY].s / q[SHARP].s);
 		printf("  slowdown without double buffering:           %.2fx (paper 2.3x)\n",
@@ -362,15 +329,14 @@ int main(int argc, char **argv)
 		floor_s[k] = fmax(q[SHARP].h2d, q[SHARP].d2h) / q[SHARP].host_link;
 		double compute_s = q[SHARP].flops / q[SHARP].peak;
 		double chain_s = q[SHARP].chain / q[SHARP].dev_peak;
-		double bound_s = fmax(fmax(floor_s[k], compute_s), chain_s);
-		ceil_x[k] = q[MODEL_PARALLEL].s / bound_s;
+		ceil_x[k] = q[MODEL_PARALLEL].s / fmax(fmax(floor_s[k], compute_s), chain_s);
 		printf(
 		    "  bounds on SHARP's %.1f s: %.0f GB H2D over the shared %.0f GB/s host link "
 		    "%.1f s; its FLOPs at the devices' peak %.1f s; the largest model's "
 		    "units one after another at one device's peak %.1f s: at most %.2fx over "
-		    "model parallelism (%.2fx over the recomputing one)\n",
+		    "model parallelism\n",
 		    q[SHARP].s, q[SHARP].h2d / 1e9, q[SHARP].host_link / 1e9, floor_s[k], compute_s,
-		    chain_s, ceil_x[k], q[MP_RECOMPUTE].s / bound_s);
+		    chain_s, ceil_x[k]);
 	}
 
 	/* Fig. 6, heterogeneous: lrtf over random */
@@ -436,14 +402,11 @@ int main(int argc, char **argv)
 				    h < NHOW - 1 ? "," : "");
 			fprintf(f,
 			        "    ],\n    \"sharp_vs_model_parallel\": %.4f, "
-			        "\"hydra_recipe_vs_model_parallel\": %.4f, "
-			        "\"sharp_vs_model_parallel_no_recompute\": %.4f, "
+			        "\"sharp_vs_recomputing_model_parallel\": %.4f, "
 			        "\"no_sharp_no_db_slowdown\": %.4f, \"no_db_slowdown\": %.4f,\n    "
-			        "\"host_link_floor_s\": %.3f, "
-			        "\"sharp_vs_model_parallel_no_recompute_ceiling\": "
+			        "\"host_link_floor_s\": %.3f, \"sharp_vs_model_parallel_ceiling\": "
 			        "%.4f\n  },\n",
-			        x[k], q[MP_RECOMPUTE].s / q[SHARP_ALL_RECOMPUTE].s,
-			        q[MODEL_PARALLEL].s / q[SHARP].s, q[SPILL_ONLY].s / q[SHARP].s,
+			        x[k], q[MP_RECOMPUTE].s / q[SHARP].s, q[SPILL_ONLY].s / q[SHARP].s,
 			        q[SHARP_NODB].s / q[SHARP].s, floor_s[k], ceil_x[k]);
 		}
 		fprintf(f,
