@@ -8,8 +8,9 @@
  * Side by side, in one run, for each:
  *   model parallelism  each model alone over the 8 GPUs (8 balanced packs, one
  *                      per GPU, the minibatch at once), one model after the other
- *                      (no recomputation: a stronger baseline than Hydra's
- *                      script, which checkpoints; that one is a row too)
+ *                      (no recomputation; a row with every layer recomputed
+ *                      is for reference: Hydra's GPT-2 XL mp script
+ *                      checkpoints, but whether Fig. 7 measured it is unknown)
  *   spilling only      each model alone on one GPU in shards, one after the other
  *                      (no SHARP, no double buffering)
  *   SHARP, no db       SHARP + Sharded-LRTF on 8 GPUs, no double buffering
