@@ -1,7 +1,7 @@
 /* tests/kernels/test_torch.c — a whole transformer block and a 2-layer GPT-2,
  * forward + backward + 3 AdamW steps on the CPU kernels (and the block again
  * with 3 steps of SGD with momentum through kn_layer_update_cpu), against PyTorch (CPU,
- * fp32) run by tests/kernels/torch_ref.py through Debian's /usr/bin/python3.
+ * fp32) run by tests/kernels/torch_ref.py through Debian's /usr/bin/python3, else python3.
  * Data goes through raw files in a temp directory. Every compared tensor (block
  * output, input gradient, losses, every parameter gradient, parameters after 3
  * steps) must agree to max|a-b|/max|b| < 1e-5. Skips (77) without torch. */
@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Debian's python3 first, else the first on PATH (a GPU machine's may be the
+/* the interpreter: Debian's python3, else python3 on PATH (a GPU machine's may be the
  * one with torch) */
 static const char *PY = "/usr/bin/python3";
 #define TOL 1e-5
