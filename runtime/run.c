@@ -593,6 +593,86 @@ int rt_run_step(struct rt_run *r, double *loss)
 	return 0;
 }
 
+/* Program p (its skipped tasks aside) on device dev alone, each task issued in
+ * order once its inputs are issued: a one-device plan whose device 0 has
+ * failed (SHARP's plans, after recovery) still runs on the devices left. */
+static int run_on(struct rt_ctx *rt, struct rt_prog *p, int iter, int dev)
+{
+	struct rt_xs *x;
+	SP_CHECK(rt_xs_open(rt, p, iter, &x));
+	int rc = 0, next = 0;
+	for (;;) {
+		while (rc == 0 && next < p->ntask) {
+			if (rt_xs_state(x, next) == RT_XS_DONE) { /* skipped */
+				next++;
+				continue;
+			}
+			rc = rt_xs_issue(x, next++, dev);
+		}
+		if (rc == 0)
+			rc = rt_xs_reap(x);
+		int left = 0;
+		for (int t = 0; t < p->ntask && !left; t++)
+			left = rt_xs_state(x, t) != RT_XS_DONE;
+		if (rc < 0 || !left)
+			break;
+		if (vmm_progress(rt->vmm) < 0)
+			SP_INFO(RT, "%s", sp_last_error());
+		struct dev_event *ev[DEV_MAX + 1];
+		int nev = rt_xs_heads(x, ev, DEV_MAX + 1), idx;
+		if (nev)
+			rc = dev_event_wait_any(ev, nev, &idx);
+	}
+	char msg[SP_ERROR_MSG_MAX];
+	snprintf(msg, sizeof(msg), "%s", sp_last_error());
+	rt_xs_close(x); /* waits for what was issued */
+	int e = vmm_sync(rt->vmm);
+	if (rc < 0)
+		return sp_error(rc, "%s", msg);
+	return e;
+}
+
+int rt_run_save(struct rt_run *r, void ***bufs)
+{
+	SP_CHECK_ARG(r && bufs, "rt_run_save: NULL argument");
+	size_t n = 2 * (size_t)r->m->nlayers;
+	if (!*bufs && !(*bufs = calloc(n, sizeof(void *))))
+		return sp_error(-ENOMEM, "state of model %s", r->m->name);
+	for (int l = 0; l < r->m->nlayers; l++)
+		for (int w = RT_PARAMS; w <= RT_OPTIM; w++) {
+			void **b = &(*bufs)[2 * l + w];
+			uint64_t bytes = rt_run_state_bytes(r, l, (enum rt_state)w);
+			if (!bytes)
+				continue;
+			if (!*b && !(*b = malloc(bytes)))
+				return sp_error(-ENOMEM, "state of model %s: %llu bytes",
+				                r->m->name, (unsigned long long)bytes);
+			SP_CHECK(rt_run_read_state(r, l, (enum rt_state)w, *b));
+		}
+	return 0;
+}
+
+int rt_run_restore(struct rt_run *r, void *const *bufs)
+{
+	SP_CHECK_ARG(r && bufs, "rt_run_restore: NULL argument");
+	for (int o = 0; o < r->prog.nobj; o++)
+		if (r->prog.obj[o].vid)
+			SP_CHECK(vmm_discard(r->rt->vmm, r->prog.obj[o].vid));
+	for (int l = 0; l < r->m->nlayers; l++)
+		for (int w = RT_PARAMS; w <= RT_OPTIM; w++)
+			if (bufs[2 * l + w])
+				SP_CHECK(
+				    rt_run_write_state(r, l, (enum rt_state)w, bufs[2 * l + w]));
+	return 0;
+}
+
+void rt_run_save_free(const struct rt_run *r, void **bufs)
+{
+	for (int k = 0; bufs && k < 2 * r->m->nlayers; k++)
+		free(bufs[k]);
+	free(bufs);
+}
+
 int rt_run_eval(struct rt_run *r, int index, double *loss)
 {
 	SP_CHECK_ARG(r && index >= 0, "rt_run_eval: bad arguments");
@@ -606,9 +686,13 @@ int rt_run_eval(struct rt_run *r, int index, double *loss)
 		skip[i] = k != TG_FWD && k != TG_LOSS;
 	}
 	int rc = write_inputs(r, r->m->eval_data, index);
+	int dev = 0; /* a one-device plan: the first device alive */
+	while (r->plan.ndev == 1 && dev + 1 < r->rt->ndev && dev_failed(r->rt->dev, dev))
+		dev++;
 	if (rc == 0) {
 		r->prog.skip = skip;
-		rc = rt_exec_run(r->rt, &r->prog, r->iter);
+		rc = dev ? run_on(r->rt, &r->prog, r->iter, dev)
+		         : rt_exec_run(r->rt, &r->prog, r->iter);
 		r->prog.skip = NULL;
 	}
 	free(skip);

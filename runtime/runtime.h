@@ -437,8 +437,17 @@ int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void 
 /* Steps done so far: AdamW's step count and the data position of the next
  * step (rt_data_fn's iter). For resuming. */
 void rt_run_set_step(struct rt_run *r, int step);
+/* Recovery: the training state (every layer's parameters and optimizer
+ * state) copied into plain host buffers, off every device and the vmm.
+ * *bufs: NULL, or an earlier save's buffers to reuse; rt_run_save_free
+ * frees them. rt_run_restore drops every object's contents (lost copies
+ * too) and writes the saved state into the host pool. */
+int rt_run_save(struct rt_run *r, void ***bufs) SP_MUST_CHECK;
+int rt_run_restore(struct rt_run *r, void *const *bufs) SP_MUST_CHECK;
+void rt_run_save_free(const struct rt_run *r, void **bufs);
 /* Forward only on validation batch `index` (m->eval_data): the mean loss;
- * weights, gradients and optimizer state are untouched. Returns 0, -EINVAL
+ * weights, gradients and optimizer state are untouched. A one-device plan
+ * (SHARP's) runs on the first device that has not failed. Returns 0, -EINVAL
  * when the model has no eval_data, or the executor's error. */
 int rt_run_eval(struct rt_run *r, int index, double *loss) SP_MUST_CHECK;
 void rt_run_close(struct rt_run *r);

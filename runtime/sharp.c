@@ -522,21 +522,7 @@ static int checkpoint(struct sharp *h, int i)
 {
 	struct sm *s = &h->m[i];
 	const struct rt_run *r = s->run;
-	size_t n = 2 * (size_t)r->m->nlayers;
-	if (!s->ck_new && !(s->ck_new = calloc(n, sizeof(void *))))
-		return sp_error(-ENOMEM, "sharp: checkpoint of model %s", r->m->name);
-	for (int l = 0; l < r->m->nlayers; l++)
-		for (int w = RT_PARAMS; w <= RT_OPTIM; w++) {
-			void **b = &s->ck_new[2 * l + w];
-			uint64_t bytes = rt_run_state_bytes(r, l, (enum rt_state)w);
-			if (!bytes)
-				continue;
-			if (!*b && !(*b = malloc(bytes)))
-				return sp_error(-ENOMEM,
-				                "sharp: checkpoint of model %s: %llu bytes",
-				                r->m->name, (unsigned long long)bytes);
-			SP_CHECK(rt_run_read_state(s->run, l, (enum rt_state)w, *b));
-		}
+	SP_CHECK(rt_run_save(s->run, &s->ck_new));
 	/* complete: it replaces the last one (whose buffers are reused next) */
 	void **t = s->ck;
 	s->ck = s->ck_new;
@@ -555,14 +541,7 @@ static int restore(struct sharp *h, int i)
 {
 	struct sm *s = &h->m[i];
 	struct rt_run *r = s->run;
-	for (int o = 0; o < r->prog.nobj; o++)
-		if (r->prog.obj[o].vid)
-			SP_CHECK(vmm_discard(h->rt->vmm, r->prog.obj[o].vid));
-	for (int l = 0; l < r->m->nlayers; l++)
-		for (int w = RT_PARAMS; w <= RT_OPTIM; w++)
-			if (s->ck[2 * l + w])
-				SP_CHECK(
-				    rt_run_write_state(r, l, (enum rt_state)w, s->ck[2 * l + w]));
+	SP_CHECK(rt_run_restore(r, s->ck));
 	r->iter = s->ck_iter;
 	r->step = s->ck_step;
 	s->done_steps = s->ck_done;
@@ -766,9 +745,9 @@ static int recover(struct sharp *h, int d)
 		SP_INFO(RT, "sharp recovery: %s", sp_last_error());
 	if (!on)
 		return sp_error(-EIO,
-		                "sharp: device %d failed; %d models unfinished (with recovery on, "
+		                "sharp: device %d failed; %d model%s unfinished (with recovery on, "
 		                "spill tune --recover, they go back to their last step)",
-		                d, h->alive);
+		                d, h->alive, h->alive == 1 ? "" : "s");
 	if (!left)
 		return sp_error(-EIO, "sharp: every device has failed; %d models unfinished",
 		                h->alive);
@@ -1061,12 +1040,8 @@ int rt_sharp_run(struct rt_ctx *rt, struct rt_run *const *runs, const int *steps
 		free(h.m[i].ufrom);
 		free(h.m[i].use);
 		free(h.m[i].dead_at);
-		for (int k = 0; (h.m[i].ck || h.m[i].ck_new) && k < 2 * runs[i]->m->nlayers; k++) {
-			free(h.m[i].ck ? h.m[i].ck[k] : NULL);
-			free(h.m[i].ck_new ? h.m[i].ck_new[k] : NULL);
-		}
-		free(h.m[i].ck);
-		free(h.m[i].ck_new);
+		rt_run_save_free(runs[i], h.m[i].ck);
+		rt_run_save_free(runs[i], h.m[i].ck_new);
 	}
 	free(h.m);
 	tg_sharp_close(h.pol);

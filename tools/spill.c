@@ -24,6 +24,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -311,6 +313,51 @@ static int parse_int(const char *cmd, const char *flag, const char *v, int *out)
 	return 0;
 }
 
+/* Is name --lr, --momentum, --seed (or tune's --reserve)? */
+static int is_number_flag(const char *name, int tune)
+{
+	return !strcmp(name, "--lr") || !strcmp(name, "--momentum") || !strcmp(name, "--seed") ||
+	       (tune && !strcmp(name, "--reserve"));
+}
+
+/* Those flags' values, in range, into c (or *reserve), else one line naming
+ * the flag, its value and what it takes. 0, or 2 (the exit status). */
+static int number_flag(const char *cmd, const char *name, const char *val, struct tr_config *c,
+                       double *reserve)
+{
+	int lr = !strcmp(name, "--lr"), mom = !strcmp(name, "--momentum");
+	int seed = !strcmp(name, "--seed"), res = !lr && !mom && !seed;
+	char *end;
+	errno = 0;
+	double x = strtod(val, &end);
+	int ok = !errno && end != val && !*end && x >= 0 && x <= FLT_MAX;
+	const char *want = "a number >= 0";
+	if (lr) {
+		ok &= x > 0; /* 0 would read as "the default" */
+		want = "a positive number";
+	} else if (seed) {
+		ok &= x == floor(x) && x < 0x1p64;
+		want = "an integer >= 0";
+	} else if (res) {
+		ok &= x < 1;
+		want = "a fraction in [0, 1)";
+	}
+	if (!ok) {
+		fprintf(stderr, "spill %s: %s %s: wants %s (spill %s --help)\n", cmd, name, val,
+		        want, cmd);
+		return 2;
+	}
+	if (lr)
+		c->lr = (float)x;
+	else if (mom)
+		c->momentum = (float)x;
+	else if (seed)
+		c->seed = (uint64_t)x;
+	else
+		*reserve = x;
+	return 0;
+}
+
 static int cmd_train(const char *cmd, int argc, char **argv)
 {
 	struct tr_config c;
@@ -375,22 +422,12 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 			c.tune = !strcmp(name, "--tune");
 			continue;
 		}
-		if (!strcmp(name, "--lr") || !strcmp(name, "--seed") ||
-		    !strcmp(name, "--momentum")) {
+		if (is_number_flag(name, 0)) {
 			val = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-			char *end;
 			if (!val)
 				return bad_flag(cmd, "missing value for", name);
-			errno = 0;
-			double x = strtod(val, &end);
-			if (errno || *end || end == val || x < 0)
-				return bad_flag(cmd, "bad value for", name);
-			if (name[2] == 'l')
-				c.lr = (float)x;
-			else if (name[2] == 'm')
-				c.momentum = (float)x;
-			else
-				c.seed = (uint64_t)x;
+			if (number_flag(cmd, name, val, &c, NULL))
+				return 2;
 			continue;
 		}
 		size_t k = 0;
@@ -411,6 +448,8 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 			return bad_flag(cmd, "bad size for", name);
 		else if (opts[k].i && parse_int(cmd, name, val, opts[k].i))
 			return 2;
+		if (opts[k].i == &c.steps && !c.steps) /* (0 would read as the default) */
+			return bad_flag(cmd, "0 steps: give at least 1 to", name);
 	}
 	if (sim && c.data)
 		return bad_flag(cmd, "the model backend holds no data:", "--data");
@@ -436,16 +475,35 @@ static const char tune_help[] =
     "         --layers N --channels N --heads N --seq N --batch N --lr X (every model)\n"
     "         --optim adamw|sgd --momentum X (every model; sgd as Hydra trains)\n"
     "sched:   --policy lrtf|random|fifo (default lrtf) --no-double-buffer\n"
-    "         --reserve F (double-buffer reserve, default 0.15) --halving N (successive\n"
-    "         halving: every N steps the worse half of the models at that step stop)\n"
+    "         --reserve F (double buffering: a shard and F of it more fit a device,\n"
+    "         default 0.15) --halving N (successive halving: every N steps the worse\n"
+    "         half of the models at that step stop)\n"
     "         --recover (each model's state is kept at its step boundaries: a device that\n"
     "         fails costs the models their current step, not the run)\n"
     "devices: --backend cuda|host|model --devices N --device-mem SIZE --budget SIZE\n"
     "         --profile NAME --sim (the model backend, virtual time, synthetic data)\n"
     "run:     --steps N --seed N --data PATH --eval-batches N\n"
     "Ends with the ranking by validation loss. With no flags: 4 tiny GPTs (lr 1e-3,\n"
-    "3e-4 x batch 8, 16) on the default corpus, on emulated GPUs when there is no GPU,\n"
-    "each device's budget half of one model's training state.\n";
+    "3e-4 x batch 8, 16; --lr or --batch without --grid fixes that axis) on the default\n"
+    "corpus, on emulated GPUs when there is no GPU, each device's budget half of the\n"
+    "largest model's training state.\n";
+
+/* Appends word to *s (malloc'd; NULL: empty), after sep when *s is not
+ * empty. 0, or 1 (the exit status) with one line. */
+static int join_word(char **s, const char *word, char sep)
+{
+	size_t l = *s ? strlen(*s) : 0, w = strlen(word);
+	char *n = realloc(*s, l + w + 2);
+	if (!n) {
+		fprintf(stderr, "spill tune: out of memory for %zu characters of flags\n", l + w);
+		return 1;
+	}
+	if (l)
+		n[l++] = sep;
+	memcpy(n + l, word, w + 1);
+	*s = n;
+	return 0;
+}
 
 static int cmd_tune(int argc, char **argv)
 {
@@ -453,8 +511,9 @@ static int cmd_tune(int argc, char **argv)
 	memset(&c, 0, sizeof(c));
 	tr_config_defaults(&c.base);
 	c.base.tune = 0;
-	char grid[1024] = "", models[512] = "";
-	int sim = 0;
+	char *grid = NULL, *models = NULL; /* the words given, joined */
+	int sim = 0, lr_given = 0, batch_given = 0;
+	c.reserve = -1; /* the default */
 	struct {
 		const char *name;
 		int *i;
@@ -478,14 +537,14 @@ static int cmd_tune(int argc, char **argv)
 	    {"--eval-batches", &c.base.eval_batches, NULL, NULL},
 	    {"--optim", NULL, &c.base.optim, NULL},
 	};
-	int grid_given = 0;
-	for (int i = 1; i < argc; i++) {
+	int grid_given = 0, rc = 0;
+	for (int i = 1; i < argc && !rc; i++) {
 		char *a = argv[i], *val = NULL, *eq = strchr(a, '=');
 		char name[64];
 		snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
 		if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
 			fputs(tune_help, stdout);
-			return 0;
+			goto out;
 		}
 		if (!strcmp(name, "--sim")) {
 			sim = 1;
@@ -502,72 +561,77 @@ static int cmd_tune(int argc, char **argv)
 		if (!strcmp(name, "--grid")) { /* its words up to the next flag */
 			grid_given = 1;
 			if (eq)
-				snprintf(grid, sizeof(grid), "%s", eq + 1);
-			while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
-				size_t l = strlen(grid);
-				snprintf(grid + l, sizeof(grid) - l, "%s%s", l ? " " : "",
-				         argv[++i]);
-			}
-			continue;
-		}
-		val = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-		if (!val || !*val)
-			return bad_flag("tune", "missing value for", name);
-		if (!strcmp(name, "--model")) {
-			size_t l = strlen(models);
-			snprintf(models + l, sizeof(models) - l, "%s%s", l ? "," : "", val);
-			continue;
-		}
-		if (!strcmp(name, "--lr") || !strcmp(name, "--seed") ||
-		    !strcmp(name, "--reserve") || !strcmp(name, "--momentum")) {
-			char *end;
-			errno = 0;
-			double x = strtod(val, &end);
-			if (errno || *end || end == val || x < 0)
-				return bad_flag("tune", "bad value for", name);
-			if (name[2] == 'l')
-				c.base.lr = (float)x;
-			else if (name[2] == 'm')
-				c.base.momentum = (float)x;
-			else if (name[2] == 's')
-				c.base.seed = (uint64_t)x;
-			else
-				c.reserve = x;
+				rc = join_word(&grid, eq + 1, ' ');
+			while (!rc && i + 1 < argc && strncmp(argv[i + 1], "--", 2))
+				rc = join_word(&grid, argv[++i], ' ');
 			continue;
 		}
 		size_t k = 0;
 		while (k < sizeof(opts) / sizeof(opts[0]) && strcmp(opts[k].name, name))
 			k++;
-		if (k == sizeof(opts) / sizeof(opts[0]))
-			return bad_flag("tune", "unknown flag", name);
-		if (opts[k].s)
+		int number = is_number_flag(name, 1);
+		if (k == sizeof(opts) / sizeof(opts[0]) && !number && strcmp(name, "--model")) {
+			rc = bad_flag("tune", "unknown flag", name);
+			break;
+		}
+		val = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+		if (!val || !*val) {
+			rc = bad_flag("tune", "missing value for", name);
+		} else if (!strcmp(name, "--model")) {
+			rc = join_word(&models, val, ',');
+		} else if (number) {
+			lr_given |= !strcmp(name, "--lr");
+			rc = number_flag("tune", name, val, &c.base, &c.reserve);
+		} else if (opts[k].s) {
 			*opts[k].s = val;
-		else if (opts[k].z && sp_parse_size(val, opts[k].z) < 0)
-			return bad_flag("tune", "bad size for", name);
-		else if (opts[k].i && parse_int("tune", name, val, opts[k].i))
-			return 2;
+		} else if (opts[k].z && sp_parse_size(val, opts[k].z) < 0) {
+			rc = bad_flag("tune", "bad size for", name);
+		} else if (opts[k].i) {
+			rc = parse_int("tune", name, val, opts[k].i);
+			batch_given |= !rc && opts[k].i == &c.base.batch;
+			if (!rc && opts[k].i == &c.base.steps && !c.base.steps)
+				rc = bad_flag("tune", "0 steps: give at least 1 to", name);
+		}
 	}
+	if (rc)
+		goto out;
 	if (sim) {
-		if (c.base.data)
-			return bad_flag("tune", "the model backend holds no data:", "--data");
+		if (c.base.data) {
+			rc = bad_flag("tune", "the model backend holds no data:", "--data");
+			goto out;
+		}
 		c.base.backend = "model";
 		c.base.synthetic = 1;
 	}
 	char *save = NULL;
-	for (char *m = strtok_r(models, ",", &save); m && c.nmodels < 16;
-	     m = strtok_r(NULL, ",", &save))
+	for (char *m = models ? strtok_r(models, ",", &save) : NULL; m;
+	     m = strtok_r(NULL, ",", &save)) {
+		if (c.nmodels == TR_TUNE_MAX_MODELS) {
+			fprintf(stderr,
+			        "spill tune: --model: more than %d presets; at most %d models\n",
+			        TR_TUNE_MAX_MODELS, TR_TUNE_MAX_MODELS);
+			rc = 1;
+			goto out;
+		}
 		c.models[c.nmodels++] = m;
+	}
 	if (!c.nmodels && sim)
 		c.models[c.nmodels++] = "gpt2";
-	c.grid = grid_given ? grid : "lr=1e-3,3e-4 batch=8,16";
+	/* the default grid, less the axes --lr and --batch fix */
+	static const char *const dflt[4] = {"lr=1e-3,3e-4 batch=8,16", "batch=8,16", "lr=1e-3,3e-4",
+	                                    NULL};
+	c.grid = grid_given ? (grid ? grid : "") : dflt[lr_given + 2 * batch_given];
 	if (!c.base.steps && !sim)
 		c.base.steps = 60;
 	if (tr_tune_models(&c) < 0) {
 		fflush(stdout);
 		fprintf(stderr, "spill tune: %s\n", sp_last_error());
-		return 1;
+		rc = 1;
 	}
-	return 0;
+out:
+	free(grid);
+	free(models);
+	return rc;
 }
 
 /* ---- the preload shim: spill run, and spill report of its JSON ---- */

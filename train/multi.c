@@ -6,12 +6,13 @@
 
 #include "common/log.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#define MAXVAR 64
+#define MAXVAR TR_TUNE_MAX_MODELS
 
 struct axis {
 	char key[16];
@@ -21,16 +22,9 @@ struct axis {
 
 static const char *const axis_keys[] = {"lr", "batch", "seq", "layers", "channels", "heads"};
 
-/* "lr=1e-3,3e-4 batch=8,16" -> axes. One clear line for what is wrong. */
-static int parse_grid(const char *grid, struct axis *ax, int *nax)
+/* The grid's words, in buf (cut up in place) -> axes. */
+static int parse_axes(char *buf, struct axis *ax, int *nax)
 {
-	*nax = 0;
-	if (!grid)
-		return 0;
-	char buf[1024];
-	if (strlen(grid) >= sizeof(buf))
-		return sp_error(-EINVAL, "--grid: longer than %zu characters", sizeof(buf) - 1);
-	snprintf(buf, sizeof(buf), "%s", grid);
 	char *save = NULL;
 	for (char *item = strtok_r(buf, " \t", &save); item; item = strtok_r(NULL, " \t", &save)) {
 		char *eq = strchr(item, '=');
@@ -61,7 +55,8 @@ static int parse_grid(const char *grid, struct axis *ax, int *nax)
 			char *end;
 			double d = strtod(v, &end);
 			int integer = k > 0;
-			if (*end || end == v || !(d > 0) || !isfinite(d) ||
+			/* lr is a float: 1e39 would train at infinity */
+			if (*end || end == v || !(d > 0) || !(d <= FLT_MAX) ||
 			    (integer && (d != floor(d) || d > 1 << 20)))
 				return sp_error(-EINVAL, "--grid: %s=%s is not a positive %s", item,
 				                v, integer ? "integer" : "number");
@@ -78,6 +73,20 @@ static int parse_grid(const char *grid, struct axis *ax, int *nax)
 	return 0;
 }
 
+/* "lr=1e-3,3e-4 batch=8,16" -> axes. One clear line for what is wrong. */
+static int parse_grid(const char *grid, struct axis *ax, int *nax)
+{
+	*nax = 0;
+	if (!grid)
+		return 0;
+	char *buf = strdup(grid);
+	if (!buf)
+		return sp_error(-ENOMEM, "--grid: %zu characters", strlen(grid));
+	int rc = parse_axes(buf, ax, nax);
+	free(buf);
+	return rc;
+}
+
 struct tune {
 	const struct tr_tune_config *c;
 	int n;
@@ -89,6 +98,7 @@ struct tune {
 	int *rung;         /* successive halving: per model, the last rung it reached */
 	double *rung_loss; /* [model * nrungs + rung]: its loss there */
 	int nrungs;
+	int eval_failures; /* devices lost during the validation pass */
 	struct tr_data *data;
 	struct rt_ctx *rt;
 	FILE *out;
@@ -162,12 +172,14 @@ static void tune_free(struct tune *t)
 static int variants(struct tune *t, const struct axis *ax, int nax)
 {
 	const struct tr_tune_config *c = t->c;
-	int nmodels = c->nmodels > 0 ? c->nmodels : 1, total = nmodels;
+	int nmodels = c->nmodels > 0 ? c->nmodels : 1;
+	double product = nmodels; /* (64 keys of 64 values overflow an int) */
 	for (int a = 0; a < nax; a++)
-		total *= ax[a].n;
-	if (total > MAXVAR)
-		return sp_error(-EINVAL, "--grid and --model give %d models; at most %d", total,
+		product *= ax[a].n;
+	if (product > MAXVAR)
+		return sp_error(-EINVAL, "--grid and --model give %.0f models; at most %d", product,
 		                MAXVAR);
+	int total = (int)product;
 	for (int k = 0; k < total; k++) {
 		struct run *v = calloc(1, sizeof(*v));
 		if (!v)
@@ -265,6 +277,72 @@ static int open_all(struct tune *t, double reserve)
 	}
 }
 
+/* The validation loss of each model that has validation data, on the first
+ * device alive. */
+static int eval_all(struct tune *t)
+{
+	int nb = t->c->base.eval_batches > 0 ? t->c->base.eval_batches : 4;
+	for (int i = 0; i < t->n; i++) {
+		if (!t->v[i]->m.eval_data)
+			continue;
+		double sum = 0, l;
+		for (int b = 0; b < nb; b++) {
+			SP_CHECK(rt_run_eval(t->runs[i], b, &l));
+			sum += l;
+		}
+		t->val[i] = sum / nb;
+	}
+	return 0;
+}
+
+/* After training: each model's validation loss. A device that fails during
+ * the pass ends it with one line naming the device; with --recover the pass
+ * runs again on the devices left, from each model's state as training left
+ * it (saved first: what was only on the failed device is lost). */
+static int validate(struct tune *t)
+{
+	void **saved[MAXVAR] = {0};
+	unsigned known = 0; /* failed devices the vmm has forgotten already */
+	int rc = 0;
+	for (int d = 0; d < t->rt->ndev; d++)
+		known |= (unsigned)dev_failed(t->rt->dev, d) << d;
+	for (int i = 0; i < t->n && rc == 0 && t->c->recover; i++)
+		if (t->v[i]->m.eval_data)
+			rc = rt_run_save(t->runs[i], &saved[i]);
+	while (rc == 0) {
+		rc = eval_all(t);
+		int d = 0, left = 0;
+		while (d < t->rt->ndev && !(dev_failed(t->rt->dev, d) && !(known >> d & 1)))
+			d++;
+		if (rc == 0 || d == t->rt->ndev)
+			break; /* done, or an error no device failure explains */
+		char msg[SP_ERROR_MSG_MAX];
+		snprintf(msg, sizeof(msg), "%s", sp_last_error());
+		known |= 1u << d;
+		for (int e = 0; e < t->rt->ndev; e++)
+			left += !(known >> e & 1);
+		if (!t->c->recover || !left) {
+			rc = sp_error(rc, "device %d failed during the validation pass%s (%s)", d,
+			              left ? "" : ", the last one", msg);
+			break;
+		}
+		SP_WARN(RT,
+		        "device %d failed during the validation pass; it runs again on %d "
+		        "device%s",
+		        d, left, left == 1 ? "" : "s");
+		t->eval_failures++;
+		rc = vmm_device_failed(t->rt->vmm, d, NULL);
+		for (int k = 0; k < 64 && rc == 0 && vmm_sync(t->rt->vmm) < 0; k++)
+			SP_INFO(RT, "validation recovery: %s", sp_last_error());
+		for (int i = 0; i < t->n && rc == 0; i++)
+			if (saved[i])
+				rc = rt_run_restore(t->runs[i], saved[i]);
+	}
+	for (int i = 0; i < t->n; i++)
+		rt_run_save_free(t->runs[i], saved[i]);
+	return rc;
+}
+
 int tr_tune_models(const struct tr_tune_config *c)
 {
 	SP_CHECK_ARG(c, "tr_tune_models: NULL config");
@@ -275,9 +353,9 @@ int tr_tune_models(const struct tr_tune_config *c)
 	if (c->policy)
 		SP_CHECK(tg_mm_policy_parse(c->policy, &pol));
 	SP_CHECK(parse_grid(c->grid, ax, &nax));
-	SP_CHECK_ARG(c->reserve >= 0 && c->reserve < 1,
-	             "--reserve %.2f: the double-buffer reserve is a fraction in [0, 1)",
-	             c->reserve);
+	double reserve = c->reserve < 0 ? 0.15 : c->reserve;
+	SP_CHECK_ARG(reserve < 1, "--reserve %g: the double-buffer reserve is a fraction in [0, 1)",
+	             reserve);
 	SP_CHECK_ARG(c->halving >= 0, "--halving %d: steps per rung must not be negative",
 	             c->halving);
 	if (!c->base.synthetic)
@@ -291,20 +369,22 @@ int tr_tune_models(const struct tr_tune_config *c)
 	if (rc == 0 && (!t.rung || !t.rung_loss))
 		rc = sp_error(-ENOMEM, "tune: successive halving state");
 	if (rc == 0)
-		rc = open_all(&t, c->reserve > 0 ? c->reserve : 0.15);
+		rc = open_all(&t, reserve);
 	if (rc < 0) {
 		tune_free(&t);
 		return rc;
 	}
-	uint64_t used, cap;
+	uint64_t used, cap, largest = 0;
 	if (vmm_place_usage(t.rt->vmm, 0, &used, &cap) < 0)
 		cap = 0;
+	for (int i = 0; i < t.n; i++)
+		largest = t.v[i]->state > largest ? t.v[i]->state : largest;
 	char b1[32], b2[32];
 	fprintf(t.out,
-	        "spill tune: %d models on %d %s device(s), %s budget each (the largest model's "
+	        "spill tune: %d model%s on %d %s device(s), %s budget each (the largest model's "
 	        "state: %s), sharp %s%s\n",
-	        t.n, t.rt->ndev, dev_backend_name(t.rt->cfg.dev.backend),
-	        sp_format_size(cap, b1, sizeof(b1)), sp_format_size(t.v[0]->state, b2, sizeof(b2)),
+	        t.n, t.n == 1 ? "" : "s", t.rt->ndev, dev_backend_name(t.rt->cfg.dev.backend),
+	        sp_format_size(cap, b1, sizeof(b1)), sp_format_size(largest, b2, sizeof(b2)),
 	        tg_mm_policy_name(pol), c->no_double_buffer ? "" : " + double buffering");
 	t.t0 = t.last_print = sp_now_s();
 	struct rt_sharp_config sc = {.policy = pol,
@@ -318,16 +398,9 @@ int tr_tune_models(const struct tr_tune_config *c)
 	for (int i = 0; i < t.n && rc == 0; i++) {
 		t.done[i] = t.runs[i]->step;
 		t.loss[i] = t.runs[i]->last_loss;
-		if (t.v[i]->m.eval_data && t.rt->data) {
-			double sum = 0, l;
-			int nb = c->base.eval_batches > 0 ? c->base.eval_batches : 4;
-			for (int b = 0; b < nb && rc == 0; b++) {
-				rc = rt_run_eval(t.runs[i], b, &l);
-				sum += l;
-			}
-			t.val[i] = sum / nb;
-		}
 	}
+	if (rc == 0 && t.rt->data)
+		rc = validate(&t);
 	if (rc < 0) {
 		char msg[SP_ERROR_MSG_MAX];
 		snprintf(msg, sizeof(msg), "%s", sp_last_error());
@@ -351,6 +424,11 @@ int tr_tune_models(const struct tr_tune_config *c)
 		        "model went back to its last step (%llu checkpoints)\n",
 		        st.failures, (unsigned long long)st.units_lost,
 		        (unsigned long long)st.checkpoints);
+	if (t.eval_failures)
+		fprintf(t.out,
+		        "%d device(s) failed during the validation pass: it ran again on the "
+		        "devices left, from the state training left\n",
+		        t.eval_failures);
 	/* the ranking: validation loss, else the last training loss */
 	int order[MAXVAR], have_val = 0;
 	for (int i = 0; i < t.n; i++) {
@@ -371,9 +449,16 @@ int tr_tune_models(const struct tr_tune_config *c)
 		fprintf(t.out, "no data on the model backend: no ranking\n");
 	} else {
 		fprintf(t.out, "ranking by %s loss:\n", have_val ? "validation" : "training");
-		for (int i = 0; i < t.n; i++)
-			fprintf(t.out, "  %2d. %-34s %.4f%s\n", i + 1, t.label[order[i]],
-			        key[order[i]], t.stopped[order[i]] ? "  (stopped early)" : "");
+		for (int i = 0; i < t.n; i++) {
+			int k = order[i];
+			if (isnan(key[k])) /* ranked last */
+				fprintf(t.out, "  %2d. %-34s -       (%s)\n", i + 1, t.label[k],
+				        have_val ? "no validation batch of its sequence length"
+				                 : "no loss");
+			else
+				fprintf(t.out, "  %2d. %-34s %.4f%s\n", i + 1, t.label[k], key[k],
+				        t.stopped[k] ? "  (stopped early)" : "");
+		}
 	}
 	tune_free(&t);
 	return 0;

@@ -193,16 +193,20 @@ int tr_train(const struct tr_config *c, struct tr_result *res) SP_MUST_CHECK;
  * backend the default budget per device is half the largest model's state, so
  * every model trains in shards). Prints a progress table, then the ranking by
  * validation loss (training loss without validation data). */
+#define TR_TUNE_MAX_MODELS 64 /* models one tune trains at most (and values per grid key) */
+
 struct tr_tune_config {
 	struct tr_config base;
-	const char *models[16];
+	const char *models[TR_TUNE_MAX_MODELS]; /* presets; every one times the grid */
 	int nmodels;
 	const char *grid;   /* NULL: no grid (one model per preset) */
 	const char *policy; /* lrtf (NULL), random, fifo */
 	int no_double_buffer;
-	int recover;    /* --recover: models go back to their last step when a device fails */
-	double reserve; /* the double-buffer reserve, 0: 0.15 */
-	int halving;    /* successive halving: a rung every this many steps (0: off) */
+	int recover; /* --recover: models go back to their last step when a device fails */
+	/* the double-buffer reserve in [0, 1): a shard and this fraction of it
+	 * more fit a device (tg_pack_greedy); negative: the default, 0.15 */
+	double reserve;
+	int halving; /* successive halving: a rung every this many steps (0: off) */
 };
 /* Returns 0, or -errno with one line: an empty or malformed grid, an unknown
  * policy or preset, a model that cannot fit one layer per shard (naming the
