@@ -629,6 +629,8 @@ static int run_on(struct rt_ctx *rt, struct rt_prog *p, int iter, int dev)
 	int e = vmm_sync(rt->vmm);
 	if (rc < 0)
 		return sp_error(rc, "%s", msg);
+	if (e == 0)
+		rt->st.iterations++; /* as rt_exec_run counts */
 	return e;
 }
 

@@ -331,16 +331,19 @@ static int number_flag(const char *cmd, const char *name, const char *val, struc
 	errno = 0;
 	double x = strtod(val, &end);
 	int ok = !errno && end != val && !*end && x >= 0 && x <= FLT_MAX;
-	const char *want = "a number >= 0";
+	const char *want = "a fraction in [0, 1)"; /* momentum, reserve */
 	if (lr) {
-		ok &= x > 0; /* 0 would read as "the default" */
+		ok &= (float)x > 0; /* 0 (or 1e-50, 0 as a float) would read as the default */
 		want = "a positive number";
 	} else if (seed) {
-		ok &= x == floor(x) && x < 0x1p64;
+		errno = 0;
+		unsigned long long u = strtoull(val, &end, 10); /* exact to 2^64 - 1 */
+		ok = !errno && end != val && !*end && val[strspn(val, " \t")] != '-';
+		x = (double)u;
+		c->seed = u;
 		want = "an integer >= 0";
-	} else if (res) {
+	} else {
 		ok &= x < 1;
-		want = "a fraction in [0, 1)";
 	}
 	if (!ok) {
 		fprintf(stderr, "spill %s: %s %s: wants %s (spill %s --help)\n", cmd, name, val,
@@ -351,9 +354,7 @@ static int number_flag(const char *cmd, const char *name, const char *val, struc
 		c->lr = (float)x;
 	else if (mom)
 		c->momentum = (float)x;
-	else if (seed)
-		c->seed = (uint64_t)x;
-	else
+	else if (res)
 		*reserve = x;
 	return 0;
 }
@@ -448,8 +449,9 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 			return bad_flag(cmd, "bad size for", name);
 		else if (opts[k].i && parse_int(cmd, name, val, opts[k].i))
 			return 2;
-		if (opts[k].i == &c.steps && !c.steps) /* (0 would read as the default) */
-			return bad_flag(cmd, "0 steps: give at least 1 to", name);
+		if ((opts[k].i == &c.steps || opts[k].i == &c.batch) && !*opts[k].i)
+			return bad_flag(cmd, "0 would read as the default: give at least 1 to",
+			                name);
 	}
 	if (sim && c.data)
 		return bad_flag(cmd, "the model backend holds no data:", "--data");
@@ -589,8 +591,11 @@ static int cmd_tune(int argc, char **argv)
 		} else if (opts[k].i) {
 			rc = parse_int("tune", name, val, opts[k].i);
 			batch_given |= !rc && opts[k].i == &c.base.batch;
-			if (!rc && opts[k].i == &c.base.steps && !c.base.steps)
-				rc = bad_flag("tune", "0 steps: give at least 1 to", name);
+			if (!rc && (opts[k].i == &c.base.steps || opts[k].i == &c.base.batch) &&
+			    !*opts[k].i)
+				rc = bad_flag("tune",
+				              "0 would read as the default: give at least 1 to",
+				              name);
 		}
 	}
 	if (rc)

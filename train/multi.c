@@ -55,8 +55,9 @@ static int parse_axes(char *buf, struct axis *ax, int *nax)
 			char *end;
 			double d = strtod(v, &end);
 			int integer = k > 0;
-			/* lr is a float: 1e39 would train at infinity */
-			if (*end || end == v || !(d > 0) || !(d <= FLT_MAX) ||
+			/* lr is a float: 1e39 would train at infinity, 1e-50 at the
+			 * default (0) */
+			if (*end || end == v || !((float)d > 0) || !(d <= FLT_MAX) ||
 			    (integer && (d != floor(d) || d > 1 << 20)))
 				return sp_error(-EINVAL, "--grid: %s=%s is not a positive %s", item,
 				                v, integer ? "integer" : "number");
@@ -173,7 +174,7 @@ static int variants(struct tune *t, const struct axis *ax, int nax)
 {
 	const struct tr_tune_config *c = t->c;
 	int nmodels = c->nmodels > 0 ? c->nmodels : 1;
-	double product = nmodels; /* (64 keys of 64 values overflow an int) */
+	double product = nmodels; /* (6 keys of 64 values overflow an int) */
 	for (int a = 0; a < nax; a++)
 		product *= ax[a].n;
 	if (product > MAXVAR)
@@ -451,10 +452,11 @@ int tr_tune_models(const struct tr_tune_config *c)
 		fprintf(t.out, "ranking by %s loss:\n", have_val ? "validation" : "training");
 		for (int i = 0; i < t.n; i++) {
 			int k = order[i];
-			if (isnan(key[k])) /* ranked last */
-				fprintf(t.out, "  %2d. %-34s -       (%s)\n", i + 1, t.label[k],
-				        have_val ? "no validation batch of its sequence length"
-				                 : "no loss");
+			if (have_val && !t.v[k]->m.eval_data) /* ranked last */
+				fprintf(t.out,
+				        "  %2d. %-34s -       (no validation batch of its sequence "
+				        "length)\n",
+				        i + 1, t.label[k]);
 			else
 				fprintf(t.out, "  %2d. %-34s %.4f%s\n", i + 1, t.label[k], key[k],
 				        t.stopped[k] ? "  (stopped early)" : "");

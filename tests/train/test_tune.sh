@@ -116,7 +116,10 @@ bad '\-\-lr nan: wants a positive number' --lr nan
 bad '\-\-lr 0: wants a positive number' --lr 0
 bad '\-\-seed 1.5: wants an integer' --seed 1.5
 bad '\-\-reserve -0.1: wants a fraction' --reserve -0.1
-bad '0 steps' --steps 0
+bad 'give at least 1 to \-\-steps' --steps 0
+bad 'give at least 1 to \-\-batch' --batch 0
+bad '\-\-lr 1e-50: wants a positive number' --lr 1e-50 # 0 as a float
+bad '\-\-momentum 1: wants a fraction' --momentum 1
 bad 'lr=1e39 is not a positive number' --grid lr=1e39
 bad 'unknown flag \-\-bogus' --bogus
 v=$(printf '1,%.0s' $(seq 63))1 # 64^6 models: more than an int holds
