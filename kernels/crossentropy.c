@@ -23,7 +23,9 @@ void kn_crossentropy_forward_cpu(const struct kn_crossentropy_fwd_args *a)
 		float inv = (float)(1.0 / sum);
 		for (int i = 0; i < V; i++)
 			p[i] *= inv;
-		a->losses[r] = (float)(log(sum) + (double)mx - (double)x[a->targets[r]]);
+		int tgt = a->targets[r]; /* out of range: see encoder.c */
+		a->losses[r] =
+		    tgt >= 0 && tgt < V ? (float)(log(sum) + (double)mx - (double)x[tgt]) : NAN;
 	}
 }
 

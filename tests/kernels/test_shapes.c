@@ -1,11 +1,14 @@
 /* tests/kernels/test_shapes.c — bad shapes are refused: zero or negative dims,
  * NH not dividing C, T beyond the position table, NULL tensors and dtypes not
  * implemented return -EINVAL (-ENOTSUP for bf16) with a message naming the
- * field, and the outputs stay untouched; valid shapes pass. Also checks the
+ * field, and the outputs stay untouched; valid shapes pass; token ids out of
+ * range give NaN, not out-of-bounds accesses. Also checks the
  * layer descriptors' byte and FLOP accounting on a GPT-2 small shape. */
 #include "tests/kernels/util.h"
 #include "tests/test.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SENTINEL 12345.0f
@@ -39,8 +42,71 @@ static void untouched(void)
 		untouched();                                                               \
 	} while (0)
 
+/* Token ids outside [0, V) — what a kernel reads when the copy of its inputs
+ * was dropped with a failed device — give NaN rows and losses and no
+ * gradient, never an access out of bounds (buffers of exact size: ASAN). */
+static void bad_tokens(void)
+{
+	enum { B = 2, T = 3, C = 4, V = 5 };
+	int tok[B * T] = {0, 1, 1 << 30, 4, -7, 2};
+	float *wte = calloc(V * C, sizeof(float)), *wpe = calloc(T * C, sizeof(float));
+	float *o = malloc(B * T * C * sizeof(float)), *dout = malloc(B * T * C * sizeof(float));
+	for (int i = 0; i < B * T * C; i++)
+		dout[i] = 1;
+	struct kn_encoder_fwd_args f = {.out = o,
+	                                .inp = tok,
+	                                .wte = wte,
+	                                .wpe = wpe,
+	                                .B = B,
+	                                .T = T,
+	                                .C = C,
+	                                .V = V,
+	                                .maxT = T};
+	CHECK_OK(kn_encoder_forward_check(&f));
+	kn_encoder_forward_cpu(&f);
+	for (int r = 0; r < B * T; r++)
+		CHECK_MSG(isnan(o[r * C]) == (r == 2 || r == 4), "row %d (token %d): %g", r, tok[r],
+		          o[r * C]);
+	struct kn_encoder_bwd_args b = {.dwte = wte,
+	                                .dwpe = wpe,
+	                                .dout = dout,
+	                                .inp = tok,
+	                                .B = B,
+	                                .T = T,
+	                                .C = C,
+	                                .V = V,
+	                                .maxT = T};
+	CHECK_OK(kn_encoder_backward_check(&b));
+	kn_encoder_backward_cpu(&b);
+	CHECK(wte[1 * C] == 1 && wte[0] == 1 && wte[4 * C] == 1 && wte[2 * C] == 1 &&
+	      wte[3 * C] == 0);
+	CHECK(wpe[0] == 2 && wpe[2 * C] == 2); /* positions take every row's gradient */
+	float *logits = calloc(B * T * V, sizeof(float)),
+	      *probs = malloc(B * T * V * sizeof(float));
+	float losses[B * T];
+	struct kn_crossentropy_fwd_args x = {.losses = losses,
+	                                     .probs = probs,
+	                                     .logits = logits,
+	                                     .targets = tok,
+	                                     .B = B,
+	                                     .T = T,
+	                                     .V = V};
+	kn_crossentropy_forward_cpu(&x);
+	for (int r = 0; r < B * T; r++)
+		CHECK_MSG(isnan(losses[r]) == (r == 2 || r == 4), "loss %d (target %d): %g", r,
+		          tok[r], losses[r]);
+	free(wte);
+	free(wpe);
+	free(o);
+	free(dout);
+	free(logits);
+	free(probs);
+	printf("  tokens outside [0, V): NaN rows and losses, no gradient, in bounds\n");
+}
+
 int main(void)
 {
+	bad_tokens();
 	static float in[4096], w[4096], ws[8192];
 	static int tok[64];
 	float mean[64], rstd[64];
