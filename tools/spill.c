@@ -449,12 +449,17 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 			return bad_flag(cmd, "bad size for", name);
 		else if (opts[k].i && parse_int(cmd, name, val, opts[k].i))
 			return 2;
-		if ((opts[k].i == &c.steps || opts[k].i == &c.batch) && !*opts[k].i)
+		int *must = opts[k].i; /* flags where 0 would read as the default */
+		if (must && !*must &&
+		    (must == &c.steps || must == &c.batch || must == &c.layers ||
+		     must == &c.channels || must == &c.heads || must == &c.seq || must == &c.vocab))
 			return bad_flag(cmd, "0 would read as the default: give at least 1 to",
 			                name);
 	}
 	if (sim && c.data)
 		return bad_flag(cmd, "the model backend holds no data:", "--data");
+	if (sim && c.checkpoint_dir) /* (it would simulate first, then fail to read) */
+		return bad_flag(cmd, "the model backend holds no state to save:", "--checkpoint");
 	struct tr_result res;
 	double t0 = sp_now_s();
 	if (tr_train(&c, &res) < 0) {
@@ -591,8 +596,11 @@ static int cmd_tune(int argc, char **argv)
 		} else if (opts[k].i) {
 			rc = parse_int("tune", name, val, opts[k].i);
 			batch_given |= !rc && opts[k].i == &c.base.batch;
-			if (!rc && (opts[k].i == &c.base.steps || opts[k].i == &c.base.batch) &&
-			    !*opts[k].i)
+			int *must = opts[k].i; /* flags where 0 would read as the default */
+			if (!rc && !*must &&
+			    (must == &c.base.steps || must == &c.base.batch ||
+			     must == &c.base.layers || must == &c.base.channels ||
+			     must == &c.base.heads || must == &c.base.seq))
 				rc = bad_flag("tune",
 				              "0 would read as the default: give at least 1 to",
 				              name);

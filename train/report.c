@@ -160,8 +160,10 @@ void tr_profile_print(const struct tr_profile *pr, FILE *f)
 	if (pr->tuner[0])
 		fprintf(f, "tuner: %s\n", pr->tuner);
 	fprintf(f, "%d steps, %.4f s/step, %.0f tokens/s", pr->steps, pr->step_s, pr->tokens_per_s);
-	if (isnan(pr->last_loss) || pr->last_loss < 0)
+	if (!strcmp(pr->backend, "model"))
 		fprintf(f, "; no loss (the model backend moves no data)");
+	else if (isnan(pr->last_loss) || pr->last_loss < 0) /* (-1: NaN in the JSON) */
+		fprintf(f, "; loss %.4f -> nan: training diverged (lower --lr?)", pr->first_loss);
 	else
 		fprintf(f, "; loss %.4f -> %.4f", pr->first_loss, pr->last_loss);
 	if (!isnan(pr->last_eval))

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void tr_config_defaults(struct tr_config *c)
@@ -316,9 +317,47 @@ static int open_run(struct run *r, const struct tg_plan *plan, struct rt_run **o
 	return 0;
 }
 
+/* Before training, not after it: can `path` be written (a file when !dir,
+ * else a directory, made later if missing)? Its folder must exist; an
+ * existing path must be of its kind and writable. One line naming the flag. */
+static int check_output(const char *flag, const char *path, int dir)
+{
+	struct stat st;
+	if (stat(path, &st) == 0) {
+		if (dir != !!S_ISDIR(st.st_mode))
+			return sp_error(-EINVAL, "%s %s: %s", flag, path,
+			                dir ? "not a directory" : "is a directory");
+		if (access(path, W_OK) < 0)
+			return sp_error(-errno, "%s %s: cannot write: %s", flag, path,
+			                strerror(errno));
+		return 0;
+	}
+	char parent[4096];
+	snprintf(parent, sizeof(parent), "%s", path);
+	char *slash = strrchr(parent, '/');
+	if (!slash)
+		snprintf(parent, sizeof(parent), ".");
+	else if (slash == parent)
+		parent[1] = '\0';
+	else
+		*slash = '\0';
+	if (stat(parent, &st) < 0 || !S_ISDIR(st.st_mode))
+		return sp_error(-ENOENT, "%s %s: no directory %s to put it in", flag, path, parent);
+	if (access(parent, W_OK) < 0)
+		return sp_error(-errno, "%s %s: cannot write in %s: %s", flag, path, parent,
+		                strerror(errno));
+	return 0;
+}
+
 static int setup(struct run *r)
 {
 	const struct tr_config *c = &r->c;
+	if (c->checkpoint_dir)
+		SP_CHECK(check_output("--checkpoint", c->checkpoint_dir, 1));
+	if (c->trace_file)
+		SP_CHECK(check_output("--trace", c->trace_file, 0));
+	if (c->stats_json)
+		SP_CHECK(check_output("--stats-json", c->stats_json, 0));
 	if (c->checkpoint_every && !c->checkpoint_dir)
 		return sp_error(-EINVAL, "--checkpoint-every needs --checkpoint DIR");
 	if (c->resume && !c->checkpoint_dir)
@@ -344,6 +383,12 @@ static int setup(struct run *r)
 		r->m.data = tr_data_train;
 		r->m.eval_data =
 		    tr_data_tokens(r->data, TR_VAL) > (uint64_t)r->T ? tr_data_val : NULL;
+		if (!r->m.eval_data && c->eval_every > 0)
+			SP_WARN(RT,
+			        "--eval-every %d: no validation: the corpus's validation split "
+			        "has %llu tokens, not more than a sequence of %d",
+			        c->eval_every, (unsigned long long)tr_data_tokens(r->data, TR_VAL),
+			        r->T);
 		r->m.data_arg = r;
 	} else {
 		r->synth_seed = c->seed;
@@ -364,7 +409,11 @@ static int setup(struct run *r)
 		int rc = tr_choose_plan(r, &plan, tp);
 		if (rc == 0)
 			break;
-		if (rc != -ENOMEM || !r->quarter || b >= r->state)
+		/* b is split over the devices unless per_device: stop once each
+		 * device's share holds the whole state (not b: that stopped the
+		 * search at half the state per device on 2 devices) */
+		uint64_t share = r->per_device ? b : b / (uint64_t)r->rt->ndev;
+		if (rc != -ENOMEM || !r->quarter || share >= r->state)
 			return rc;
 		rt_close(r->rt);
 		r->rt = NULL;

@@ -122,6 +122,13 @@ bad "No such file" train --data "$work/nothing"
 bad "empty" train --data "$work/empty.txt"
 bad "needs --checkpoint" train "${small[@]}" --checkpoint-every 2
 bad "unknown flag" train --stepz 3
+bad "give at least 1 to --layers" train "${small[@]}" --layers 0
+: >"$work/afile"
+bad "checkpoint $work/afile: not a directory" train "${small[@]}" --checkpoint "$work/afile"
+bad "no directory $work/none to put it in" train "${small[@]}" --trace "$work/none/t.json"
+bad "is a directory" train "${small[@]}" --stats-json "$work"
+bad "no state to save" sim --layers 2 --checkpoint "$work/simck"
+[ ! -e "$work/simck" ] || fail "spill sim --checkpoint left $work/simck behind"
 head -c 1000 "$work/b/step_00000008.safetensors" >"$work/trunc.safetensors"
 mkdir -p "$work/c" && cp "$work/trunc.safetensors" "$work/c/step_00000009.safetensors"
 bad "checkpoint" train "${small[@]}" --steps 12 --checkpoint "$work/c" --resume
@@ -133,6 +140,14 @@ bad "SGD setting" train "${small[@]}" --momentum 0.9
 SPILL_BACKEND=model SPILL_LINK_THROTTLE=1 bad "SPILL_LINK_THROTTLE: throttled links need the host backend (this is model)" \
 	train "${small[@]}" --steps 1
 [ "$before" = "$(md5sum "$work"/b/*.safetensors)" ] || fail "a failed run changed the checkpoints"
+# the default budget grows until a plan fits each device's share: pipeline
+# schedules on 2 devices stopped at half the state per device before
+for sch in gpipe 1f1b harmony-pp; do
+	"$spill" train --layers 2 --channels 32 --heads 2 --seq 16 --batch 4 --steps 2 \
+		--data "$work/data" --schedule $sch >"$work/sch" 2>&1 || fail "--schedule $sch: $(tail -1 "$work/sch")"
+done
+"$spill" train "${small[@]}" --steps 3 --lr 1e30 >"$work/nan" 2>&1 || fail "a diverged run: $(tail -1 "$work/nan")"
+grep -q 'nan: training diverged' "$work/nan" || fail "a diverged run: $(grep 'steps,' "$work/nan")"
 
 # 4. the tuner: the planner assumes links of 1000 GB/s, the host backend
 #    throttles them to 0.1 GB/s
