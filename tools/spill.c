@@ -326,7 +326,8 @@ static int number_flag(const char *cmd, const char *name, const char *val, struc
                        double *reserve)
 {
 	int lr = !strcmp(name, "--lr"), mom = !strcmp(name, "--momentum");
-	int seed = !strcmp(name, "--seed"), res = !lr && !mom && !seed;
+	int seed = !strcmp(name, "--seed"); /* else --reserve */
+	unsigned long long seed_val = 0;
 	char *end;
 	errno = 0;
 	double x = strtod(val, &end);
@@ -337,10 +338,8 @@ static int number_flag(const char *cmd, const char *name, const char *val, struc
 		want = "a positive number";
 	} else if (seed) {
 		errno = 0;
-		unsigned long long u = strtoull(val, &end, 10); /* exact to 2^64 - 1 */
+		seed_val = strtoull(val, &end, 10); /* exact to 2^64 - 1, unlike x */
 		ok = !errno && end != val && !*end && val[strspn(val, " \t")] != '-';
-		x = (double)u;
-		c->seed = u;
 		want = "an integer >= 0";
 	} else {
 		ok &= x < 1;
@@ -354,7 +353,9 @@ static int number_flag(const char *cmd, const char *name, const char *val, struc
 		c->lr = (float)x;
 	else if (mom)
 		c->momentum = (float)x;
-	else if (res)
+	else if (seed)
+		c->seed = seed_val;
+	else
 		*reserve = x;
 	return 0;
 }
