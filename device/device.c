@@ -67,6 +67,7 @@ int dev_config_from_params(const struct sp_params *p, struct dev_config *cfg)
 	c.link_throttle = p->link_throttle;
 	c.threads = (int)p->threads;
 	c.host_fail = p->host_fail;
+	c.host_jitter = p->host_jitter;
 	*cfg = c;
 	return 0;
 }
@@ -242,6 +243,9 @@ int dev_open(const struct dev_config *cfg, struct dev_ctx **out)
 	SP_CHECK_ARG(!cfg->host_fail || !*cfg->host_fail || cfg->backend == DEV_BACKEND_HOST,
 	             "SPILL_HOST_FAIL: fault injection needs the host backend (this is %s)",
 	             dev_backend_name(cfg->backend));
+	SP_CHECK_ARG(!cfg->host_jitter || !*cfg->host_jitter || cfg->backend == DEV_BACKEND_HOST,
+	             "SPILL_HOST_JITTER: adversarial timing needs the host backend (this is %s)",
+	             dev_backend_name(cfg->backend));
 	/* likewise a throttle: a tuner test on real links would test nothing */
 	SP_CHECK_ARG(!cfg->link_throttle || cfg->backend == DEV_BACKEND_HOST,
 	             "SPILL_LINK_THROTTLE: throttled links need the host backend (this is %s)",
@@ -256,6 +260,7 @@ int dev_open(const struct dev_config *cfg, struct dev_ctx **out)
 	ctx->cfg.profile = NULL; /* the caller's strings need not outlive open */
 	ctx->cfg.profile_text = NULL;
 	ctx->cfg.host_fail = NULL;
+	ctx->cfg.host_jitter = NULL;
 	pthread_mutex_init(&ctx->lock, NULL);
 	int rc = cfg->profile_text
 	             ? dev_profile_parse(cfg->profile_text, "(text)", &ctx->prof)

@@ -55,6 +55,7 @@ struct dev_config {
 	int link_throttle;        /* host: throttle copies to the profile's bandwidths */
 	int threads;              /* host: CPU threads for kernels, 0 = cores */
 	const char *host_fail;    /* host: "DEV:N", device DEV fails at its Nth kernel (dev_fail) */
+	const char *host_jitter;  /* host: "DEV:US[:SEED]", DEV's kernels start up to US us late */
 	const struct dev_driver_api *driver; /* driver: the entry points (device/driver.h) */
 };
 

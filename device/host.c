@@ -76,7 +76,15 @@ struct host_ctx {
 	int fail_dev;
 	long fail_at;
 	_Atomic long kernels[DEV_MAX];
+	/* adversarial timing (SPILL_HOST_JITTER "DEV:US[:SEED]"): a kernel on
+	 * jitter_dev (HOST_JITTER_ALL: any device) starts 0..jitter_us late */
+	int jitter_dev;
+	long jitter_us;
+	uint64_t jitter_seed;
+	_Atomic uint64_t nstreams; /* streams created: each gets its own draw sequence */
 };
+
+enum { HOST_JITTER_NONE = -1, HOST_JITTER_ALL = -2 };
 
 enum host_op_kind { OP_COPY, OP_MEMSET, OP_KERNEL, OP_CALLBACK, OP_RECORD, OP_WAIT };
 
@@ -114,6 +122,7 @@ struct host_stream {
 	uint64_t submitted, completed;
 	int stop;
 	int dropped_dev; /* an op since the last record was dropped: its failed device, else -1 */
+	uint64_t rng;    /* SPILL_HOST_JITTER's draws (xorshift64*), this stream's own */
 };
 
 struct host_event {
@@ -126,6 +135,60 @@ static struct host_ctx *hctx(const struct dev_ctx *ctx)
 }
 
 /* ---- open / close ------------------------------------------------------------- */
+
+/* Parses SPILL_HOST_JITTER, "DEV:US[:SEED]" (DEV a device below n, or *; US
+ * >= 1; SEED any unsigned integer, 1 when absent). Returns 0 or -EINVAL. */
+static int parse_jitter(struct host_ctx *h, const char *spec, int n)
+{
+	h->jitter_dev = HOST_JITTER_NONE;
+	if (!spec || !*spec)
+		return 0;
+	const char *f = spec;
+	char *end = (char *)f;
+	long d = -1, us = 0;
+	unsigned long long seed = 1;
+	if (*f == '*') {
+		d = HOST_JITTER_ALL;
+		end = (char *)f + 1;
+	} else if (*f >= '0' && *f <= '9') {
+		d = strtol(f, &end, 10);
+		if (d >= n)
+			d = -1;
+	}
+	if (d != -1 && end[0] == ':' && end[1] >= '0' && end[1] <= '9')
+		us = strtol(end + 1, &end, 10);
+	if (us >= 1 && end[0] == ':') {
+		if (end[1] >= '0' && end[1] <= '9')
+			seed = strtoull(end + 1, &end, 10);
+		else
+			us = 0;
+	}
+	if (*end || d == -1 || us < 1 || us > 1000000)
+		return sp_error(-EINVAL,
+		                "SPILL_HOST_JITTER: '%s' is not DEV:US[:SEED] (DEV a device "
+		                "0..%d or *, US 1..1000000 microseconds)",
+		                spec, n - 1);
+	h->jitter_dev = (int)d;
+	h->jitter_us = us;
+	h->jitter_seed = seed;
+	return 0;
+}
+
+/* Sleeps before a kernel of stream st when SPILL_HOST_JITTER covers its device:
+ * a uniform draw in [0, jitter_us] us from the stream's own sequence. */
+static void jitter(struct host_ctx *h, struct host_stream *st)
+{
+	int dev = st->s->dev;
+	if (h->jitter_dev == HOST_JITTER_NONE || dev < 0 ||
+	    (h->jitter_dev != HOST_JITTER_ALL && h->jitter_dev != dev))
+		return;
+	st->rng ^= st->rng >> 12, st->rng ^= st->rng << 25, st->rng ^= st->rng >> 27;
+	uint64_t r = (st->rng * 0x2545F4914F6CDD1Dull) >> 11;
+	long us = (long)(r % (uint64_t)(h->jitter_us + 1));
+	struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+	}
+}
 
 static int host_open(struct dev_ctx *ctx, const struct dev_config *cfg)
 {
@@ -160,6 +223,14 @@ static int host_open(struct dev_ctx *ctx, const struct dev_config *cfg)
 		}
 		h->fail_dev = (int)d;
 		h->fail_at = at;
+	}
+	int jrc = parse_jitter(h, cfg->host_jitter, n);
+	if (jrc) {
+		pthread_cond_destroy(&h->ev_cond);
+		pthread_mutex_destroy(&h->ev_lock);
+		pthread_mutex_destroy(&h->lock);
+		free(h);
+		return jrc;
 	}
 	ctx->impl = h;
 	ctx->ndev = n;
@@ -555,6 +626,7 @@ static void run_op(struct host_stream *st, struct host_op *op)
 		 * long: the kernel runs, then the stream sleeps the difference */
 		double speed = st->s->dev >= 0 ? ctx->info[st->s->dev].speed : 1;
 		double t0 = speed < 1 && speed > 0 ? sp_now_s() : 0;
+		jitter(h, st);
 		op->u.kern.cpu(op->u.kern.args);
 		if (t0 > 0)
 			sleep_until(t0 + (sp_now_s() - t0) / speed);
@@ -608,6 +680,9 @@ static int host_stream_create(struct dev_stream *s)
 		return sp_error(-ENOMEM, "host backend: stream: out of memory");
 	st->s = s;
 	st->dropped_dev = -1;
+	struct host_ctx *h = hctx(s->ctx);
+	uint64_t k = ++h->nstreams; /* never 0: xorshift's fixed point */
+	st->rng = (h->jitter_seed ^ 0x9E3779B97F4A7C15ull * k) | 1;
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_cond_init(&st->work, NULL);
 	pthread_cond_init(&st->idle, NULL);

@@ -11,6 +11,7 @@
  * calls are unaffected; "DEV:N" fails DEV exactly at its Nth kernel and bad
  * values are refused; the model backend answers -ENOTSUP. */
 #include "common/params.h"
+#include "common/stats.h"
 #include "device/device.h"
 #include "tests/test.h"
 #include "tests/child.h"
@@ -123,7 +124,7 @@ static void gate_wait_entered(struct gate *g, int n)
 }
 
 /* Kernels and callbacks that leave a trace in host memory. */
-static int ran[64];
+static int ran[128];
 struct mark_args {
 	int *slot;
 	int value;
@@ -497,6 +498,68 @@ static void host_fail_at(void)
 	printf("SPILL_HOST_FAIL: the Nth kernel, parsing: ok\n");
 }
 
+/* SPILL_HOST_JITTER: the covered device's kernels start late (0..US us each),
+ * the others' do not wait for it; bad values and other backends refused. */
+static void host_jitter(void)
+{
+	const char *bad[] = {"x",     "1",      "9:10", "2:10",      "0:0",    "1:", "1:-1",
+	                     "-1:10", "1:10x",  "1:3:", "1:3:x",     "*",      "*:", ":3",
+	                     "1;3",   "**:100", "*:0",  "0:1000001", "1:5:7:8"};
+	for (size_t i = 0; i < SP_ARRAY_SIZE(bad); i++) {
+		struct dev_config cfg = {.backend = DEV_BACKEND_HOST,
+		                         .ndevices = 2,
+		                         .device_mem = 1 << 20,
+		                         .profile = "",
+		                         .threads = 1,
+		                         .host_jitter = bad[i]};
+		struct dev_ctx *c2 = NULL;
+		int rc = dev_open(&cfg, &c2);
+		if (rc != -EINVAL || !strstr(sp_last_error(), "SPILL_HOST_JITTER")) {
+			fprintf(stderr,
+			        "FAIL %s:%d: host_jitter '%s' with 2 devices: dev_open returned %d "
+			        "(%s)\n",
+			        __FILE__, __LINE__, bad[i], rc, sp_last_error());
+			late_failures++;
+			if (rc == 0)
+				dev_close(c2);
+		}
+	}
+	struct dev_config mc = {
+	    .backend = DEV_BACKEND_MODEL, .ndevices = 2, .profile = "", .host_jitter = "0:10"};
+	struct dev_ctx *ctx = NULL;
+	CHECK(dev_open(&mc, &ctx) == -EINVAL && strstr(sp_last_error(), "SPILL_HOST_JITTER"));
+	/* device 1 at up to 4 ms a kernel: 20 kernels take about 40 ms there */
+	struct dev_config cfg = {.backend = DEV_BACKEND_HOST,
+	                         .ndevices = 2,
+	                         .device_mem = 1 << 20,
+	                         .profile = "",
+	                         .threads = 1,
+	                         .host_jitter = "1:4000:5"};
+	CHECK_OK(dev_open(&cfg, &ctx));
+	struct dev_stream *a, *b;
+	CHECK_OK(dev_stream_create(ctx, 0, &a));
+	CHECK_OK(dev_stream_create(ctx, 1, &b));
+	double t0 = sp_now_s();
+	for (int i = 0; i < 20; i++)
+		mark(b, 50 + i, 1);
+	for (int i = 0; i < 20; i++)
+		mark(a, 70 + i, 1);
+	CHECK_OK(dev_stream_sync(a));
+	double ta = sp_now_s() - t0;
+	CHECK_OK(dev_stream_sync(b));
+	double tb = sp_now_s() - t0;
+	for (int i = 0; i < 20; i++)
+		CHECK(ran[50 + i] == 1 && ran[70 + i] == 1);
+	/* a sum of 20 draws below 8 ms has probability < 1e-9; the seed is fixed */
+	CHECK_MSG(tb > 0.008 && ta < tb, "jittered device %.4f s, the other %.4f s", tb, ta);
+	CHECK_OK(dev_stream_destroy(a));
+	CHECK_OK(dev_stream_destroy(b));
+	dev_close(ctx);
+	printf("SPILL_HOST_JITTER: device 1's 20 kernels %.1f ms, device 0's %.1f ms; parsing: "
+	       "ok\n",
+	       tb * 1e3, ta * 1e3);
+}
+
 /* The model backend has no fault injection. */
 static void model_fail(void)
 {
@@ -525,6 +588,7 @@ int main(int argc, char **argv)
 	}
 	fail_semantics();
 	host_fail_at();
+	host_jitter();
 	model_fail();
 	CHECK_MSG(late_failures == 0, "%d check(s) failed above", late_failures);
 	TEST_PASS();
