@@ -47,6 +47,7 @@ struct xs {
 	struct xq q[DEV_MAX + 1];
 	int *ulist, ulen, upos; /* late-bound tasks in program order */
 	uint8_t *start;         /* per task: a late-bound chain start (no chain input) */
+	uint8_t *pays;          /* per chain start: taking it over can pay (chain_pays) */
 	int backlog[DEV_MAX];   /* per device: chain starts predicted there, not issued */
 	int next;               /* ordered mode: the first task not issued */
 	int *pd, npd, cappd;    /* discards waiting for a transfer to land: (task, ref) */
@@ -102,6 +103,7 @@ static void xs_free(struct xs *x)
 	restore_refs(x->p);
 	free(x->ulist);
 	free(x->start);
+	free(x->pays);
 	free(x->ptr);
 	free(x->coll_first);
 	free(x->pd);
@@ -127,6 +129,63 @@ static void mark_chain_starts(struct xs *x, uint8_t *seen)
 				seen[tk->ref[r].obj] = 1;
 		x->start[t] = (uint8_t)start;
 	}
+}
+
+/* Marks the chain starts a busy device may hand over: those whose chain (the
+ * late-bound tasks reading what it wrote into stashes and boundaries) takes
+ * longer on its predicted device than moving the accumulating replicas it adds
+ * into — gradients stay with their own replica (bind_refs), so a chain run
+ * elsewhere brings them over and back. With the profile's rates; every start
+ * under exec.steal_eager. Returns 0 or -ENOMEM. */
+static int chain_pays(struct xs *x)
+{
+	const struct rt_prog *p = x->p;
+	int n = p->ntask;
+	double *work = calloc((size_t)n * 2, sizeof(double));     /* flops, accum bytes */
+	int *chain = malloc(((size_t)p->nobj + 1) * sizeof(int)); /* per object: its writer's */
+	if (!work || !chain) {
+		free(work);
+		free(chain);
+		return sp_error(-ENOMEM, "executor: chain costs of %d tasks", n);
+	}
+	for (int o = 0; o < p->nobj; o++)
+		chain[o] = -1;
+	for (int t = 0; t < n; t++) {
+		const struct rt_task *tk = &p->task[t];
+		int c = x->start[t] ? t : -1;
+		for (int r = 0; r < tk->nref && c < 0; r++)
+			if (tk->ref[r].mode != VMM_OVERWRITE)
+				c = chain[tk->ref[r].obj];
+		if (c < 0 || tk->constrained)
+			continue;
+		work[2 * c] += tk->flops;
+		for (int r = 0; r < tk->nref; r++) {
+			const struct rt_obj *o = &p->obj[tk->ref[r].obj];
+			if (tk->ref[r].mode == VMM_READ)
+				continue;
+			if (o->accum)
+				work[2 * c + 1] += (double)o->bytes;
+			else if (o->kind == VMM_KIND_STASH || o->kind == VMM_KIND_INTERMEDIATE)
+				chain[tk->ref[r].obj] = c;
+		}
+	}
+	for (int t = 0; t < n; t++) {
+		if (!x->start[t])
+			continue;
+		int d = p->task[t].dev, other = d == 0 && x->rt->ndev > 1 ? 1 : 0;
+		struct dev_info di;
+		double bw = dev_link_bw(x->rt->dev, d, other);
+		if (bw <= 0)
+			bw = dev_host_link_bw(x->rt->dev) / 2; /* through the host */
+		double compute = dev_info(x->rt->dev, d, &di) == 0 && di.flops > 0
+		                     ? work[2 * t] / (di.flops * (di.speed > 0 ? di.speed : 1))
+		                     : 0;
+		double move = bw > 0 ? 2 * work[2 * t + 1] / bw : 0;
+		x->pays[t] = x->rt->cfg.exec.steal_eager || compute > move;
+	}
+	free(work);
+	free(chain);
+	return 0;
 }
 
 static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter, int window)
@@ -158,8 +217,9 @@ static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter,
 	x->ncoll = maxcoll + 1;
 	x->coll_first = malloc((size_t)(x->ncoll + 1) * sizeof(int));
 	x->start = calloc((size_t)n, 1);
+	x->pays = calloc((size_t)n, 1);
 	if (!x->st || !x->pf || !x->comm || !x->cnt || !x->ulist || !x->ptr || !x->coll_first ||
-	    !x->start || !x->written)
+	    !x->start || !x->pays || !x->written)
 		return sp_error(-ENOMEM, "executor: state for %d tasks", n);
 	for (int g = 0; g < x->ncoll; g++)
 		x->coll_first[g] = -1;
@@ -198,6 +258,8 @@ static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter,
 		}
 	}
 	memset(x->written, 0, (size_t)p->nobj);
+	if (x->ulen)
+		SP_CHECK(chain_pays(x));
 	if (p->t_start && !p->ev_start) { /* timed: a start event per task */
 		p->ev_start = calloc((size_t)n, sizeof(*p->ev_start));
 		if (!p->ev_start)
@@ -549,9 +611,13 @@ static void push_inflight(struct xs *x, int q, int t)
 	qq->fln++;
 }
 
-/* Binds task t's references to queue q: a replica of another device becomes
- * q's (a late-bound task), and an accumulating replica is overwritten by the
- * iteration's first writer, added to by the later ones. */
+/* Binds task t's references to queue q: a read-only replica of another
+ * device becomes q's (a late-bound task reads the copy where it runs), and an
+ * accumulating replica is overwritten by the iteration's first writer, added
+ * to by the later ones. An accumulating replica is never rebound: a late-bound
+ * task adds into the replica the program names (its microbatch's), which the
+ * vmm brings to q, so every sum keeps the program's order (DESIGN §9.1) —
+ * wherever and whenever its parts ran. */
 static void bind_refs(struct xs *x, int t, int q)
 {
 	struct rt_prog *p = x->p;
@@ -562,7 +628,8 @@ static void bind_refs(struct xs *x, int t, int q)
 		const struct rt_obj *o = &p->obj[f->obj];
 		if (o->rset < 0)
 			continue;
-		if (dev >= 0 && dev != tk->dev && p->rset[o->rset * DEV_MAX + dev] >= 0)
+		if (!o->accum && dev >= 0 && dev != tk->dev &&
+		    p->rset[o->rset * DEV_MAX + dev] >= 0)
 			f->obj = p->rset[o->rset * DEV_MAX + dev];
 		if (p->obj[f->obj].accum && f->mode != VMM_READ) {
 			f->mode = x->written[f->obj] ? VMM_WRITE : VMM_OVERWRITE;
@@ -782,8 +849,8 @@ static int pick(struct xs *x, int q, int *members, int *nmembers)
 		 * this one by two or more: stealing then shortens the iteration;
 		 * between devices that keep pace it would only move gradients */
 		int pred = x->p->task[t].dev;
-		if (steal < 0 && home < 0 && deps_issued(x, t) && x->q[pred].fln >= x->window &&
-		    x->backlog[pred] >= x->backlog[q] + 2)
+		if (steal < 0 && home < 0 && x->pays[t] && deps_issued(x, t) &&
+		    x->q[pred].fln >= x->window && x->backlog[pred] >= x->backlog[q] + 2)
 			steal = t;
 	}
 	if (head >= 0 && head_ready(x, head, members, nmembers))

@@ -41,9 +41,11 @@ static int pack_hi(const struct rt_run *r, int pk)
 	return r->plan.pack_end[pk];
 }
 
-/* The replica a FWD or BWD task uses: in data-parallel modes the device's it
- * runs on (the executor rebinds a late-bound task's W and G to that device's
- * replicas), else the one the graph names. */
+/* The weight replica a FWD or BWD task reads: in data-parallel modes the
+ * device's it runs on (the executor rebinds a late-bound task's W to that
+ * device's replica, equal to every other), else the one the graph names. Its
+ * gradients always go to the graph's replica t->rep (the executor never
+ * rebinds an accumulating replica): the sum's order is the program's. */
 static int rep_of(const struct rt_launch *l, const struct rt_run *r, const struct tg_task *t)
 {
 	return r->mo->nrep > 1 && l->dev >= 0 ? l->dev : t->rep;
@@ -137,7 +139,7 @@ static int bwd_task(const struct rt_launch *L, void *arg)
 	int P = mo->P, pk = t->pack, rep = rep_of(L, r, t), mb = r->plan.microbatch;
 	int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
 	char *W = ptr_of(L, mo->W[rep * P + pk]);
-	int gobj = mo->G[rep * P + pk];
+	int gobj = mo->G[t->rep * P + pk];
 	char *G = ptr_of(L, gobj);
 	char *work = t->work >= 0 ? ptr_of(L, t->work) : NULL;
 	if (mode_of(L, gobj) == VMM_OVERWRITE) { /* the first accumulation this iteration */
@@ -443,8 +445,8 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 	free(deps);
 	if (rc < 0)
 		goto fail;
-	/* data-parallel replicas: a microbatch bound late to another device uses
-	 * that device's weights and accumulates into its gradients */
+	/* data-parallel replicas: a microbatch bound late to another device reads
+	 * that device's weights and accumulates into its own replica's gradients */
 	for (int pk = 0; pk < r->mo->P && r->mo->nrep > 1 && !rc; pk++) {
 		int w[DEV_MAX], gr[DEV_MAX];
 		for (int k = 0; k < r->mo->nrep; k++) {

@@ -34,6 +34,10 @@ struct rt_exec_config {
 	int lookahead;       /* tasks per device whose inputs are prefetched (0 = none) */
 	int window;          /* tasks issued ahead of completion per device (>= 1) */
 	int late_binding;    /* 1: tasks without a fixed device are bound at run time */
+	int steal_eager;     /* 1: a device takes over a busy one's chain whenever the
+	                        backlogs allow (tests of exactness under late binding);
+	                        0: only when the chain's compute outweighs moving the
+	                        gradients it adds into there and back */
 	int eager_writeback; /* 1: updated weights and optimizer state go to the host early */
 	int discard;         /* 1: dead contents are discarded, never written back */
 	int hints;           /* 1: Belady next-use hints from the order (0: LRU) */
@@ -197,11 +201,12 @@ int rt_prog_obj(struct rt_prog *p, uint64_t bytes, enum vmm_kind kind, const cha
 int rt_prog_task(struct rt_prog *p, const struct rt_task *t, const struct rt_ref *refs, int nref,
                  const int *deps, int ndep, int *out) SP_MUST_CHECK;
 /* Declares objs[d] (n of them, one per device 0..n-1) as device d's replica of
- * the same state: a task bound late to a device other than its predicted one
- * uses that device's replica instead of the one it names (data-parallel
- * weights and gradients: a microbatch taken over by another device computes
- * on that device's weights and accumulates into its gradients, moving
- * nothing). accum: the replicas are accumulators; whether a write overwrites
+ * the same state. accum 0 (equal copies, data-parallel weights): a task bound
+ * late to a device other than its predicted one reads that device's replica
+ * instead of the one it names, moving nothing. accum 1 (data-parallel
+ * gradients): never rebound; a late-bound task adds into the replica it names,
+ * brought to where it runs, so that with the writers ordered by dependencies
+ * each sum's order is the program's whatever ran where (DESIGN §9.1); whether a write overwrites
  * or adds is decided at issue, not by the program: the first task an
  * iteration issues that writes a replica gets VMM_OVERWRITE (its callback
  * must then initialize it), later ones VMM_WRITE; a collective member whose

@@ -7,13 +7,16 @@
  * the slow one; on the uniform gtx1080ti-x4 late binding must not slow the
  * iteration down. Prints the ratios.
  *
+ * Taking over a chain moves the gradients it adds into (they stay with their
+ * own replica, so that sums keep their order): the executor does it only when
+ * the chain's compute outweighs that, here with microbatches of 4 x 256 tokens.
+ *
  * Then the numbers, on the host backend with the same mixed profile (device
  * 3's kernels take twice as long): a GPT-2 of 4 blocks, batch 32, trained 3
- * steps in harmony-dp and dp-swap on 4 devices. Microbatches taken over by
- * another device accumulate into that device's gradient, so the sum's order
- * depends on timing: the losses and weights must stay within the bound of a
- * reassociated fp32 sum, |x - ref| <= 1e-5 (1 + |ref|), of the reference
- * loop's, and tasks must really have been bound away. */
+ * steps in harmony-dp and dp-swap on 4 devices, taking over whenever the
+ * backlogs allow (exec.steal_eager): losses and weights bit-identical to the
+ * reference loop's (DESIGN §9.1: timing changes no bit), and tasks must
+ * really have been bound away. */
 #include "runtime/runtime.h"
 #include "tests/test.h"
 
@@ -72,14 +75,10 @@ static struct rt_ctx *open_host(const char *profile)
 	c.vmm.host_mem = 64 << 20;
 	c.vmm.max_objects = 4096;
 	c.threads = 1;
+	c.exec.steal_eager = 1;
 	struct rt_ctx *rt;
 	CHECK_OK(rt_open(&c, &rt));
 	return rt;
-}
-
-static double rel(double x, double ref)
-{
-	return fabs(x - ref) / (1 + fabs(ref));
 }
 
 static void numbers(enum tg_sched sched)
@@ -99,36 +98,28 @@ static void numbers(enum tg_sched sched)
 	struct rt_ctx *rt = open_host("gtx1080ti-x4-mixed");
 	struct rt_run *run;
 	CHECK_OK(rt_run_open(rt, &m, &plan, 42, &run));
-	double worst = 0;
 	for (int s = 0; s < 3; s++) {
 		double a, b;
 		CHECK_OK(rt_reference_step(ref, s, &a));
 		CHECK_OK(rt_run_step(run, &b));
-		CHECK_MSG(rel(b, a) <= 1e-5, "%s step %d: loss %.9g, reference %.9g",
-		          tg_sched_name(sched), s, b, a);
-		if (rel(b, a) > worst)
-			worst = rel(b, a);
+		CHECK_MSG(b == a, "%s step %d: loss %.9g, reference %.9g", tg_sched_name(sched), s,
+		          b, a);
 	}
-	int differ = 0;
 	for (int l = 0; l < m.nlayers; l++) {
 		uint64_t n = m.layers[l].param_bytes / sizeof(float);
 		float *w = malloc(n * sizeof(float));
 		CHECK_OK(rt_run_read_params(run, l, w));
 		const float *r = ref->params[l];
 		for (uint64_t i = 0; i < n; i++) {
-			CHECK_MSG(rel(w[i], r[i]) <= 1e-5,
-			          "%s: layer %s [%llu]: %.9g, reference %.9g", tg_sched_name(sched),
-			          m.layers[l].name, (unsigned long long)i, (double)w[i],
-			          (double)r[i]);
-			differ += w[i] != r[i];
-			if (rel(w[i], r[i]) > worst)
-				worst = rel(w[i], r[i]);
+			CHECK_MSG(w[i] == r[i], "%s: layer %s [%llu]: %.9g, reference %.9g",
+			          tg_sched_name(sched), m.layers[l].name, (unsigned long long)i,
+			          (double)w[i], (double)r[i]);
 		}
 		free(w);
 	}
 	printf("host, %s on 4 devices (device 3 at half speed): %" PRId64 " tasks bound away, "
-	       "%d weights not bit-identical, worst relative difference %.2g\n",
-	       tg_sched_name(sched), rt->st.late_bound, differ, worst);
+	       "losses and weights bit-identical to the reference\n",
+	       tg_sched_name(sched), rt->st.late_bound);
 	CHECK_MSG(rt->st.late_bound > 0, "%s: nothing was bound away from a slow device",
 	          tg_sched_name(sched));
 	rt_run_close(run);
@@ -143,7 +134,7 @@ int main(void)
 	    .maxT = 256, .V = 8192, .L = 8, .NH = 8, .C = 512, .dtype = KN_F32};
 	struct rt_model m;
 	CHECK_OK(rt_model_gpt(&cfg, 256, 64, &m));
-	struct tg_plan plan = {.sched = TG_HARMONY_DP, .ndev = 4, .microbatch = 1, .group = 1};
+	struct tg_plan plan = {.sched = TG_HARMONY_DP, .ndev = 4, .microbatch = 4, .group = 1};
 	plan.npacks = 2; /* embedding + half the blocks, the rest + head */
 	plan.pack_end[0] = m.nlayers / 2;
 	plan.pack_end[1] = m.nlayers;

@@ -13,7 +13,9 @@
  * the working set's sum until -ENOMEM, whose message must name the task and
  * the smallest budget. SGD (plain: no optimizer state at all; and with
  * momentum) is held to the same, under eviction, with recomputation and with
- * the update on the CPU. argv[1]: "quick" runs fewer cases. */
+ * the update on the CPU. And under adversarial timing (SPILL_HOST_JITTER: one
+ * device's kernels start late at random), so that late binding moves
+ * microbatches: still the same bits. argv[1]: "quick" runs fewer cases. */
 #include "runtime/runtime.h"
 #include "tests/test.h"
 
@@ -26,10 +28,15 @@
 static struct kn_model_config cfg = {.maxT = 8, .V = 64, .L = 4, .NH = 2, .C = 32};
 static const int T = 8, BATCH = 8;
 
+/* SPILL_HOST_JITTER for the runs ("" none), and the tasks they bound late */
+static char jitter[64];
+static int64_t late_total;
+
 static struct rt_ctx *open_rt(int ndev, uint64_t budget)
 {
 	struct sp_params sp;
 	sp_params_defaults(&sp);
+	sp.host_jitter = jitter;
 	struct rt_config c;
 	CHECK_OK(rt_config_from_params(&sp, &c));
 	c.dev.backend = DEV_BACKEND_HOST;
@@ -39,6 +46,7 @@ static struct rt_ctx *open_rt(int ndev, uint64_t budget)
 	c.vmm.host_mem = 64 << 20;
 	c.vmm.max_objects = 4096;
 	c.threads = 1;
+	c.exec.steal_eager = 1; /* take over whenever the backlogs allow: the hardest case */
 	struct rt_ctx *rt;
 	CHECK_OK(rt_open(&c, &rt));
 	return rt;
@@ -102,6 +110,7 @@ static int run(const struct rt_model *m, const struct tg_plan *plan, uint64_t bu
 		struct vmm_stats st;
 		vmm_stats_get(rt->vmm, &st);
 		*evictions = st.evictions.total;
+		late_total += rt->st.late_bound;
 		printf("  %-10s %d dev%s%s, budget %7" PRIu64 ": %4" PRId64 " evictions, %8" PRIu64
 		       " B H2D, %8" PRIu64 " B D2H, %8" PRIu64 " B P2P, %3" PRIu64 " late-bound\n",
 		       tg_sched_name(plan->sched), plan->ndev, plan->recompute ? ", recompute" : "",
@@ -167,6 +176,61 @@ static void sgd_cases(struct rt_model *m, const struct ref_result *adamw_ref)
 	CHECK_OK(rt_model_set_optimizer(m, KN_ADAMW, 0));
 	CHECK(rt_model_set_optimizer(m, KN_ADAMW, 0.9f) == -EINVAL);
 	CHECK(rt_model_set_optimizer(m, KN_SGD, 1.0f) == -EINVAL);
+}
+
+/* Adversarial timing (DESIGN §9.1: late binding and timing change no bit):
+ * one emulated device's kernels start up to 0.8 ms late at random (seeded,
+ * SPILL_HOST_JITTER), so late binding hands its microbatches to the others in
+ * an order that changes from run to run; every schedule on 2 and 4 devices,
+ * ample and tight budgets, must still give the reference's bits, and the data-
+ * parallel schedules must really have been bound away. */
+static void jitter_cases(int quick)
+{
+	static const int devs[] = {2, 4};
+	int seed = 1;
+	/* 16 samples: 4 microbatches a device on 4 devices, enough for a fast
+	 * device to take over a slow one's (the executor steals from a backlog) */
+	struct rt_model mj, *m = &mj;
+	CHECK_OK(rt_model_gpt(&cfg, T, 2 * BATCH, m));
+	uint64_t dseed = 7;
+	m->data_arg = &dseed;
+	for (int s = 0; s < TG_NSCHED; s++)
+		for (int di = 0; di < 2; di++) {
+			int nd = devs[di], dp = s == TG_DP_SWAP || s == TG_HARMONY_DP;
+			struct tg_plan p = {
+			    .sched = s, .ndev = nd, .npacks = m->nlayers, .microbatch = 1};
+			for (int i = 0; i < m->nlayers; i++)
+				p.pack_end[i] = i + 1;
+			p.group = s == TG_HARMONY_PP ? 2 : 1; /* harmony-dp: 4 groups a device */
+			struct ref_result ref;
+			reference(m, dp ? nd : 1, p.microbatch, &ref);
+			struct tg_layer tl[16];
+			struct tg_model tm;
+			rt_model_tg(m, tl, &tm);
+			struct tg_graph g;
+			CHECK_OK(tg_graph_build(&tm, 1, &p, &g));
+			uint64_t ws = tg_graph_min_capacity(&g, NULL);
+			tg_graph_free(&g);
+			int64_t late0 = late_total;
+			for (int k = 0; k < (quick ? 1 : 2); k++) {
+				int64_t ev = 0;
+				snprintf(jitter, sizeof(jitter), "%d:800:%d", seed % nd, seed);
+				seed++;
+				CHECK_OK(run(m, &p, k ? ws * 3 / 2 : 64 * ws, &ref, &ev));
+				CHECK_MSG(!k || ev > 0, "%s on %d devices: no evictions at 1.5x",
+				          tg_sched_name(s), nd);
+			}
+			printf("%s on %d devices under SPILL_HOST_JITTER: %" PRId64
+			       " tasks bound late, bit-identical\n",
+			       tg_sched_name(s), nd, late_total - late0);
+			CHECK_MSG(!dp || late_total > late0,
+			          "%s on %d devices: jitter bound nothing late", tg_sched_name(s),
+			          nd);
+			for (int l = 0; l < m->nlayers; l++)
+				free(ref.params[l]);
+		}
+	jitter[0] = 0;
+	rt_model_free(m);
 }
 
 int main(int argc, char **argv)
@@ -243,6 +307,7 @@ int main(int argc, char **argv)
 			cases++;
 		}
 	printf("%d schedule x device cases bit-identical to the reference\n", cases);
+	jitter_cases(quick);
 	struct ref_result adamw;
 	reference(&m, 1, 1, &adamw);
 	for (int l = 0; l < m.nlayers; l++)
