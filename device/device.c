@@ -424,13 +424,13 @@ int dev_profile_text(const struct dev_ctx *ctx, char *buf, size_t n)
 	                 "name = %s\ndevice = %s\ndevices = %d\nmemory = %llu\n"
 	                 "flops = %.17g FLOP/s\nmem_bw = %.17g B/s\nh2d = %.17g B/s\n"
 	                 "d2h = %.17g B/s\nhost_link = %.17g B/s\np2p = %.17g B/s\n"
-	                 "disk = %.17g B/s\nlaunch_latency = %.17g s\ncpu_flops = %.17g FLOP/s\n"
-	                 "cpu_mem_bw = %.17g B/s\nspeed = ",
+	                 "disk = %.17g B/s\ndisks = %d\nlaunch_latency = %.17g s\n"
+	                 "cpu_flops = %.17g FLOP/s\ncpu_mem_bw = %.17g B/s\nspeed = ",
 	                 p->name[0] ? p->name : "measured", ctx->info[0].name, ctx->ndev,
 	                 (unsigned long long)ctx->info[0].capacity, top, bw,
 	                 dev_link_bw(ctx, DEV_HOST, 0), dev_link_bw(ctx, 0, DEV_HOST),
-	                 dev_host_link_bw(ctx), p->p2p_bw, p->disk_bw, p->launch_lat, p->cpu_flops,
-	                 p->cpu_mem_bw);
+	                 dev_host_link_bw(ctx), p->p2p_bw, p->disk_bw, p->ndisks ? p->ndisks : 1,
+	                 p->launch_lat, p->cpu_flops, p->cpu_mem_bw);
 	for (int d = 0; d < ctx->ndev && k >= 0 && (size_t)k < n; d++)
 		k += snprintf(buf + k, n - (size_t)k, "%s%.17g", d ? ", " : "",
 		              top > 0 ? ctx->info[d].flops / top : 1.0);
@@ -1101,6 +1101,29 @@ int dev_host_callback(struct dev_stream *s, void (*fn)(void *arg), void *arg)
 {
 	SP_CHECK_ARG(s && fn, "dev_host_callback: NULL argument");
 	return s->ctx->ops->host_callback(s, fn, arg);
+}
+
+int dev_disk_count(const struct dev_ctx *ctx)
+{
+	return ctx && ctx->prof.ndisks > 0 ? ctx->prof.ndisks : 1;
+}
+
+int dev_disk_io_async(struct dev_stream *s, int drive, int to_disk, size_t bytes)
+{
+	SP_CHECK_ARG(s, "dev_disk_io_async: NULL stream");
+	struct dev_ctx *ctx = s->ctx;
+	if (!ctx->ops->disk_io_async)
+		return sp_error(-ENOTSUP,
+		                "dev_disk_io_async: the %s backend does real I/O (the vmm's "
+		                "io_uring tier), not simulated transfers",
+		                dev_backend_name(ctx->kind));
+	SP_CHECK_ARG(drive >= 0 && drive < dev_disk_count(ctx), "dev_disk_io_async: drive %d of %d",
+	             drive, dev_disk_count(ctx));
+	SP_CHECK_ARG(s->dev == DEV_HOST,
+	             "dev_disk_io_async: disk transfers go on a host stream (this is device "
+	             "%d's)",
+	             s->dev);
+	return ctx->ops->disk_io_async(s, drive, to_disk, bytes);
 }
 
 uint64_t dev_copied_bytes(const struct dev_ctx *ctx, enum dev_copy_kind kind)

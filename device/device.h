@@ -198,6 +198,17 @@ int dev_launch(struct dev_stream *s, const struct dev_kernel *k, const void *arg
  * on s waits for it to return. fn must not call dev_* sync functions. */
 int dev_host_callback(struct dev_stream *s, void (*fn)(void *arg), void *arg) SP_MUST_CHECK;
 
+/* Drives of the disk: the profile's `disks` (1 when absent). Each has the
+ * profile's `disk` bandwidth, shared by its reads and writes. */
+int dev_disk_count(const struct dev_ctx *ctx);
+/* Model backend: queues on s (a DEV_HOST stream) a transfer of bytes between
+ * pinned host memory and drive `drive` (to_disk: a write), which takes that
+ * drive's bandwidth, shared with the drive's other transfers in flight, and
+ * nothing else; no data moves. The vmm's disk tier uses it on the model
+ * backend (the other backends do real I/O through io_uring). Returns 0,
+ * -EINVAL (drive out of range, a device stream), or -ENOTSUP on other backends. */
+int dev_disk_io_async(struct dev_stream *s, int drive, int to_disk, size_t bytes) SP_MUST_CHECK;
+
 /* ---- failures ---- */
 /* Fault injection (host backend; -ENOTSUP elsewhere): device dev fails now, as
  * a GPU that falls off the bus. Work queued on its streams from now on is

@@ -28,7 +28,8 @@ struct dev_profile {
 	double d2h_bw;     /* one device -> host */
 	double host_bw;    /* the host link all devices share, per direction */
 	double p2p_bw;     /* device -> device; 0: no peer link (staged through host) */
-	double disk_bw;    /* disk <-> host */
+	double disk_bw;    /* disk <-> host, per drive (reads and writes share it) */
+	int ndisks;        /* drives (default 1): the model backend's disk resources */
 	double launch_lat; /* seconds added to every kernel (model backend) */
 	double cpu_flops;  /* the host CPU, for kernels on DEV_HOST streams (model backend) */
 	double cpu_mem_bw;
@@ -135,6 +136,8 @@ struct dev_backend_ops {
 	int (*launch)(struct dev_stream *s, const struct dev_kernel *k, const void *args,
 	              size_t args_size, struct dev_cost cost);
 	int (*host_callback)(struct dev_stream *s, void (*fn)(void *arg), void *arg);
+	/* model only (NULL elsewhere): a simulated transfer to or from a drive */
+	int (*disk_io_async)(struct dev_stream *s, int drive, int to_disk, size_t bytes);
 };
 
 struct dev_ctx {

@@ -31,8 +31,9 @@ enum { R_COMPUTE, R_H2D, R_D2H, R_P2P_OUT, R_P2P_IN, R_PER_DEV };
 #define R_DEV(d, k) ((d)*R_PER_DEV + (k))
 #define R_HOST_IN   (DEV_MAX * R_PER_DEV)
 #define R_HOST_OUT  (R_HOST_IN + 1)
-#define R_CPU       (R_HOST_OUT + 1) /* the host CPU: kernels of DEV_HOST streams */
-#define R_COUNT     (R_CPU + 1)
+#define R_CPU       (R_HOST_OUT + 1)  /* the host CPU: kernels of DEV_HOST streams */
+#define R_DISK(i)   (R_CPU + 1 + (i)) /* drive i: reads and writes share it */
+#define R_COUNT     (R_DISK(DEV_MAX))
 #define OP_RES_MAX  4
 
 enum model_op_kind { MOP_WORK, MOP_CALLBACK, MOP_RECORD, MOP_WAIT };
@@ -113,6 +114,8 @@ static int model_open(struct dev_ctx *ctx, const struct dev_config *cfg)
 	m->cap[R_HOST_IN] = p->host_bw;
 	m->cap[R_HOST_OUT] = p->host_bw;
 	m->cap[R_CPU] = 1;
+	for (int i = 0; i < DEV_MAX; i++)
+		m->cap[R_DISK(i)] = p->disk_bw;
 	return 0;
 }
 
@@ -625,6 +628,16 @@ static int model_memcpy_async(struct dev_stream *s, void *dst, int dst_dev, cons
 	return push_work(s, work, r, n);
 }
 
+static int model_disk_io_async(struct dev_stream *s, int drive, int to_disk, size_t bytes)
+{
+	(void)to_disk; /* a drive's reads and writes share its bandwidth */
+	int r = R_DISK(drive);
+	if (!(s->ctx->prof.disk_bw > 0))
+		return sp_error(-EINVAL, "model backend: profile %s has no disk bandwidth",
+		                s->ctx->prof.name);
+	return push_work(s, (double)bytes, &r, 1);
+}
+
 static int model_memset_async(struct dev_stream *s, void *dst, int dst_dev, int value, size_t bytes)
 {
 	if (dst_dev == DEV_HOST) {
@@ -695,4 +708,5 @@ const struct dev_backend_ops dev_model_ops = {
     .memset_async = model_memset_async,
     .launch = model_launch,
     .host_callback = model_host_callback,
+    .disk_io_async = model_disk_io_async,
 };

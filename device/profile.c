@@ -74,6 +74,7 @@ static const struct key keys[] = {
     K_("host_link", U_RATE, host_bw, 0),
     K_("p2p", U_RATE, p2p_bw, 0),
     K_("disk", U_RATE, disk_bw, 0),
+    K_("disks", U_COUNT, ndisks, 1),
     K_("launch_latency", U_TIME, launch_lat, 1),
     K_("cpu_flops", U_FLOPS, cpu_flops, 1),
     K_("cpu_mem_bw", U_RATE, cpu_mem_bw, 1),
@@ -151,8 +152,8 @@ static int parse_value(const struct key *k, char *v, struct dev_profile *out, co
 	char *u = trim(end);
 	if (k->unit == U_COUNT) {
 		if (*u || x != (int)x || x < 1 || x > DEV_MAX)
-			return sp_error(-EINVAL, "profile %s:%d: devices = '%s' must be 1..%d",
-			                origin, line, v, DEV_MAX);
+			return sp_error(-EINVAL, "profile %s:%d: %s = '%s' must be 1..%d", origin,
+			                line, k->key, v, DEV_MAX);
 		*(int *)field = (int)x;
 		return 0;
 	}
@@ -213,6 +214,8 @@ int dev_profile_parse(const char *text, const char *origin, struct dev_profile *
 		p.cpu_flops = 0.5e12;
 	if (!(p.cpu_mem_bw > 0))
 		p.cpu_mem_bw = 20e9;
+	if (!p.ndisks)
+		p.ndisks = 1;
 	if (p.flops <= 0 || p.mem_bw <= 0 || p.h2d_bw <= 0 || p.d2h_bw <= 0 || p.host_bw <= 0)
 		return sp_error(-EINVAL,
 		                "profile %s: flops, mem_bw, h2d, d2h and host_link must be "
