@@ -19,6 +19,7 @@
 
 #include "common/error.h"
 #include "common/params.h"
+#include "device/device.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -31,6 +32,11 @@ struct vmm_disk_config {
 	unsigned queue_depth; /* io_uring entries in flight */
 	size_t block;         /* bytes per I/O request (multiple of 4096) */
 	const char *fault;    /* fault injection spec, "" = none (see tier_disk.c) */
+	/* A model-backend context (vmm_open sets it there): the tier is simulated
+	 * (tier_disk_sim.c): extents are only counted against the capacity, each
+	 * transfer is striped over the profile's drives with dev_disk_io_async and
+	 * takes virtual time; no file is created and no byte moves. */
+	struct dev_ctx *sim;
 };
 
 /* Fills cfg from SPILL_DISK_PATH, SPILL_DISK_MEM, SPILL_IO_QUEUE_DEPTH,
@@ -42,8 +48,11 @@ int vmm_disk_open(const struct vmm_disk_config *cfg, struct vmm_disk **out) SP_M
 /* Waits for in-flight I/O, removes the tier's files, frees everything. */
 void vmm_disk_close(struct vmm_disk *d);
 
-/* Reserves an extent of bytes (rounded up to 4096). Returns 0, or -ENOSPC with
- * the numbers in the message. */
+/* Extents are whole multiples of this many bytes. */
+#define VMM_DISK_ALIGN 4096u
+
+/* Reserves an extent of bytes (rounded up to VMM_DISK_ALIGN). Returns 0, or
+ * -ENOSPC with the numbers in the message. */
 int vmm_disk_alloc(struct vmm_disk *d, size_t bytes, uint64_t *extent) SP_MUST_CHECK;
 /* Frees an extent (no I/O may be in flight on it). */
 int vmm_disk_free(struct vmm_disk *d, uint64_t extent) SP_MUST_CHECK;
@@ -64,9 +73,12 @@ int vmm_disk_wait(struct vmm_disk *d, uint64_t ticket) SP_MUST_CHECK;
 /* Forgets a completed ticket. */
 void vmm_disk_ticket_release(struct vmm_disk *d, uint64_t ticket);
 
+#define VMM_DISK_DRIVES_MAX 16
 struct vmm_disk_stats_snapshot {
 	uint64_t bytes_written, bytes_read, capacity, used;
 	uint64_t writes, reads, errors;
+	int ndrives; /* drives the bytes went to (1 for a real tier's directory) */
+	uint64_t drive_written[VMM_DISK_DRIVES_MAX], drive_read[VMM_DISK_DRIVES_MAX];
 };
 void vmm_disk_stats(const struct vmm_disk *d, struct vmm_disk_stats_snapshot *out);
 

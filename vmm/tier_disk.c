@@ -1,4 +1,5 @@
-/* vmm/tier_disk.c — the disk tier (vmm/disk.h) on io_uring.
+/* vmm/tier_disk.c — the disk tier (vmm/disk.h) on io_uring: the real drives
+ * (vmm/disk.c dispatches here, or to tier_disk_sim.c on the model backend).
  *
  * Layout: one unnamed file (O_TMPFILE, or a named file unlinked at once) per tier
  * under the directory, opened O_DIRECT. Extents are 4 KiB-aligned ranges of it,
@@ -16,7 +17,7 @@
  * freed only once it is done and released. The caller's source buffer is only
  * read; a failed write leaves it untouched and the extent's old bytes undefined.
  */
-#include "vmm/disk.h"
+#include "vmm/disk_impl.h"
 
 #include "common/log.h"
 
@@ -53,47 +54,47 @@ void vmm_disk_config_from_params(const struct sp_params *p, struct vmm_disk_conf
 
 #if !SPILL_HAVE_URING
 
-int vmm_disk_open(const struct vmm_disk_config *cfg, struct vmm_disk **out)
+int disk_uring_open(const struct vmm_disk_config *cfg, struct disk_uring **out)
 {
 	SP_UNUSED(cfg);
 	SP_UNUSED(out);
 	return sp_error(-ENOTSUP, "disk tier: built without liburing (apt-get install "
 	                          "liburing-dev and rebuild)");
 }
-void vmm_disk_close(struct vmm_disk *d)
+void disk_uring_close(struct disk_uring *d)
 {
 	SP_UNUSED(d);
 }
-int vmm_disk_alloc(struct vmm_disk *d, size_t bytes, uint64_t *extent)
+int disk_uring_alloc(struct disk_uring *d, size_t bytes, uint64_t *extent)
 {
 	return sp_error(-ENOTSUP, "disk tier: built without liburing");
 }
-int vmm_disk_free(struct vmm_disk *d, uint64_t extent)
+int disk_uring_free(struct disk_uring *d, uint64_t extent)
 {
 	return sp_error(-ENOTSUP, "disk tier: built without liburing");
 }
-int vmm_disk_write_async(struct vmm_disk *d, uint64_t extent, const void *src, size_t bytes,
-                         uint64_t *ticket)
+int disk_uring_write_async(struct disk_uring *d, uint64_t extent, const void *src, size_t bytes,
+                           uint64_t *ticket)
 {
 	return sp_error(-ENOTSUP, "disk tier: built without liburing");
 }
-int vmm_disk_read_async(struct vmm_disk *d, uint64_t extent, void *dst, size_t bytes,
-                        uint64_t *ticket)
+int disk_uring_read_async(struct disk_uring *d, uint64_t extent, void *dst, size_t bytes,
+                          uint64_t *ticket)
 {
 	return sp_error(-ENOTSUP, "disk tier: built without liburing");
 }
-int vmm_disk_poll(struct vmm_disk *d, uint64_t ticket)
+int disk_uring_poll(struct disk_uring *d, uint64_t ticket)
 {
 	return sp_error(-ENOTSUP, "disk tier: built without liburing");
 }
-int vmm_disk_wait(struct vmm_disk *d, uint64_t ticket)
+int disk_uring_wait(struct disk_uring *d, uint64_t ticket)
 {
 	return sp_error(-ENOTSUP, "disk tier: built without liburing");
 }
-void vmm_disk_ticket_release(struct vmm_disk *d, uint64_t ticket)
+void disk_uring_ticket_release(struct disk_uring *d, uint64_t ticket)
 {
 }
-void vmm_disk_stats(const struct vmm_disk *d, struct vmm_disk_stats_snapshot *out)
+void disk_uring_stats(const struct disk_uring *d, struct vmm_disk_stats_snapshot *out)
 {
 	memset(out, 0, sizeof(*out));
 }
@@ -162,7 +163,7 @@ struct disk_range {
 	uint64_t off, len;
 };
 
-struct vmm_disk {
+struct disk_uring {
 	pthread_mutex_t lock;
 	pthread_cond_t done_cv; /* broadcast when a request completes */
 	pthread_t thread;
@@ -217,7 +218,7 @@ static uint64_t disk_handle(uint32_t idx, uint32_t gen)
 	return ((uint64_t)gen << 32) | (idx + 1u);
 }
 
-static struct disk_extent *disk_extent_get(struct vmm_disk *d, uint64_t h)
+static struct disk_extent *disk_extent_get(struct disk_uring *d, uint64_t h)
 {
 	uint64_t idx = (h & 0xffffffffu);
 	if (idx == 0 || idx > d->next_ext)
@@ -228,7 +229,7 @@ static struct disk_extent *disk_extent_get(struct vmm_disk *d, uint64_t h)
 	return e;
 }
 
-static struct disk_req *disk_req_get(struct vmm_disk *d, uint64_t h)
+static struct disk_req *disk_req_get(struct disk_uring *d, uint64_t h)
 {
 	uint64_t idx = (h & 0xffffffffu);
 	if (idx == 0 || idx > d->nreqs)
@@ -254,7 +255,7 @@ static int disk_grow(void **arr, uint32_t *cap, size_t elem, const char *what)
 
 /* ---- fault knob ------------------------------------------------------------------ */
 
-static int disk_fault_parse(struct vmm_disk *d, const char *spec)
+static int disk_fault_parse(struct disk_uring *d, const char *spec)
 {
 	if (!spec || !*spec)
 		return 0;
@@ -312,7 +313,7 @@ bad:
 	                spec);
 }
 
-static int disk_fault_match(const struct vmm_disk *d, enum disk_op op, uint64_t seq)
+static int disk_fault_match(const struct disk_uring *d, enum disk_op op, uint64_t seq)
 {
 	for (unsigned i = 0; i < d->nfaults; i++) {
 		const struct disk_fault_rule *r = &d->faults[i];
@@ -371,7 +372,7 @@ static int disk_open_file(const char *dir, int flags)
 
 /* ---- extents ----------------------------------------------------------------- */
 
-static uint64_t disk_range_take(struct vmm_disk *d, uint64_t size)
+static uint64_t disk_range_take(struct disk_uring *d, uint64_t size)
 {
 	for (uint32_t i = 0; i < d->nholes; i++) {
 		struct disk_range *h = &d->holes[i];
@@ -393,7 +394,7 @@ static uint64_t disk_range_take(struct vmm_disk *d, uint64_t size)
 
 /* Returns a range to the free list; needs room for one more hole (reserved by
  * the caller). Coalesces with neighbours and trims the end of the file. */
-static void disk_range_put(struct vmm_disk *d, uint64_t off, uint64_t len)
+static void disk_range_put(struct disk_uring *d, uint64_t off, uint64_t len)
 {
 	uint32_t i = 0;
 	while (i < d->nholes && d->holes[i].off < off)
@@ -419,7 +420,7 @@ static void disk_range_put(struct vmm_disk *d, uint64_t off, uint64_t len)
 	}
 }
 
-int vmm_disk_alloc(struct vmm_disk *d, size_t bytes, uint64_t *extent)
+int disk_uring_alloc(struct disk_uring *d, size_t bytes, uint64_t *extent)
 {
 	SP_CHECK_ARG(d && extent, "vmm_disk_alloc: NULL %s", d ? "extent" : "disk");
 	SP_CHECK_ARG(bytes > 0, "vmm_disk_alloc: zero bytes");
@@ -467,7 +468,7 @@ out:
 	return rc;
 }
 
-int vmm_disk_free(struct vmm_disk *d, uint64_t extent)
+int disk_uring_free(struct disk_uring *d, uint64_t extent)
 {
 	SP_CHECK_ARG(d, "vmm_disk_free: NULL disk");
 	int rc = 0;
@@ -508,7 +509,7 @@ out:
 
 /* ---- the I/O thread ---------------------------------------------------------- */
 
-static void disk_complete(struct vmm_disk *d, struct disk_req *r)
+static void disk_complete(struct disk_uring *d, struct disk_req *r)
 {
 	r->state = REQ_DONE;
 	d->ext[r->extent].inflight--;
@@ -534,7 +535,7 @@ static void disk_complete(struct vmm_disk *d, struct disk_req *r)
 	pthread_cond_broadcast(&d->done_cv);
 }
 
-static void disk_pend_pop(struct vmm_disk *d)
+static void disk_pend_pop(struct disk_uring *d)
 {
 	struct disk_req *r = &d->reqs[d->pend_head];
 	r->queued = false;
@@ -543,7 +544,7 @@ static void disk_pend_pop(struct vmm_disk *d)
 		d->pend_tail = DISK_NONE;
 }
 
-static int disk_submit(struct vmm_disk *d)
+static int disk_submit(struct disk_uring *d)
 {
 	for (;;) {
 		int ret = io_uring_submit(&d->ring);
@@ -559,7 +560,7 @@ static int disk_submit(struct vmm_disk *d)
 	}
 }
 
-static struct io_uring_sqe *disk_sqe(struct vmm_disk *d)
+static struct io_uring_sqe *disk_sqe(struct disk_uring *d)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
 	if (!sqe) {
@@ -570,7 +571,7 @@ static struct io_uring_sqe *disk_sqe(struct vmm_disk *d)
 }
 
 /* Queues the (rest of the) chunk's I/O. Lock held. */
-static void disk_chunk_prep(struct vmm_disk *d, uint32_t slot)
+static void disk_chunk_prep(struct disk_uring *d, uint32_t slot)
 {
 	struct disk_chunk *c = &d->chunks[slot];
 	struct disk_req *r = &d->reqs[c->req];
@@ -601,7 +602,7 @@ static void disk_chunk_prep(struct vmm_disk *d, uint32_t slot)
  * are in flight. Lock held on entry and exit; it is dropped while write data is
  * copied into a bounce buffer (reads queued before the copy are submitted
  * first, so the drive is not kept waiting). */
-static void disk_issue(struct vmm_disk *d)
+static void disk_issue(struct disk_uring *d)
 {
 	bool unsubmitted = false;
 	while (d->pend_head != DISK_NONE) {
@@ -651,7 +652,7 @@ static void disk_issue(struct vmm_disk *d)
 		(void)disk_submit(d);
 }
 
-static void disk_chunk_release(struct vmm_disk *d, uint32_t slot)
+static void disk_chunk_release(struct disk_uring *d, uint32_t slot)
 {
 	struct disk_chunk *c = &d->chunks[slot];
 	struct disk_req *r = &d->reqs[c->req];
@@ -666,7 +667,7 @@ static void disk_chunk_release(struct vmm_disk *d, uint32_t slot)
 
 /* Handles one completion. Returns true when the chunk finished a read whose bytes
  * must be copied out (the caller copies, then releases the chunk). Lock held. */
-static bool disk_cqe_handle(struct vmm_disk *d, uint64_t tag, int res)
+static bool disk_cqe_handle(struct disk_uring *d, uint64_t tag, int res)
 {
 	if (tag == DISK_WAKE_TAG) {
 		d->wake_posted = false;
@@ -717,7 +718,7 @@ static bool disk_cqe_handle(struct vmm_disk *d, uint64_t tag, int res)
 
 static void *disk_thread_main(void *arg)
 {
-	struct vmm_disk *d = arg;
+	struct disk_uring *d = arg;
 	uint32_t *copies = d->scratch_slots;
 	struct disk_copy *cp = d->scratch_copies;
 	uint64_t *tags = d->scratch_tags;
@@ -777,7 +778,7 @@ static void *disk_thread_main(void *arg)
 }
 
 /* Wakes the I/O thread with a NOP (at most one outstanding). Lock held. */
-static void disk_wake(struct vmm_disk *d)
+static void disk_wake(struct disk_uring *d)
 {
 	if (d->wake_posted)
 		return;
@@ -791,7 +792,7 @@ static void disk_wake(struct vmm_disk *d)
 
 /* ---- open / close -------------------------------------------------------------- */
 
-int vmm_disk_open(const struct vmm_disk_config *cfg, struct vmm_disk **out)
+int disk_uring_open(const struct vmm_disk_config *cfg, struct disk_uring **out)
 {
 	SP_CHECK_ARG(cfg && out, "vmm_disk_open: NULL %s", cfg ? "out" : "config");
 	SP_CHECK_ARG(cfg->path && *cfg->path, "vmm_disk_open: no directory (set SPILL_DISK_PATH)");
@@ -808,7 +809,7 @@ int vmm_disk_open(const struct vmm_disk_config *cfg, struct vmm_disk **out)
 	             "buffers, max 1 GiB",
 	             cfg->queue_depth, cfg->block, 2ull * cfg->queue_depth * cfg->block);
 	int rc = 0;
-	struct vmm_disk *d = calloc(1, sizeof(*d));
+	struct disk_uring *d = calloc(1, sizeof(*d));
 	if (!d)
 		return sp_error(-ENOMEM, "vmm_disk_open: out of memory");
 	d->fd = -1;
@@ -933,11 +934,11 @@ int vmm_disk_open(const struct vmm_disk_config *cfg, struct vmm_disk **out)
 	*out = d;
 	return 0;
 fail:
-	vmm_disk_close(d);
+	disk_uring_close(d);
 	return rc;
 }
 
-void vmm_disk_close(struct vmm_disk *d)
+void disk_uring_close(struct disk_uring *d)
 {
 	if (!d)
 		return;
@@ -981,8 +982,8 @@ void vmm_disk_close(struct vmm_disk *d)
 
 /* ---- requests ------------------------------------------------------------------ */
 
-static int disk_start(struct vmm_disk *d, enum disk_op op, uint64_t extent, void *buf, size_t bytes,
-                      uint64_t *ticket)
+static int disk_start(struct disk_uring *d, enum disk_op op, uint64_t extent, void *buf,
+                      size_t bytes, uint64_t *ticket)
 {
 	const char *name = op == DISK_WRITE ? "vmm_disk_write_async" : "vmm_disk_read_async";
 	SP_CHECK_ARG(d && ticket, "%s: NULL %s", name, d ? "ticket" : "disk");
@@ -1064,21 +1065,21 @@ out:
 	return rc;
 }
 
-int vmm_disk_write_async(struct vmm_disk *d, uint64_t extent, const void *src, size_t bytes,
-                         uint64_t *ticket)
+int disk_uring_write_async(struct disk_uring *d, uint64_t extent, const void *src, size_t bytes,
+                           uint64_t *ticket)
 {
 	/* The source is only read (copied into bounce buffers). */
 	return disk_start(d, DISK_WRITE, extent, (void *)(uintptr_t)src, bytes, ticket);
 }
 
-int vmm_disk_read_async(struct vmm_disk *d, uint64_t extent, void *dst, size_t bytes,
-                        uint64_t *ticket)
+int disk_uring_read_async(struct disk_uring *d, uint64_t extent, void *dst, size_t bytes,
+                          uint64_t *ticket)
 {
 	return disk_start(d, DISK_READ, extent, dst, bytes, ticket);
 }
 
 /* The ticket's result with a message for an error. Lock held. */
-static int disk_req_result(const struct vmm_disk *d, const struct disk_req *r, uint64_t ticket)
+static int disk_req_result(const struct disk_uring *d, const struct disk_req *r, uint64_t ticket)
 {
 	if (!r->err)
 		return 0;
@@ -1093,7 +1094,7 @@ static int disk_req_result(const struct vmm_disk *d, const struct disk_req *r, u
 	                d->dir, strerror(-r->err), hint);
 }
 
-int vmm_disk_poll(struct vmm_disk *d, uint64_t ticket)
+int disk_uring_poll(struct disk_uring *d, uint64_t ticket)
 {
 	SP_CHECK_ARG(d, "vmm_disk_poll: NULL disk");
 	pthread_mutex_lock(&d->lock);
@@ -1109,7 +1110,7 @@ int vmm_disk_poll(struct vmm_disk *d, uint64_t ticket)
 	return rc;
 }
 
-int vmm_disk_wait(struct vmm_disk *d, uint64_t ticket)
+int disk_uring_wait(struct disk_uring *d, uint64_t ticket)
 {
 	SP_CHECK_ARG(d, "vmm_disk_wait: NULL disk");
 	pthread_mutex_lock(&d->lock);
@@ -1135,7 +1136,7 @@ out:
 	return rc;
 }
 
-void vmm_disk_ticket_release(struct vmm_disk *d, uint64_t ticket)
+void disk_uring_ticket_release(struct disk_uring *d, uint64_t ticket)
 {
 	if (!d)
 		return;
@@ -1155,12 +1156,12 @@ void vmm_disk_ticket_release(struct vmm_disk *d, uint64_t ticket)
 	pthread_mutex_unlock(&d->lock);
 }
 
-void vmm_disk_stats(const struct vmm_disk *cd, struct vmm_disk_stats_snapshot *out)
+void disk_uring_stats(const struct disk_uring *cd, struct vmm_disk_stats_snapshot *out)
 {
 	memset(out, 0, sizeof(*out));
 	if (!cd)
 		return;
-	struct vmm_disk *d = (struct vmm_disk *)(uintptr_t)cd; /* the lock is not state */
+	struct disk_uring *d = (struct disk_uring *)(uintptr_t)cd; /* the lock is not state */
 	pthread_mutex_lock(&d->lock);
 	out->bytes_written = d->bytes_written;
 	out->bytes_read = d->bytes_read;
@@ -1169,6 +1170,9 @@ void vmm_disk_stats(const struct vmm_disk *cd, struct vmm_disk_stats_snapshot *o
 	out->writes = d->writes;
 	out->reads = d->reads;
 	out->errors = d->errors;
+	out->ndrives = 1;
+	out->drive_written[0] = d->bytes_written;
+	out->drive_read[0] = d->bytes_read;
 	pthread_mutex_unlock(&d->lock);
 }
 

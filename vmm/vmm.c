@@ -251,8 +251,12 @@ int vmm_open(struct dev_ctx *ctx, const struct vmm_config *cfg, struct vmm **out
 		rc = sp_error(-EINVAL, "vmm: the context has no devices");
 		goto fail;
 	}
-	if (cfg->use_disk)
-		SP_CHECK_GOTO(vmm_disk_open(&cfg->disk, &v->disk), rc, fail);
+	if (cfg->use_disk) {
+		struct vmm_disk_config dc = cfg->disk;
+		/* the model backend's memory is address space: its drives are simulated */
+		dc.sim = dev_backend(ctx) == DEV_BACKEND_MODEL ? ctx : NULL;
+		SP_CHECK_GOTO(vmm_disk_open(&dc, &v->disk), rc, fail);
+	}
 	v->obj_stride =
 	    (sizeof(struct vmm_obj) + (size_t)(v->ndev + 1) * sizeof(struct vmm_copy) + 7) &
 	    ~(size_t)7;
