@@ -91,6 +91,11 @@ static void measure(struct run *r, struct tr_profile *pr)
 			pr->measured[l][k] = b[l] / steps;
 	}
 	pr->collective = (double)r->rt->st.collective_p2p / steps;
+	struct vmm_disk_stats_snapshot ds;
+	vmm_disk_stats_get(v, &ds);
+	pr->ndrives = ds.ndrives < 16 ? ds.ndrives : 16;
+	for (int k = 0; k < pr->ndrives; k++)
+		pr->drive_bytes[k] = (double)(ds.drive_written[k] + ds.drive_read[k]) / steps;
 	/* the taskgraph's steady-state prediction for this plan and budget */
 	struct tg_hw hw;
 	rt_plan_hw(r->rt, r->plan.ndev, &hw);
@@ -199,6 +204,12 @@ void tr_profile_print(const struct tr_profile *pr, FILE *f)
 	gb(f, 0);
 	gb(f, pr->collective);
 	fprintf(f, "   (all-reduce ring traffic over the peer links)\n");
+	if (pr->ndrives > 0) {
+		fprintf(f, "disk drives (written + read per step, GB):");
+		for (int k = 0; k < pr->ndrives; k++)
+			fprintf(f, " %d: %.3f", k, pr->drive_bytes[k] / 1e9);
+		fprintf(f, "\n");
+	}
 	double w = 0;
 	for (int l = 0; l < 2; l++)
 		w += pr->measured[l][0];
@@ -246,6 +257,9 @@ int tr_profile_json(const struct tr_profile *pr, const char *path)
 	fprintf(f, "],\n  \"step_times\": [");
 	for (int i = 0; i < pr->nlosses && pr->times; i++)
 		fprintf(f, "%s%.9g", i ? ", " : "", pr->times[i]);
+	fprintf(f, "],\n  \"drive_bytes\": [");
+	for (int k = 0; k < pr->ndrives; k++)
+		fprintf(f, "%s%.17g", k ? ", " : "", pr->drive_bytes[k]);
 	fprintf(f, "],\n  \"switch_step\": %d,\n  \"compute_per_device\": [", pr->switch_step);
 	for (int d = 0; d < pr->devices && d < TR_MAXDEV; d++)
 		fprintf(f, "%s%.9g", d ? ", " : "", pr->busy[d]);
@@ -329,6 +343,10 @@ int tr_profile_read(const char *path, struct tr_profile *pr)
 		if (busy->items[d].type == SP_JSON_NUMBER)
 			pr->busy[d] = busy->items[d].num;
 	pr->collective = num(root, "collective", 0);
+	const struct sp_json *drv = sp_json_get(root, "drive_bytes");
+	for (int k = 0; drv && drv->type == SP_JSON_ARRAY && k < drv->n && k < 16; k++)
+		if (drv->items[k].type == SP_JSON_NUMBER)
+			pr->drive_bytes[pr->ndrives++] = drv->items[k].num;
 	pr->closed_form = num(root, "closed_form_weights", -1);
 	pr->has_predicted = 1;
 	for (int l = 0; l < TR_LINKS; l++) {
