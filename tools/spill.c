@@ -285,7 +285,7 @@ static const char train_help[] =
     "         --plan-profile NAME (the devices the planner assumes) --no-tune\n"
     "         --tune-after N (steps the tuner measures first, default 3)\n"
     "devices: --backend cuda|host|model --devices N --device-mem SIZE --budget SIZE\n"
-    "         --host-mem SIZE --disk DIR --profile NAME\n"
+    "         --host-mem SIZE --disk DIR[,DIR...] --profile NAME\n"
     "run:     --steps N --lr X --seed N --data PATH (llm.c shards, a directory of\n"
     "         them, or text) --eval-every N --eval-batches N\n"
     "         --optim adamw|sgd (default adamw) --momentum X (sgd; default 0)\n"
