@@ -55,8 +55,9 @@ int disk_sim_open(const struct vmm_disk_config *cfg, struct disk_sim **out)
 	             "simulated on the model backend)");
 	struct stat sb;
 	if (stat(cfg->path, &sb) < 0)
-		return sp_error(-errno, "disk tier '%s': %s (a simulated tier creates nothing: "
-		                        "make the directory first)",
+		return sp_error(-errno,
+		                "disk tier '%s': %s (a simulated tier creates nothing: "
+		                "make the directory first)",
 		                cfg->path, strerror(errno));
 	if (!S_ISDIR(sb.st_mode))
 		return sp_error(-ENOTDIR, "disk tier '%s': not a directory", cfg->path);

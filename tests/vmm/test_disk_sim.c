@@ -16,8 +16,8 @@
 #include <math.h>
 #include <sys/stat.h>
 
-#define MiB (1024ull * 1024)
-#define OBJ (64 * MiB)
+#define MiB  (1024ull * 1024)
+#define OBJ  (64 * MiB)
 #define NOBJ 8
 
 static struct dev_ctx *open_drives(int ndisks)
