@@ -42,8 +42,11 @@ int vmm_disk_open(const struct vmm_disk_config *cfg, struct vmm_disk **out) SP_M
 /* Waits for in-flight I/O, removes the tier's files, frees everything. */
 void vmm_disk_close(struct vmm_disk *d);
 
-/* Reserves an extent of bytes (rounded up to 4096). Returns 0, or -ENOSPC with
- * the numbers in the message. */
+/* Extents are whole multiples of this many bytes. */
+#define VMM_DISK_ALIGN 4096u
+
+/* Reserves an extent of bytes (rounded up to VMM_DISK_ALIGN). Returns 0, or
+ * -ENOSPC with the numbers in the message. */
 int vmm_disk_alloc(struct vmm_disk *d, size_t bytes, uint64_t *extent) SP_MUST_CHECK;
 /* Frees an extent (no I/O may be in flight on it). */
 int vmm_disk_free(struct vmm_disk *d, uint64_t extent) SP_MUST_CHECK;
