@@ -69,6 +69,9 @@ struct vmm_cand {
  * hint = farthest, ties by LRU) or LRU (oldest last_use). AUTO picks Belady when
  * any candidate has a hint. n must be > 0. */
 int vmm_policy_pick(enum vmm_policy pol, const struct vmm_cand *c, int n);
+/* The other end of the same order: the candidate the policy would evict last
+ * (Belady: nearest next use; LRU: newest last_use). n must be > 0. */
+int vmm_policy_keep(enum vmm_policy pol, const struct vmm_cand *c, int n);
 /* Parses "auto|belady|lru". */
 int vmm_policy_parse(const char *s, enum vmm_policy *out) SP_MUST_CHECK;
 

@@ -524,21 +524,101 @@ static int start_disk_read(struct vmm *v, uint32_t idx)
 	return 0;
 }
 
-/* Frees redundant disk copies (objects that also hold a valid copy above) to
- * make room for bytes on disk. Returns 1 if something was freed. */
-static int disk_reclaim(struct vmm *v, uint32_t except)
+/* The disk tier's victim order, written once: what freeing an object's disk
+ * extent costs it, cheapest first. No data is lost by any of them, but a
+ * copy that becomes its object's only one is dirty from then on: a device
+ * copy is written down (D2H) instead of dropped when evicted, a host copy
+ * goes to disk again, and a failed device loses what it held alone. */
+enum reclaim_rank {
+	RECLAIM_STALE,       /* the disk copy is not current: nothing changes */
+	RECLAIM_SPARE_HOST,  /* a host and a device copy stay: none is the only one */
+	RECLAIM_SPARE,       /* two device copies or more stay, clean */
+	RECLAIM_LAST_HOST,   /* the clean host copy becomes the only copy */
+	RECLAIM_LAST_DEVICE, /* a clean device copy becomes the only copy */
+	RECLAIM_NEVER        /* the only copy, in use by a transfer, or the writer */
+};
+
+static enum reclaim_rank reclaim_rank(struct vmm *v, uint32_t i, uint32_t except)
 {
-	int freed = 0;
+	struct vmm_obj *o = vmm_obj_at(v, i);
+	if (i == except || !o->live || o->x.active || !o->disk_has)
+		return RECLAIM_NEVER;
+	if (!o->disk_valid)
+		return RECLAIM_STALE;
+	int above = vmm_obj_nvalid(v, o) - 1, host = o->c[P_HOST(v)].valid;
+	if (above >= 2)
+		return host ? RECLAIM_SPARE_HOST : RECLAIM_SPARE;
+	if (above == 1)
+		return host ? RECLAIM_LAST_HOST : RECLAIM_LAST_DEVICE;
+	return RECLAIM_NEVER;
+}
+
+static uint64_t disk_extent_bytes(uint64_t bytes)
+{
+	return (bytes + VMM_DISK_ALIGN - 1) & ~(uint64_t)(VMM_DISK_ALIGN - 1);
+}
+
+/* The next disk copy to reclaim: the lowest reclaim_rank, and among those the
+ * object whose copies above the victim policy would evict last (the one whose
+ * disk copy is least likely to be needed soon). -1 if none. */
+static int64_t reclaim_pick(struct vmm *v, uint32_t except, enum reclaim_rank *rank)
+{
+	enum reclaim_rank best = RECLAIM_NEVER;
+	int n = 0;
 	for (uint32_t i = 0; i < v->nobj_hw; i++) {
+		enum reclaim_rank r = reclaim_rank(v, i, except);
+		if (r == RECLAIM_NEVER || r > best)
+			continue;
+		if (r < best) {
+			best = r;
+			n = 0;
+		}
 		struct vmm_obj *o = vmm_obj_at(v, i);
-		if (i == except || !o->live || o->x.active || !o->disk_has)
-			continue;
-		if (o->disk_valid && vmm_obj_nvalid(v, o) < 2)
-			continue;
-		vmm_swap_free_disk(v, i);
-		freed = 1;
+		struct vmm_cand cd = {i, VMM_NO_HINT, 0};
+		for (int p = 0; p <= P_HOST(v); p++) {
+			if (!o->c[p].valid)
+				continue;
+			uint64_t nu = vmm_copy_next_use(o, p);
+			cd.next_use = nu < cd.next_use ? nu : cd.next_use;
+			cd.last_use =
+			    o->c[p].last_use > cd.last_use ? o->c[p].last_use : cd.last_use;
+		}
+		v->cand[n++] = cd;
 	}
-	return freed;
+	*rank = best;
+	return n ? (int64_t)v->cand[vmm_policy_keep(v->cfg.policy, v->cand, n)].idx : -1;
+}
+
+/* The disk tier has no room for an extent of bytes for object except: frees
+ * disk copies that have another valid copy, in reclaim_pick's order, until it
+ * has (and none when even all of them would not make the room). Returns 1 if
+ * it made the room. */
+static int disk_reclaim(struct vmm *v, uint32_t except, uint64_t bytes)
+{
+	struct vmm_disk_stats_snapshot ds;
+	vmm_disk_stats(v->disk, &ds);
+	uint64_t want = ds.used + disk_extent_bytes(bytes), spare = 0;
+	if (want <= ds.capacity)
+		return 0; /* the tier refused for another reason */
+	for (uint32_t i = 0; i < v->nobj_hw; i++)
+		if (reclaim_rank(v, i, except) != RECLAIM_NEVER)
+			spare += disk_extent_bytes(vmm_obj_at(v, i)->bytes);
+	if (want - ds.capacity > spare)
+		return 0;
+	for (uint64_t freed = 0; freed < want - ds.capacity;) {
+		enum reclaim_rank rank;
+		int64_t i = reclaim_pick(v, except, &rank);
+		if (i < 0) /* cannot happen: spare covered it */
+			return 0;
+		struct vmm_obj *o = vmm_obj_at(v, (uint32_t)i);
+		SP_TRACE(VMM, "disk full: the disk copy of '%s' goes for '%s' (rank %d)", o->name,
+		         vmm_obj_at(v, except)->name, (int)rank);
+		freed += disk_extent_bytes(o->bytes);
+		vmm_swap_free_disk(v, (uint32_t)i);
+		sp_counter_add(&v->st.disk_reclaims, 1);
+		sp_counter_add(&v->st.reclaim_sole, rank >= RECLAIM_LAST_HOST);
+	}
+	return 1;
 }
 
 static int disk_write(struct vmm *v, uint32_t idx, int drop_src);
@@ -568,7 +648,7 @@ static int disk_write(struct vmm *v, uint32_t idx, int drop_src)
 	SP_CHECK(fallback_unmap(v, o));
 	if (!o->disk_has) {
 		rc = vmm_disk_alloc(v->disk, o->bytes, &o->extent);
-		if (rc == -ENOSPC && disk_reclaim(v, idx))
+		if (rc == -ENOSPC && disk_reclaim(v, idx, o->bytes))
 			rc = vmm_disk_alloc(v->disk, o->bytes, &o->extent);
 		if (rc < 0) {
 			sp_counter_add(&v->st.disk_errors, 1);

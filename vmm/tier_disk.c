@@ -40,7 +40,7 @@
 #include <liburing.h>
 #endif
 
-#define DISK_ALIGN 4096u
+#define DISK_ALIGN VMM_DISK_ALIGN
 
 void vmm_disk_config_from_params(const struct sp_params *p, struct vmm_disk_config *cfg)
 {

@@ -15,8 +15,19 @@
  * first of: a call on that object that raises it and returns it (acquire,
  * prefetch, evict, writeback), vmm_obj_wait on it, or vmm_sync (which reports
  * the oldest one of any object). A call that returns another object's failure
- * ("making room for X: ...": a victim's write-down) leaves its own for later. Thread-safety: every function may be called from any thread
- * (one internal lock; transfers run on the device layer's streams).
+ * ("making room for X: ...": a victim's write-down) leaves its own for later.
+ * A full disk tier: a host copy going to disk that finds no room there takes
+ * the extents of disk copies whose object holds another valid copy, only as
+ * many bytes as it needs (none when even all of them would not do: -ENOSPC),
+ * cheapest first: a stale disk copy; one whose object keeps a host and a device
+ * copy; one that keeps two device copies; one that keeps only a host copy; one
+ * that keeps only a device copy; ties to the object whose copies the victim
+ * policy would evict last. The last two make a clean copy the only one (stats:
+ * reclaim_sole): such a device copy is written down (D2H) when evicted instead
+ * of dropped, and lost if its device fails; they are taken only when nothing
+ * cheaper is left. A disk copy that is its object's only copy is never taken.
+ * Thread-safety: every function may be called from any thread (one internal
+ * lock; transfers run on the device layer's streams).
  */
 #ifndef SP_VMM_VMM_H
 #define SP_VMM_VMM_H
@@ -178,8 +189,10 @@ int vmm_hint(struct vmm *v, uint64_t obj, uint64_t next_use) SP_MUST_CHECK;
  * further use there, the farthest). -EINVAL for a bad id or place. */
 int vmm_hint_at(struct vmm *v, uint64_t obj, int place, uint64_t next_use) SP_MUST_CHECK;
 /* Evicts obj's copy from place (a device, or VMM_HOST to push it to disk): a
- * clean copy is dropped, a dirty one written down first (asynchronously).
- * Returns 0 (also when there is no copy there), -EBUSY if pinned there. */
+ * clean copy is dropped, a dirty one written down first (asynchronously; to a
+ * full disk tier it takes other objects' spare disk copies, see the top).
+ * Returns 0 (also when there is no copy there), -EBUSY if pinned there,
+ * -ENOSPC when the disk tier has no room even so (the host copy stays). */
 int vmm_evict(struct vmm *v, uint64_t obj, int place) SP_MUST_CHECK;
 /* Declares obj's contents dead (an activation after its backward, a gradient
  * after its update): every copy is dropped and nothing is written down. The
@@ -195,7 +208,8 @@ int vmm_discard_if_idle(struct vmm *v, uint64_t obj) SP_MUST_CHECK;
  * further to disk (to_disk=1). Asynchronous; behind a transfer of obj in
  * flight it starts when that lands (vmm_progress, vmm_obj_wait, vmm_sync).
  * vmm_obj_wait() waits for it and reports a failed disk write. Returns 0, -EINVAL (to disk without a disk tier),
- * -EBUSY while the object is acquired for writing, -ENOSPC when no extent fits. */
+ * -EBUSY while the object is acquired for writing, -ENOSPC when no extent fits
+ * (after taking spare disk copies, see the top). */
 int vmm_writeback(struct vmm *v, uint64_t obj, int to_disk) SP_MUST_CHECK;
 /* Waits for obj's transfer in flight, if any. Returns 0, or the error of obj's
  * last failed transfer that no call has reported yet — including one retired
@@ -314,6 +328,8 @@ int vmm_trace_write(struct vmm *v, FILE *f) SP_MUST_CHECK;
 	X(COUNTER, frag_evictions, "evictions made to open a contiguous hole")          \
 	X(COUNTER, enomem, "requests that did not fit after evicting all unpinned")     \
 	X(COUNTER, disk_errors, "disk allocations or I/Os that failed")                 \
+	X(COUNTER, disk_reclaims, "disk copies freed to make room on a full disk")      \
+	X(COUNTER, reclaim_sole, "of those, ones that left a clean copy the only one")  \
 	X(COUNTER, lost_objects, "objects whose only copy was on a failed device")      \
 	X(COUNTER, waits, "blocking waits on one transfer's event or ticket")           \
 	X(COUNTER, fence_waits, "blocking waits on a caller's done event")              \

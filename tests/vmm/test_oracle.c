@@ -2,7 +2,8 @@
  * hostile multi-threaded use.
  *
  * Phase 1 (single thread, exact): host backend, 2 emulated devices whose pools
- * hold 4 objects each, a host pool of 6, a disk tier, 16 objects of one size.
+ * hold 4 objects each, a host pool of 6, a disk tier of 12, 16 objects of one
+ * size (the disk fills; every other seed favours the ops that keep it full).
  * Random operations: acquires of every access mode on devices and the host with
  * kernels that fill or check a pattern (some behind a delay, so the release's
  * done event is still pending at the next operation), prefetches, evictions,
@@ -12,10 +13,14 @@
  * settled after each operation (vmm_sync, vmm_progress, vmm_sync; caller fences
  * stay pending), and the oracle — a model of the vmm's rules: where a copy
  * comes from, which victim goes (Belady on unique hints, or LRU on the vmm's
- * clock), what is dropped and what is written down, the prefetch rule —
+ * clock), what is dropped and what is written down, the prefetch rule, which
+ * disk copy a full disk gives up —
  * predicts every object's valid places, dirty places, bytes moved per transfer
  * kind and the (link x kind) matrix, compared with vmm_obj_info and the
- * accounting after every operation. Every read checks its bytes.
+ * accounting after every operation. Every read checks its bytes. Before that,
+ * rules checked on the vmm's own counts (check_rules): the objects an op did
+ * not name lost no disk copy it did not need, and none had a clean copy
+ * written down.
  *
  * Phase 2 (3 threads): each thread's readers check their bytes with slow
  * kernels while the same thread destroys or discards objects right after
@@ -34,6 +39,12 @@
 #define DEV_SLOTS  4
 #define HOST_SLOTS 6
 #define NOBJ       16
+/* The disk fills (12 of 16 objects), but a host copy going down always finds
+ * a disk copy to reclaim: a full disk of at most one extent in flight and the
+ * rest disk-only copies, plus a full host pool of other objects, plus the
+ * object that needs room there, would be more than NOBJ objects. Only an
+ * explicit eviction or write-back to disk may find none (-ENOSPC). */
+#define DISK_SLOTS 12
 #define PH         NDEV       /* the oracle's place index of the host */
 #define PD         (NDEV + 1) /* of the disk */
 #define NPL        (NDEV + 2)
@@ -74,6 +85,7 @@ struct oobj {
 	uint64_t last_use[NPL];
 	uint64_t seed; /* pattern of the last write; 0 = unspecified bytes */
 	int busy, inflight, pending_dev;
+	int reclaimed; /* this op: rank + 1 of the reclaim of its disk copy, 0 none */
 	struct oxfer x;
 	uint64_t moved[VMM_XFER_KINDS], nmoves[VMM_XFER_KINDS];
 };
@@ -96,6 +108,9 @@ static int *bad; /* check-kernel results, MAXBAD slots */
 static int nbad;
 static uint64_t bad_seed[MAXBAD];
 static long n_ops, n_evictions, n_skips;
+static long n_reclaims, n_sole, n_nospace; /* disk copies reclaimed, of those
+                                             leaving one copy; -ENOSPC returns */
+static long tot_reclaims;
 
 static int vplace(int p) /* the vmm's name of an oracle place */
 {
@@ -193,28 +208,84 @@ static int o_pick(int p)
 
 static int o_make_space(int k, int p);
 
+/* The disk's reclaim order (vmm.h, "A full disk tier"): what freeing the disk
+ * copy costs its object. No stale disk copies here (no host fallback). */
+enum { R_SPARE_HOST, R_SPARE, R_LAST_HOST, R_LAST_DEVICE, R_NEVER };
+static int o_reclaim_rank(int k, int except)
+{
+	const struct oobj *o = &ob[k];
+	if (k == except || !o->live || o->inflight || !o->mem[PD])
+		return R_NEVER;
+	int above = o_nvalid(o) - o->valid[PD];
+	if (above >= 2)
+		return o->valid[PH] ? R_SPARE_HOST : R_SPARE;
+	if (above == 1)
+		return o->valid[PH] ? R_LAST_HOST : R_LAST_DEVICE;
+	return R_NEVER;
+}
+
+/* A disk extent for k: when the disk is full, the disk copy of the lowest
+ * rank goes, and among those the one whose copies above the policy would
+ * evict last (nearest hint, or newest use). -ENOSPC when none can go. */
+static int o_disk_alloc(int k)
+{
+	if (o_used(PD) < DISK_SLOTS) {
+		ob[k].mem[PD] = 1;
+		return 0;
+	}
+	int best = -1, best_rank = R_NEVER;
+	uint64_t best_use = 0;
+	for (int j = 0; j < NOBJ; j++) {
+		int r = o_reclaim_rank(j, k);
+		uint64_t use = 0;
+		for (int p = 0; p <= PH; p++)
+			if (ob[j].valid[p] && ob[j].last_use[p] > use)
+				use = ob[j].last_use[p];
+		if (r == R_NEVER || r > best_rank)
+			continue;
+		if (r < best_rank ||
+		    (policy != VMM_POLICY_LRU ? ob[j].hint < ob[best].hint : use > best_use)) {
+			best = j;
+			best_rank = r;
+			best_use = use;
+		}
+	}
+	if (best < 0)
+		return -ENOSPC;
+	o_free(best, PD);
+	ob[best].reclaimed = best_rank + 1;
+	n_reclaims++;
+	n_sole += best_rank >= R_LAST_HOST;
+	ob[k].mem[PD] = 1;
+	return 0;
+}
+
 /* vmm_swap_evict: drop a clean copy, write a dirty one down one tier. */
-static void o_evict(int k, int p)
+static int o_evict(int k, int p)
 {
 	struct oobj *o = &ob[k];
 	if (!o->mem[p])
-		return;
+		return 0;
 	int others = o_nvalid(o) - o->valid[p];
 	int droppable = p == PH ? o->valid[PD] : others > 0;
-	n_evictions++;
 	if (!o->valid[p] || droppable) {
+		n_evictions++;
 		o_free(k, p);
-		return;
+		return 0;
 	}
 	if (p == PH) {
-		o->mem[PD] = 1;
+		if (!o->mem[PD] && o_disk_alloc(k) < 0)
+			return -ENOSPC;
+		n_evictions++;
 		o_start(k, VMM_XFER_H2DISK, PH, PD, 1);
-		return;
+		return 0;
 	}
+	n_evictions++;
 	o->busy = 1;
 	CHECK_MSG(o_make_space(k, PH) == 0, "oracle: no host room for a write-down");
 	o_start(k, VMM_XFER_D2H, p, PH, 1);
 	o->busy = 0;
+	return 0;
 }
 
 /* vmm_swap_make_space with one object size: one victim frees one slot. */
@@ -228,7 +299,8 @@ static int o_make_space(int k, int p)
 		}
 		int victim = o_pick(p);
 		if (victim >= 0) {
-			o_evict(victim, p);
+			CHECK_MSG(o_evict(victim, p) == 0,
+			          "oracle: the disk is full of copies that cannot go (DISK_SLOTS)");
 			struct oobj *w = &ob[victim];
 			if (w->inflight && p < NDEV) {
 				/* a D2H write-down: the space is handed on in stream order */
@@ -390,25 +462,28 @@ static void o_prefetch(int k, int p)
 }
 
 /* vmm_swap_writeback (with nothing in flight). */
-static void o_writeback(int k, int to_disk)
+static int o_writeback(int k, int to_disk)
 {
 	struct oobj *o = &ob[k];
 	o_retire(k);
 	if (!to_disk && (o->valid[PH] || o->valid[PD]))
-		return;
+		return 0;
 	if (to_disk && o->valid[PD])
-		return;
+		return 0;
 	if (!o->valid[PH]) {
 		if (o_first_dev(o) < 0)
-			return;
+			return 0;
 		o->busy = 1;
 		CHECK_OK(o_bring_host(k, 0));
 		o->busy = 0;
 		if (!to_disk)
-			return;
+			return 0;
 		o_retire(k);
 	}
+	if (!o->mem[PD] && o_disk_alloc(k) < 0)
+		return -ENOSPC;
 	o_start(k, VMM_XFER_H2DISK, PH, PD, 0);
+	return 0;
 }
 
 static void o_drop_all(int k)
@@ -598,6 +673,18 @@ static void compare(const char *what)
 				          vmm_kind_name((enum vmm_kind)kind), got,
 				          olink[s][d][kind]);
 			}
+	struct vmm_stats s;
+	vmm_stats_get(v, &s);
+	CHECK_MSG(s.disk_reclaims.total == n_reclaims && s.reclaim_sole.total == n_sole,
+	          "op %ld (%s): %" PRId64 " disk copies reclaimed, %" PRId64
+	          " leaving one copy; oracle says %ld, %ld",
+	          n_ops, what, s.disk_reclaims.total, s.reclaim_sole.total, n_reclaims, n_sole);
+	uint64_t dused, dcap;
+	CHECK_OK(vmm_place_usage(v, VMM_DISK, &dused, &dcap));
+	CHECK_MSG(dused == (uint64_t)o_used(PD) * OBJ && dcap == DISK_SLOTS * OBJ,
+	          "op %ld (%s): the disk holds %" PRIu64 " of %" PRIu64 " bytes, oracle says %d "
+	          "objects",
+	          n_ops, what, dused, dcap, o_used(PD));
 	for (int p = 0; p <= PH; p++) {
 		uint64_t used, cap;
 		CHECK_OK(vmm_place_usage(v, vplace(p), &used, &cap));
@@ -642,10 +729,94 @@ static const char *op_names[] = {"read dev",    "write dev",      "overwrite dev
                                  "prefetch+wb", "read+destroy"};
 #define NOPS ((int)SP_ARRAY_SIZE(op_names))
 
+static void expect_rc(const char *what, int k, int rc, int orc)
+{
+	CHECK_MSG(rc == orc, "op %ld (%s of o%d): %d, oracle says %d (%s)", n_ops, what, k, rc, orc,
+	          rc ? sp_last_error() : "");
+	n_nospace += orc == -ENOSPC;
+}
+
+/* What the op may not do to the objects it did not name (the rule of the
+ * disk's reclaim, checked on the vmm's own counts): lose a disk copy that the
+ * op's disk writes did not need (one each: objects have one size), or write a
+ * copy down that was clean when the op began, unless the reclaim took its
+ * disk copy, and a clean device copy's only as a last resort. */
+struct before {
+	uint64_t id;
+	uint32_t valid;
+	uint64_t d2h, h2disk;
+};
+
+static void snapshot(struct before *b)
+{
+	for (int j = 0; j < NOBJ; j++) {
+		struct vmm_obj_info in;
+		CHECK_OK(vmm_obj_info(v, ob[j].id, &in));
+		b[j] = (struct before){ob[j].id, in.valid_mask, in.moves[VMM_XFER_D2H],
+		                       in.moves[VMM_XFER_H2DISK]};
+		ob[j].reclaimed = 0;
+	}
+}
+
+static void check_rules(const struct before *b, int k, const char *what, const struct vmm_stats *s0)
+{
+	int lost = 0, writes = 0, last_device = 0;
+	for (int j = 0; j < NOBJ; j++) {
+		struct vmm_obj_info in;
+		if (ob[j].id != b[j].id)
+			continue; /* destroyed and created again */
+		CHECK_OK(vmm_obj_info(v, ob[j].id, &in));
+		writes += (int)(in.moves[VMM_XFER_H2DISK] - b[j].h2disk);
+		if (j == k)
+			continue;
+		int ndev = __builtin_popcount(b[j].valid & ((1u << NDEV) - 1));
+		int had_host = !!(b[j].valid & VMM_INFO_HOST),
+		    had_disk = !!(b[j].valid & VMM_INFO_DISK);
+		lost += had_disk && !(in.valid_mask & VMM_INFO_DISK);
+		last_device += ob[j].reclaimed == R_LAST_DEVICE + 1;
+		CHECK_MSG(!had_disk || (in.valid_mask & VMM_INFO_DISK) || ob[j].reclaimed,
+		          "op %ld (%s of o%d): o%d lost its disk copy to no reclaim", n_ops, what,
+		          k, j);
+		if (in.moves[VMM_XFER_D2H] > b[j].d2h)
+			CHECK_MSG(!had_host && (!had_disk || (ndev == 1 && ob[j].reclaimed ==
+			                                                       R_LAST_DEVICE + 1)),
+			          "op %ld (%s of o%d): o%d was copied back from a device, clean "
+			          "(on %#x) when the op began",
+			          n_ops, what, k, j, b[j].valid);
+		if (in.moves[VMM_XFER_H2DISK] > b[j].h2disk)
+			CHECK_MSG(
+			    !had_disk || ob[j].reclaimed,
+			    "op %ld (%s of o%d): o%d was written to disk again (on %#x when the "
+			    "op began)",
+			    n_ops, what, k, j, b[j].valid);
+	}
+	CHECK_MSG(lost <= writes, "op %ld (%s of o%d): %d disk copies freed for %d disk writes",
+	          n_ops, what, k, lost, writes);
+	struct vmm_stats s;
+	vmm_stats_get(v, &s);
+	CHECK_MSG(s.reclaim_sole.total - s0->reclaim_sole.total >= last_device,
+	          "op %ld (%s of o%d): a clean device copy was made the only one uncounted", n_ops,
+	          what, k);
+}
+
+/* Ops that drop disk copies (writes, discards, destroys): a disk-heavy seed
+ * turns 3 in 4 of them into reads, host evictions and write-backs, so that
+ * the disk stays full and its reclaim order is what decides. */
+static int disk_heavy;
+static const int keeps_disk[] = {0, 3, 9, 10, 14, 16};
+
 static void one_op(void)
 {
 	int k = rnd_n(NOBJ), d = rnd_n(NDEV), op = rnd_n(NOPS);
+	int drops_disk = op == 1 || op == 2 || op == 4 || op == 5 || op == 11 || op == 12 ||
+	                 op == 15 || op == 17;
+	if (disk_heavy && drops_disk && rnd_n(4))
+		op = keeps_disk[rnd_n((int)SP_ARRAY_SIZE(keeps_disk))];
 	struct oobj *o = &ob[k];
+	struct before b[NOBJ];
+	struct vmm_stats s0;
+	snapshot(b);
+	vmm_stats_get(v, &s0);
 	switch (op) {
 	case 0: dev_use(k, d, VMM_READ, 0); break;
 	case 1: dev_use(k, d, VMM_WRITE, 0); break;
@@ -663,16 +834,17 @@ static void one_op(void)
 		break;
 	case 8:
 		CHECK_OK(vmm_evict(v, o->id, d));
-		o_evict(k, d);
+		CHECK_OK(o_evict(k, d));
 		break;
-	case 9:
-		CHECK_OK(vmm_evict(v, o->id, VMM_HOST));
-		o_evict(k, PH);
+	case 9: {
+		int rc = vmm_evict(v, o->id, VMM_HOST), orc = o_evict(k, PH);
+		expect_rc("evict host", k, rc, orc);
 		break;
+	}
 	case 10: {
 		int to_disk = rnd_n(2);
-		CHECK_OK(vmm_writeback(v, o->id, to_disk));
-		o_writeback(k, to_disk);
+		int rc = vmm_writeback(v, o->id, to_disk), orc = o_writeback(k, to_disk);
+		expect_rc("writeback", k, rc, orc);
 		break;
 	}
 	case 11:
@@ -698,32 +870,38 @@ static void one_op(void)
 	case 16: {
 		int to_disk = rnd_n(2);
 		pair_prefetch(k, d);
-		/* immediate or deferred behind the transfer: the same end state */
-		CHECK_OK(vmm_writeback(v, o->id, to_disk));
-		o_writeback(k, to_disk);
+		/* immediate or deferred behind the transfer: the same end state;
+		 * a deferred one that finds no disk room tells vmm_obj_wait */
+		int rc = vmm_writeback(v, o->id, to_disk), orc = o_writeback(k, to_disk);
+		if (orc < 0 && rc == 0)
+			rc = vmm_obj_wait(v, o->id);
+		expect_rc("writeback behind a prefetch", k, rc, orc);
 		break;
 	}
 	default: dev_use(k, d, VMM_READ, 1); break;
 	}
 	settle();
 	n_ops++;
+	check_rules(b, k, op_names[op], &s0);
 	compare(op_names[op]);
 }
 
-static void phase_exact(uint64_t seed, long ops, enum vmm_policy pol, const char *dir)
+static void phase_exact(uint64_t seed, long ops, enum vmm_policy pol, int heavy, const char *dir)
 {
 	rng = seed * 0x9e3779b97f4a7c15ull + 1;
 	policy = pol;
+	disk_heavy = heavy;
 	memset(olink, 0, sizeof(olink));
 	oclock = 0;
 	nstack = 0;
 	n_ops = n_evictions = n_skips = 0;
+	n_reclaims = n_sole = n_nospace = 0;
 	ctx = vt_open_host(NDEV, 1 << 20);
 	p2p = dev_p2p_possible(ctx, 0, 1);
 	struct vmm_config c = vt_config(DEV_SLOTS * OBJ, 0, HOST_SLOTS * OBJ);
 	c.policy = pol;
 	c.max_objects = 64;
-	vt_config_disk(&c, dir, 0, "");
+	vt_config_disk(&c, dir, DISK_SLOTS * OBJ, "");
 	CHECK_OK(vmm_open(ctx, &c, &v));
 	for (int d = 0; d < NDEV; d++) {
 		CHECK_OK(dev_stream_create(ctx, d, &st[d]));
@@ -743,16 +921,19 @@ static void phase_exact(uint64_t seed, long ops, enum vmm_policy pol, const char
 		}
 	struct vmm_stats s;
 	vmm_stats_get(v, &s);
-	printf("seed %" PRIu64 " %s: %ld ops, %" PRId64 " evictions (oracle %ld), %" PRId64
+	printf("seed %" PRIu64 " %s%s: %ld ops, %" PRId64 " evictions (oracle %ld), %" PRId64
 	       " write-backs, %" PRId64 " ordered reuses, %" PRId64 " prefetch skips (oracle "
-	       "%ld), %" PRIu64 " bytes moved\n",
-	       seed, pol == VMM_POLICY_LRU ? "lru" : "belady", n_ops, s.evictions.total,
-	       n_evictions, s.writebacks.total, s.ordered_reuses.total, s.prefetch_skips.total,
-	       n_skips,
+	       "%ld), %" PRId64 " disk reclaims (%" PRId64 " leaving one copy), %ld full-disk "
+	       "refusals, %" PRIu64 " bytes moved\n",
+	       seed, pol == VMM_POLICY_LRU ? "lru" : "belady", heavy ? " disk-heavy" : "", n_ops,
+	       s.evictions.total, n_evictions, s.writebacks.total, s.ordered_reuses.total,
+	       s.prefetch_skips.total, n_skips, s.disk_reclaims.total, s.reclaim_sole.total,
+	       n_nospace,
 	       vmm_xfer_bytes(v, VMM_XFER_H2D) + vmm_xfer_bytes(v, VMM_XFER_D2H) +
 	           vmm_xfer_bytes(v, VMM_XFER_P2P) + vmm_xfer_bytes(v, VMM_XFER_H2DISK) +
 	           vmm_xfer_bytes(v, VMM_XFER_DISK2H));
 	CHECK(s.evictions.total == n_evictions && s.prefetch_skips.total == n_skips);
+	tot_reclaims += n_reclaims;
 	CHECK(s.evictions.total > 0 && s.writebacks.total > 0 && s.ordered_reuses.total > 0);
 	vt_check_accounting(v, ctx, NDEV);
 	for (int k = 0; k < NOBJ; k++)
@@ -969,7 +1150,8 @@ int main(int argc, char **argv)
 	CHECK(bad);
 	for (int i = 0; i < nseeds; i++)
 		phase_exact(seed0 + (uint64_t)i, ops,
-		            i % 3 == 2 ? VMM_POLICY_LRU : VMM_POLICY_BELADY, dir);
+		            i % 3 == 2 ? VMM_POLICY_LRU : VMM_POLICY_BELADY, i % 2, dir);
+	CHECK_MSG(tot_reclaims > 0 || ops * nseeds < 400, "the disk never filled");
 	for (int i = 0; i < (nseeds + 2) / 3; i++)
 		phase_threads(seed0 + (uint64_t)i, mt_ops, dir);
 	free(bad);
