@@ -19,9 +19,9 @@
 
 static size_t size_of(int i)
 {
-	static const size_t sz[] = {4096,      8,           1 * MiB + 4096 + 8, 3 * 4096,
-	                            300000,    1 * MiB,     65536 + 8,         4096 + 8,
-	                            777 * 8,   512 * 1024,  2 * 4096 + 8,      1 * MiB - 8};
+	static const size_t sz[] = {4096,    8,          1 * MiB + 4096 + 8, 3 * 4096,
+	                            300000,  1 * MiB,    65536 + 8,          4096 + 8,
+	                            777 * 8, 512 * 1024, 2 * 4096 + 8,       1 * MiB - 8};
 	return sz[i];
 }
 
@@ -65,8 +65,8 @@ static int round_trip(const char *paths, const char *fault, uint64_t *drive_byte
 		if (rc == 0)
 			rc = vmm_evict(v, id[i], VMM_HOST);
 		if (rc < 0) {
-			CHECK_MSG(rc == -EIO && strstr(sp_last_error(), "obj"),
-			          "object %d: %d, %s", i, rc, sp_last_error());
+			CHECK_MSG(rc == -EIO && strstr(sp_last_error(), "obj"), "object %d: %d, %s",
+			          i, rc, sp_last_error());
 			errors++;
 		}
 	}
