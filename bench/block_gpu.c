@@ -110,6 +110,42 @@ static double spill_ms(cudaStream_t s, enum kn_dtype dt, int B, int T, int C, in
 	return ms / iters;
 }
 
+/* ms of the bf16 attention alone (forward + backward) at this shape: the
+ * flash kernels' share of the block. */
+static double attn_ms(cudaStream_t s, int B, int T, int C, int NH, int iters)
+{
+	size_t btc = (size_t)B * T * C, rows = (size_t)B * NH * T;
+	void *qkv = gpu_alloc(NULL, 3 * btc * 2), *dqkv = gpu_alloc(NULL, 3 * btc * 2);
+	void *out = gpu_alloc(NULL, btc * 2), *dout = gpu_alloc(NULL, btc * 2);
+	void *lse = gpu_alloc(NULL, rows * 4);
+	void *ws = gpu_alloc(NULL, kn_attention_ws_bytes(KN_BF16, B, T, C, NH));
+	if (!qkv || !dqkv || !out || !dout || !lse || !ws)
+		die("attention buffers");
+	fill(qkv, 3 * btc, KN_BF16, 1.0f, 104729);
+	fill(dout, btc, KN_BF16, 1.0f, 7919);
+	struct kn_attention_fwd_args f = {KN_BF16, out, lse, ws, qkv, B, T, C, NH};
+	struct kn_attention_bwd_args b = {KN_BF16, dqkv, ws, dout, qkv, lse, out, B, T, C, NH};
+	cudaEvent_t e0, e1;
+	cudaEventCreate(&e0);
+	cudaEventCreate(&e1);
+	for (int it = 0; it < iters + 2; it++) {
+		if (it == 2)
+			cudaEventRecord(e0, s);
+		kn_attention_forward_cuda(&f, s);
+		kn_attention_backward_cuda(&b, s);
+	}
+	cudaEventRecord(e1, s);
+	if (cudaEventSynchronize(e1) != cudaSuccess || kn_cuda_last_error() != 0)
+		die("attention");
+	float ms = 0;
+	cudaEventElapsedTime(&ms, e0, e1);
+	cudaEventDestroy(e0);
+	cudaEventDestroy(e1);
+	gpu_free(NULL, qkv), gpu_free(NULL, dqkv), gpu_free(NULL, out), gpu_free(NULL, dout);
+	gpu_free(NULL, lse), gpu_free(NULL, ws);
+	return ms / iters;
+}
+
 /* PyTorch eager on the same GPU (bench/block_gpu.py); 0 when unavailable. */
 static double torch_ms(const char *dtype, int B, int T, int C, int NH, int iters)
 {
@@ -144,7 +180,7 @@ static double bf16_flops(int B, int T, int C)
 struct bf16_row {
 	const char *name;
 	int B, T, C, NH, iters;
-	double ms, torch_ms, flops;
+	double ms, torch_ms, flops, attn_ms;
 };
 
 int main(int argc, char **argv)
@@ -178,25 +214,26 @@ int main(int argc, char **argv)
 
 	/* bf16: spill's cuBLASLt + flash kernels against PyTorch eager bf16 with
 	 * F.scaled_dot_product_attention(is_causal=True), side by side */
-	struct bf16_row rows[2] = {{"gpt2-xl", 8, 1024, 1600, 25, 20, 0, 0, 0},
-	                           {"7b-like", 4, 2048, 4096, 32, 10, 0, 0, 0}};
+	struct bf16_row rows[2] = {{"gpt2-xl", 8, 1024, 1600, 25, 20, 0, 0, 0, 0},
+	                           {"7b-like", 4, 2048, 4096, 32, 10, 0, 0, 0, 0}};
 	for (int i = 0; i < 2; i++) {
 		struct bf16_row *r = &rows[i];
 		struct kn_layer_desc d16;
 		r->ms = spill_ms(s, KN_BF16, r->B, r->T, r->C, r->NH, r->iters, &d16);
+		r->attn_ms = attn_ms(s, r->B, r->T, r->C, r->NH, r->iters);
 		r->torch_ms = torch_ms("bf16", r->B, r->T, r->C, r->NH, r->iters);
 		r->flops = bf16_flops(r->B, r->T, r->C);
 	}
 	printf("\nbf16 block forward+backward (FLOPs: GEMMs 2*M*N*K, 72*B*T*C^2; attention "
 	       "causal half, 6*B*T^2*C)\n");
-	printf("%-8s %4s %5s %5s %3s %10s %8s %10s %8s %7s\n", "shape", "B", "T", "C", "NH",
-	       "spill ms", "TFLOP/s", "torch ms", "TFLOP/s", "ratio");
+	printf("%-8s %4s %5s %5s %3s %10s %8s %9s %10s %8s %7s\n", "shape", "B", "T", "C", "NH",
+	       "spill ms", "TFLOP/s", "(attn ms)", "torch ms", "TFLOP/s", "ratio");
 	for (int i = 0; i < 2; i++) {
 		struct bf16_row *r = &rows[i];
 		double tt = r->torch_ms > 0 ? r->flops / (r->torch_ms * 1e-3) / 1e12 : 0;
-		printf("%-8s %4d %5d %5d %3d %10.3f %8.1f %10.3f %8.1f %7.3f\n", r->name, r->B,
-		       r->T, r->C, r->NH, r->ms, r->flops / (r->ms * 1e-3) / 1e12, r->torch_ms, tt,
-		       r->torch_ms > 0 ? r->ms / r->torch_ms : 0.0);
+		printf("%-8s %4d %5d %5d %3d %10.3f %8.1f %9.3f %10.3f %8.1f %7.3f\n", r->name,
+		       r->B, r->T, r->C, r->NH, r->ms, r->flops / (r->ms * 1e-3) / 1e12, r->attn_ms,
+		       r->torch_ms, tt, r->torch_ms > 0 ? r->ms / r->torch_ms : 0.0);
 	}
 	FILE *js = fopen(json, "w");
 	if (js) {

@@ -1,41 +1,41 @@
 /* kernels/cuda_flash.cu — causal multi-head attention in bf16, flash style.
  *
- * Forward: one block of 4 warps per (64 queries, b, head); K/V tiles of 64 keys
- * go through shared memory, S = q k^T and P v run on tensor cores (wmma bf16
- * 16x16x16, fp32 accumulate); the softmax is online (running max and sum per
- * row in fp32). Saves only out (B,T,C) and the logsumexp of each row (B,NH,T),
- * never a T x T matrix. Backward: D = rowsum(dout * out) (ws), then two
- * kernels that recompute P from q, k and the logsumexp: one per 64 keys
- * accumulates dK and dV, one per 64 queries accumulates dQ, so every output
- * element has one writer (no atomics, deterministic); each adds its fp32 sum to
- * dinp once, rounding to bf16 (the += convention).
+ * Forward: one block of 4 warps per (64 queries, b, head), each warp owning 16
+ * query rows; K/V tiles of 64 keys go through shared memory; S = q k^T and
+ * P v run on the tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate)
+ * with the accumulators in registers, so the online softmax (running max and
+ * sum per row, fp32) works on registers and P feeds the next product without a
+ * trip through memory (the accumulator layout of one mma is the A layout of
+ * the next). Saves only out (B,T,C) and each row's logsumexp (B,NH,T), never
+ * a T x T matrix. Backward: D = rowsum(dout * out) (ws), then two kernels that
+ * recompute P from q, k and the logsumexp: one per 64 keys (a warp per 16
+ * keys) accumulates dK and dV, one per 64 queries accumulates dQ, so every
+ * output element has one writer (no atomics, deterministic); each adds its
+ * fp32 sum to dinp once, rounding to bf16 (the += convention).
  * The head size hs <= 128 runs padded to HSP in {16, 32, 64, 128} (zeros in
  * shared memory); rows past T load as zeros and are masked.
+ *
+ * Fragment layouts (PTX ISA, mma.m16n8k16 .bf16): with g = lane / 4 and
+ * t = lane % 4, A (16 x 16, row) regs a0..a3 hold (g, 2t..2t+1), (g+8, 2t..),
+ * (g, 2t+8..), (g+8, 2t+8..); B (16 x 8, col) b0, b1 hold (k 2t..2t+1, n g),
+ * (k 2t+8.., n g); C (16 x 8) c0, c1 at (g, 2t..2t+1), c2, c3 at (g+8, 2t..).
  */
 #include "kernels/cuda_common.cuh"
 
 #include <cuda_bf16.h>
 #include <math.h>
-#include <mma.h>
 #include <stdint.h>
 
-using namespace nvcuda;
 typedef __nv_bfloat16 bf16;
 
 #define FA_TILE    64 /* queries and keys per tile */
 #define FA_WARPS   4  /* 16 rows each */
 #define FA_THREADS (32 * FA_WARPS)
 #define FA_LOG2E   1.4426950408889634f
-#define FA_LDS     (FA_TILE + 4) /* fp32 scratch row stride (floats) */
-#define FA_LDP     (FA_TILE + 8) /* bf16 P / dS row stride (elements) */
 
 template <int HSP> struct fa_dims {
-	static constexpr int LDH = HSP + 8;                      /* bf16 tile row stride */
-	static constexpr int LDO = HSP + 4;                      /* fp32 output scratch stride */
-	static constexpr size_t TILE = (size_t)FA_TILE * LDH * 2; /* bytes of one q/k/v tile */
-	static constexpr size_t SW = 16 * (LDO > FA_LDS ? LDO : FA_LDS) * 4; /* per warp */
-	static constexpr size_t DP = 16 * FA_LDS * 4;                         /* per warp */
-	static constexpr size_t PW = 16 * FA_LDP * 2;                         /* per warp */
+	static constexpr int LDH = HSP + 8;                       /* bf16 tile row stride */
+	static constexpr size_t TILE = (size_t)FA_TILE * LDH * 2; /* bytes of one tile */
 };
 
 /* Loads a 64 x HSP tile (row r of the tile at src + r*stride) into dst (stride
@@ -69,44 +69,94 @@ __device__ __forceinline__ unsigned char *fa_align(unsigned char *p)
 	return (unsigned char *)(((uintptr_t)p + 127) & ~(uintptr_t)127);
 }
 
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa_a;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fa_bt;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fa_b;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> fa_acc;
-
-/* out (16 x 64 fp32, stride FA_LDS) = X (16 rows at x, stride LDH) Y^T (64 rows at y). */
-template <int HSP> __device__ void fa_xyt(float *out, const bf16 *x, const bf16 *y)
+/* two fp32 as a bf16x2 register, lo in the low half (the smaller column) */
+__device__ __forceinline__ uint32_t fa_pack(float lo, float hi)
 {
-	constexpr int LDH = fa_dims<HSP>::LDH;
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+	return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ uint32_t fa_ld32(const bf16 *p)
+{
+	return *reinterpret_cast<const uint32_t *>(p);
+}
+
+/* c += a b on the tensor cores: m16n8k16, bf16 inputs, fp32 accumulators */
+__device__ __forceinline__ void fa_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+	             "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* The A fragment of the 16 x 16 block at p (row-major, stride ld elements). */
+__device__ __forceinline__ void fa_lda(uint32_t a[4], const bf16 *p, int ld)
+{
+	int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+	a[0] = fa_ld32(p + g * ld + 2 * t);
+	a[1] = fa_ld32(p + (g + 8) * ld + 2 * t);
+	a[2] = fa_ld32(p + g * ld + 2 * t + 8);
+	a[3] = fa_ld32(p + (g + 8) * ld + 2 * t + 8);
+}
+
+/* The B fragment (k 16 x n 8) of X^T where X is row-major with n along its
+ * rows: rows n0.. of X at p (k along the row), stride ld. */
+__device__ __forceinline__ void fa_ldbt(uint32_t &b0, uint32_t &b1, const bf16 *p, int ld)
+{
+	int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+	b0 = fa_ld32(p + g * ld + 2 * t);
+	b1 = fa_ld32(p + g * ld + 2 * t + 8);
+}
+
+/* The B fragments of two n-tiles (n0, n0+8) of a row-major k x n block at p
+ * (k along rows, stride ld): ldmatrix .trans, lane l gives the address of row
+ * l % 16, column 8 * (l / 16). */
+__device__ __forceinline__ void fa_ldb2(uint32_t b[4], const bf16 *p, int ld)
+{
+	int lane = threadIdx.x % 32;
+	const bf16 *row = p + (lane & 15) * ld + 8 * (lane >> 4);
+	uint32_t addr = (uint32_t)__cvta_generic_to_shared(row);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+	             : "r"(addr));
+}
+
+/* acc[dn] (16 x HSP) += P (16 x 16*KS, as C fragments s[2*KS][4]) Y (16*KS rows
+ * of a row-major tile at y, stride ld) */
+template <int HSP, int KS>
+__device__ __forceinline__ void fa_pv(float acc[][4], float s[][4], const bf16 *y, int ld)
+{
 #pragma unroll
-	for (int n = 0; n < FA_TILE / 16; n++) {
-		fa_acc acc;
-		wmma::fill_fragment(acc, 0.0f);
+	for (int j = 0; j < KS; j++) {
+		uint32_t a[4] = {fa_pack(s[2 * j][0], s[2 * j][1]),
+		                 fa_pack(s[2 * j][2], s[2 * j][3]),
+		                 fa_pack(s[2 * j + 1][0], s[2 * j + 1][1]),
+		                 fa_pack(s[2 * j + 1][2], s[2 * j + 1][3])};
 #pragma unroll
-		for (int k = 0; k < HSP / 16; k++) {
-			fa_a a;
-			fa_bt b;
-			wmma::load_matrix_sync(a, x + k * 16, LDH);
-			wmma::load_matrix_sync(b, y + n * 16 * LDH + k * 16, LDH);
-			wmma::mma_sync(acc, a, b, acc);
+		for (int dn = 0; dn < HSP / 8; dn += 2) {
+			uint32_t b[4];
+			fa_ldb2(b, y + j * 16 * ld + dn * 8, ld);
+			fa_mma(acc[dn], a, b[0], b[1]);
+			fa_mma(acc[dn + 1], a, b[2], b[3]);
 		}
-		wmma::store_matrix_sync(out + n * 16, acc, FA_LDS, wmma::mem_row_major);
 	}
 }
 
-/* acc[n] += P (16 x 64 bf16 at p, stride FA_LDP) Y (64 x HSP at y, stride LDH). */
-template <int HSP> __device__ void fa_py(fa_acc *acc, const bf16 *p, const bf16 *y)
+/* s[n] (16 x 8*NT) += X (16 rows at x) Y^T (8*NT rows at y), both row-major
+ * with HSP columns, stride ld */
+template <int HSP, int NT>
+__device__ __forceinline__ void fa_xyt(float s[][4], const bf16 *x, const bf16 *y, int ld)
 {
-	constexpr int LDH = fa_dims<HSP>::LDH;
 #pragma unroll
-	for (int n = 0; n < HSP / 16; n++) {
+	for (int kk = 0; kk < HSP / 16; kk++) {
+		uint32_t a[4];
+		fa_lda(a, x + kk * 16, ld);
 #pragma unroll
-		for (int k = 0; k < FA_TILE / 16; k++) {
-			fa_a a;
-			fa_b b;
-			wmma::load_matrix_sync(a, p + k * 16, FA_LDP);
-			wmma::load_matrix_sync(b, y + k * 16 * LDH + n * 16, LDH);
-			wmma::mma_sync(acc[n], a, b, acc[n]);
+		for (int n = 0; n < NT; n++) {
+			uint32_t b0, b1;
+			fa_ldbt(b0, b1, y + n * 8 * ld + kk * 16, ld);
+			fa_mma(s[n], a, b0, b1);
 		}
 	}
 }
@@ -133,14 +183,13 @@ __global__ void __launch_bounds__(FA_THREADS)
                         float scale, bool vec)
 {
 	typedef fa_dims<HSP> D;
+	constexpr int LDH = D::LDH;
 	extern __shared__ unsigned char fa_smem[];
 	unsigned char *sp = fa_align(fa_smem);
 	bf16 *Qs = (bf16 *)sp;
 	bf16 *Ks = (bf16 *)(sp + D::TILE);
 	bf16 *Vs = (bf16 *)(sp + 2 * D::TILE);
-	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-	float *Sw = (float *)(sp + 3 * D::TILE + warp * D::SW);
-	bf16 *Pw = (bf16 *)(sp + 3 * D::TILE + FA_WARPS * D::SW + warp * D::PW);
+	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
 
 	int ntiles = (T + FA_TILE - 1) / FA_TILE;
 	fa_pos P = fa_where(NH, ntiles, true);
@@ -149,14 +198,13 @@ __global__ void __launch_bounds__(FA_THREADS)
 	const bf16 *base = inp + (long)P.b * T * stride + (long)P.h * hs;
 	fa_load_tile<HSP>(Qs, base + (long)q0 * stride, T - q0, hs, stride, vec);
 
-	const int r = lane >> 1, half = lane & 1; /* this lane's row and half of the columns */
-	const int qi = q0 + warp * 16 + r;
+	const int qr0 = q0 + warp * 16 + g, qr1 = qr0 + 8; /* this lane's two rows */
 	const float sl2 = scale * FA_LOG2E;
-	float m = -INFINITY, l = 0.0f;
-	float o[HSP / 2];
+	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+	float o[HSP / 8][4];
 #pragma unroll
-	for (int j = 0; j < HSP / 2; j++)
-		o[j] = 0.0f;
+	for (int dn = 0; dn < HSP / 8; dn++)
+		o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
 
 	for (int kb = 0; kb <= P.tile; kb++) {
 		int k0 = kb * FA_TILE;
@@ -164,55 +212,74 @@ __global__ void __launch_bounds__(FA_THREADS)
 		fa_load_tile<HSP>(Ks, base + (long)k0 * stride + C, T - k0, hs, stride, vec);
 		fa_load_tile<HSP>(Vs, base + (long)k0 * stride + 2 * C, T - k0, hs, stride, vec);
 		__syncthreads();
-		fa_xyt<HSP>(Sw, Qs + warp * 16 * D::LDH, Ks);
-		__syncwarp();
-		/* online softmax on row r, columns half*32 .. +31 (log2 domain) */
-		float sv[32], mx = -INFINITY;
+		float s[8][4];
 #pragma unroll
-		for (int j = 0; j < 32; j++) {
-			int c = half * 32 + j;
-			float s = Sw[r * FA_LDS + c] * sl2;
-			sv[j] = k0 + c > qi ? -INFINITY : s;
-			mx = fmaxf(mx, sv[j]);
+		for (int n = 0; n < 8; n++)
+			s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+		fa_xyt<HSP, 8>(s, Qs + warp * 16 * LDH, Ks, LDH);
+		/* scale to the log2 domain, causal mask, row maxima (4 lanes per row) */
+		float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+		for (int n = 0; n < 8; n++) {
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int key = k0 + n * 8 + 2 * t + (e & 1);
+				float v = s[n][e] * sl2;
+				s[n][e] = key > (e < 2 ? qr0 : qr1) ? -INFINITY : v;
+			}
+			mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+			mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
 		}
-		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-		float mnew = fmaxf(m, mx); /* finite: key 0 is unmasked in the first tile */
-		float alpha = exp2f(m - mnew);
-		float ps = 0.0f;
+		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+		/* finite: key 0 is unmasked for every row in the first tile */
+		float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+		float al0 = exp2f(m0 - mn0), al1 = exp2f(m1 - mn1);
+		float ps0 = 0.0f, ps1 = 0.0f;
 #pragma unroll
-		for (int j = 0; j < 32; j++) {
-			float p = exp2f(sv[j] - mnew);
-			ps += p;
-			Pw[r * FA_LDP + half * 32 + j] = __float2bfloat16_rn(p);
+		for (int n = 0; n < 8; n++) {
+			s[n][0] = exp2f(s[n][0] - mn0);
+			s[n][1] = exp2f(s[n][1] - mn0);
+			s[n][2] = exp2f(s[n][2] - mn1);
+			s[n][3] = exp2f(s[n][3] - mn1);
+			ps0 += s[n][0] + s[n][1];
+			ps1 += s[n][2] + s[n][3];
 		}
-		ps += __shfl_xor_sync(0xffffffffu, ps, 1);
-		l = l * alpha + ps;
-		m = mnew;
-		__syncwarp();
-		/* P V into the scratch, then o = o * alpha + P V */
-		fa_acc acc[HSP / 16];
+		ps0 += __shfl_xor_sync(0xffffffffu, ps0, 1);
+		ps0 += __shfl_xor_sync(0xffffffffu, ps0, 2);
+		ps1 += __shfl_xor_sync(0xffffffffu, ps1, 1);
+		ps1 += __shfl_xor_sync(0xffffffffu, ps1, 2);
+		l0 = l0 * al0 + ps0;
+		l1 = l1 * al1 + ps1;
+		m0 = mn0;
+		m1 = mn1;
 #pragma unroll
-		for (int n = 0; n < HSP / 16; n++)
-			wmma::fill_fragment(acc[n], 0.0f);
-		fa_py<HSP>(acc, Pw, Vs);
-#pragma unroll
-		for (int n = 0; n < HSP / 16; n++)
-			wmma::store_matrix_sync(Sw + n * 16, acc[n], D::LDO, wmma::mem_row_major);
-		__syncwarp();
-#pragma unroll
-		for (int j = 0; j < HSP / 2; j++)
-			o[j] = o[j] * alpha + Sw[r * D::LDO + half * (HSP / 2) + j];
-		__syncwarp();
+		for (int dn = 0; dn < HSP / 8; dn++) {
+			o[dn][0] *= al0;
+			o[dn][1] *= al0;
+			o[dn][2] *= al1;
+			o[dn][3] *= al1;
+		}
+		fa_pv<HSP, 4>(o, s, Vs, LDH); /* o += P V (P rounded to bf16) */
 	}
-	if (qi < T) {
-		float inv = 1.0f / l;
-		bf16 *dst = out + ((long)P.b * T + qi) * C + (long)P.h * hs + half * (HSP / 2);
+	float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
 #pragma unroll
-		for (int j = 0; j < HSP / 2; j++)
-			if (half * (HSP / 2) + j < hs)
-				dst[j] = __float2bfloat16_rn(o[j] * inv);
-		if (half == 0)
-			lse[(long)P.bh * T + qi] = m / FA_LOG2E + logf(l);
+	for (int dn = 0; dn < HSP / 8; dn++) {
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int qr = e < 2 ? qr0 : qr1, d = dn * 8 + 2 * t + (e & 1);
+			if (qr < T && d < hs)
+				out[((long)P.b * T + qr) * C + (long)P.h * hs + d] =
+				    __float2bfloat16_rn(o[dn][e] * (e < 2 ? inv0 : inv1));
+		}
+	}
+	if (t == 0) {
+		if (qr0 < T)
+			lse[(long)P.bh * T + qr0] = m0 / FA_LOG2E + logf(l0);
+		if (qr1 < T)
+			lse[(long)P.bh * T + qr1] = m1 / FA_LOG2E + logf(l1);
 	}
 }
 
@@ -237,30 +304,28 @@ __global__ void kn_flash_d_kernel(float *Dv, const bf16 *dout, const bf16 *out, 
 		Dv[((long)b * NH + h) * T + t] = s;
 }
 
-/* dinp[row, col .. col+hs) += scale * acc, one row per lane pair, from the
- * per-warp fp32 scratch (16 x HSP, stride LDO) of fragments acc. */
+/* dinp[row r, column d] += scale * acc for this lane's C-fragment elements of
+ * 16 rows (row0_off: row 0, row_stride), rows < rows_valid, columns < hs. */
 template <int HSP>
-__device__ void fa_add_out(bf16 *dinp, float *scr, fa_acc *acc, long row0_off, long row_stride,
-                           int rows_valid, int hs, float scale)
+__device__ __forceinline__ void fa_add_out(bf16 *dinp, float acc[][4], long row0_off,
+                                           long row_stride, int rows_valid, int hs, float scale)
 {
-	constexpr int LDO = fa_dims<HSP>::LDO;
-	int lane = threadIdx.x % 32, r = lane >> 1, half = lane & 1;
+	int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
 #pragma unroll
-	for (int n = 0; n < HSP / 16; n++)
-		wmma::store_matrix_sync(scr + n * 16, acc[n], LDO, wmma::mem_row_major);
-	__syncwarp();
-	if (r < rows_valid) {
-		bf16 *dst = dinp + row0_off + (long)r * row_stride + half * (HSP / 2);
+	for (int dn = 0; dn < HSP / 8; dn++) {
 #pragma unroll
-		for (int j = 0; j < HSP / 2; j++)
-			if (half * (HSP / 2) + j < hs)
-				dst[j] = __float2bfloat16_rn(__bfloat162float(dst[j]) +
-				                             scale * scr[r * LDO + half * (HSP / 2) + j]);
+		for (int e = 0; e < 4; e++) {
+			int r = g + (e < 2 ? 0 : 8), d = dn * 8 + 2 * t + (e & 1);
+			if (r < rows_valid && d < hs) {
+				bf16 *p = dinp + row0_off + (long)r * row_stride + d;
+				*p = __float2bfloat16_rn(__bfloat162float(*p) + scale * acc[dn][e]);
+			}
+		}
 	}
-	__syncwarp();
 }
 
-/* dK, dV for 64 keys: loops over the query tiles at and after the diagonal. */
+/* dK, dV for 64 keys (a warp per 16): loops over the query tiles at and after
+ * the diagonal, 32 queries at a time. */
 template <int HSP>
 __global__ void __launch_bounds__(FA_THREADS)
     kn_flash_bwd_dkdv_kernel(bf16 *dinp, const bf16 *inp, const bf16 *dout, const float *lse,
@@ -268,20 +333,16 @@ __global__ void __launch_bounds__(FA_THREADS)
                              bool vec_in, bool vec_out)
 {
 	typedef fa_dims<HSP> D;
+	constexpr int LDH = D::LDH;
 	extern __shared__ unsigned char fa_smem[];
 	unsigned char *sp = fa_align(fa_smem);
 	bf16 *Ks = (bf16 *)sp;
 	bf16 *Vs = (bf16 *)(sp + D::TILE);
 	bf16 *Qs = (bf16 *)(sp + 2 * D::TILE);
 	bf16 *dOs = (bf16 *)(sp + 3 * D::TILE);
-	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-	unsigned char *w0 = sp + 4 * D::TILE;
-	float *Sw = (float *)(w0 + warp * D::DP);
-	float *dPw = (float *)(w0 + FA_WARPS * D::DP + warp * D::DP);
-	bf16 *Pw = (bf16 *)(w0 + 2 * FA_WARPS * D::DP + warp * D::PW);
-	bf16 *dSw = (bf16 *)(w0 + 2 * FA_WARPS * D::DP + FA_WARPS * D::PW + warp * D::PW);
-	float *lse_s = (float *)(w0 + 2 * FA_WARPS * D::DP + 2 * FA_WARPS * D::PW);
+	float *lse_s = (float *)(sp + 4 * D::TILE);
 	float *D_s = lse_s + FA_TILE;
+	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
 
 	int ntiles = (T + FA_TILE - 1) / FA_TILE;
 	fa_pos P = fa_where(NH, ntiles, false);
@@ -292,15 +353,14 @@ __global__ void __launch_bounds__(FA_THREADS)
 	fa_load_tile<HSP>(Ks, base + (long)k0 * stride + C, T - k0, hs, stride, vec_in);
 	fa_load_tile<HSP>(Vs, base + (long)k0 * stride + 2 * C, T - k0, hs, stride, vec_in);
 
-	const int r = lane >> 1, half = lane & 1;
-	const int kj = k0 + warp * 16 + r;
+	const int kr0 = k0 + warp * 16 + g, kr1 = kr0 + 8; /* this lane's two key rows */
 	const float sl2 = scale * FA_LOG2E;
-	fa_acc dk[HSP / 16], dv[HSP / 16];
+	float dk[HSP / 8][4], dv[HSP / 8][4];
 #pragma unroll
-	for (int n = 0; n < HSP / 16; n++) {
-		wmma::fill_fragment(dk[n], 0.0f);
-		wmma::fill_fragment(dv[n], 0.0f);
-	}
+	for (int dn = 0; dn < HSP / 8; dn++)
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			dk[dn][e] = dv[dn][e] = 0.0f;
 	for (int qb = P.tile; qb < ntiles; qb++) {
 		int q0 = qb * FA_TILE;
 		__syncthreads(); /* everyone is done with the previous Q, dO */
@@ -312,33 +372,42 @@ __global__ void __launch_bounds__(FA_THREADS)
 			D_s[i] = ok ? Dv[(long)P.bh * T + q0 + i] : 0.0f;
 		}
 		__syncthreads();
-		fa_xyt<HSP>(Sw, Ks + warp * 16 * D::LDH, Qs);   /* S^T: keys x queries */
-		fa_xyt<HSP>(dPw, Vs + warp * 16 * D::LDH, dOs); /* dP^T = V dO^T */
-		__syncwarp();
-#pragma unroll 8
-		for (int j = 0; j < 32; j++) {
-			int c = half * 32 + j, qi = q0 + c;
-			float p = 0.0f;
-			if (qi >= kj && qi < T)
-				p = exp2f(Sw[r * FA_LDS + c] * sl2 - lse_s[c]);
-			float ds = p * (dPw[r * FA_LDS + c] - D_s[c]);
-			Pw[r * FA_LDP + c] = __float2bfloat16_rn(p);
-			dSw[r * FA_LDP + c] = __float2bfloat16_rn(ds);
+#pragma unroll 1
+		for (int hq = 0; hq < FA_TILE; hq += 32) { /* 32 queries at a time */
+			float s[4][4], dp[4][4];
+#pragma unroll
+			for (int n = 0; n < 4; n++)
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					s[n][e] = dp[n][e] = 0.0f;
+			/* S^T = K Q^T and dP^T = V dO^T: keys x queries */
+			fa_xyt<HSP, 4>(s, Ks + warp * 16 * LDH, Qs + hq * LDH, LDH);
+			fa_xyt<HSP, 4>(dp, Vs + warp * 16 * LDH, dOs + hq * LDH, LDH);
+#pragma unroll
+			for (int n = 0; n < 4; n++) {
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					int c = hq + n * 8 + 2 * t + (e & 1), q = q0 + c;
+					int kr = e < 2 ? kr0 : kr1;
+					float p = 0.0f;
+					if (q >= kr && q < T)
+						p = exp2f(s[n][e] * sl2 - lse_s[c]);
+					dp[n][e] = p * (dp[n][e] - D_s[c]); /* dS^T */
+					s[n][e] = p;                        /* P^T */
+				}
+			}
+			fa_pv<HSP, 2>(dv, s, dOs + hq * LDH, LDH); /* dV += P^T dO */
+			fa_pv<HSP, 2>(dk, dp, Qs + hq * LDH, LDH); /* dK += dS^T Q */
 		}
-		__syncwarp();
-		fa_py<HSP>(dv, Pw, dOs); /* dV += P^T dO */
-		fa_py<HSP>(dk, dSw, Qs); /* dK += dS^T Q (scaled at the end) */
-		__syncwarp();
 	}
-	__syncthreads(); /* the tiles are free: reuse Qs.. as fp32 output scratch */
-	float *scr = (float *)(sp + 2 * D::TILE) + warp * 16 * D::LDO;
 	long row0 = ((long)P.b * T + k0 + warp * 16) * stride + (long)P.h * hs;
 	int rows_valid = T - (k0 + warp * 16);
-	fa_add_out<HSP>(dinp, scr, dk, row0 + C, stride, rows_valid, hs, scale);
-	fa_add_out<HSP>(dinp, scr, dv, row0 + 2 * C, stride, rows_valid, hs, 1.0f);
+	fa_add_out<HSP>(dinp, dk, row0 + C, stride, rows_valid, hs, scale);
+	fa_add_out<HSP>(dinp, dv, row0 + 2 * C, stride, rows_valid, hs, 1.0f);
 }
 
-/* dQ for 64 queries: loops over the key tiles up to the diagonal. */
+/* dQ for 64 queries (a warp per 16): loops over the key tiles up to the
+ * diagonal, 32 keys at a time. */
 template <int HSP>
 __global__ void __launch_bounds__(FA_THREADS)
     kn_flash_bwd_dq_kernel(bf16 *dinp, const bf16 *inp, const bf16 *dout, const float *lse,
@@ -346,19 +415,16 @@ __global__ void __launch_bounds__(FA_THREADS)
                            bool vec_out)
 {
 	typedef fa_dims<HSP> D;
+	constexpr int LDH = D::LDH;
 	extern __shared__ unsigned char fa_smem[];
 	unsigned char *sp = fa_align(fa_smem);
 	bf16 *Qs = (bf16 *)sp;
 	bf16 *dOs = (bf16 *)(sp + D::TILE);
 	bf16 *Ks = (bf16 *)(sp + 2 * D::TILE);
 	bf16 *Vs = (bf16 *)(sp + 3 * D::TILE);
-	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-	unsigned char *w0 = sp + 4 * D::TILE;
-	float *Sw = (float *)(w0 + warp * D::DP);
-	float *dPw = (float *)(w0 + FA_WARPS * D::DP + warp * D::DP);
-	bf16 *dSw = (bf16 *)(w0 + 2 * FA_WARPS * D::DP + warp * D::PW);
-	float *lse_s = (float *)(w0 + 2 * FA_WARPS * D::DP + FA_WARPS * D::PW);
+	float *lse_s = (float *)(sp + 4 * D::TILE);
 	float *D_s = lse_s + FA_TILE;
+	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
 
 	int ntiles = (T + FA_TILE - 1) / FA_TILE;
 	fa_pos P = fa_where(NH, ntiles, true);
@@ -373,56 +439,60 @@ __global__ void __launch_bounds__(FA_THREADS)
 		lse_s[i] = ok ? lse[(long)P.bh * T + q0 + i] * FA_LOG2E : 0.0f;
 		D_s[i] = ok ? Dv[(long)P.bh * T + q0 + i] : 0.0f;
 	}
-
-	const int r = lane >> 1, half = lane & 1;
-	const int qr = warp * 16 + r, qi = q0 + qr;
+	__syncthreads();
+	const int qr0 = q0 + warp * 16 + g, qr1 = qr0 + 8;
+	const float L0 = lse_s[warp * 16 + g], L1 = lse_s[warp * 16 + g + 8];
+	const float D0 = D_s[warp * 16 + g], D1 = D_s[warp * 16 + g + 8];
 	const float sl2 = scale * FA_LOG2E;
-	fa_acc dq[HSP / 16];
+	float dq[HSP / 8][4];
 #pragma unroll
-	for (int n = 0; n < HSP / 16; n++)
-		wmma::fill_fragment(dq[n], 0.0f);
+	for (int dn = 0; dn < HSP / 8; dn++)
+		dq[dn][0] = dq[dn][1] = dq[dn][2] = dq[dn][3] = 0.0f;
 	for (int kb = 0; kb <= P.tile; kb++) {
 		int k0 = kb * FA_TILE;
-		__syncthreads(); /* everyone is done with the previous K, V (and the Q loads) */
+		__syncthreads(); /* everyone is done with the previous K, V */
 		fa_load_tile<HSP>(Ks, base + (long)k0 * stride + C, T - k0, hs, stride, vec_in);
 		fa_load_tile<HSP>(Vs, base + (long)k0 * stride + 2 * C, T - k0, hs, stride, vec_in);
 		__syncthreads();
-		fa_xyt<HSP>(Sw, Qs + warp * 16 * D::LDH, Ks);   /* S = Q K^T */
-		fa_xyt<HSP>(dPw, dOs + warp * 16 * D::LDH, Vs); /* dP = dO V^T */
-		__syncwarp();
-		float L = lse_s[qr], Dq = D_s[qr];
-#pragma unroll 8
-		for (int j = 0; j < 32; j++) {
-			int c = half * 32 + j, kk = k0 + c;
-			float p = 0.0f;
-			if (kk <= qi && qi < T)
-				p = exp2f(Sw[r * FA_LDS + c] * sl2 - L);
-			dSw[r * FA_LDP + c] = __float2bfloat16_rn(p * (dPw[r * FA_LDS + c] - Dq));
+#pragma unroll 1
+		for (int hk = 0; hk < FA_TILE; hk += 32) { /* 32 keys at a time */
+			float s[4][4], dp[4][4];
+#pragma unroll
+			for (int n = 0; n < 4; n++)
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					s[n][e] = dp[n][e] = 0.0f;
+			fa_xyt<HSP, 4>(s, Qs + warp * 16 * LDH, Ks + hk * LDH, LDH); /* S = Q K^T */
+			fa_xyt<HSP, 4>(dp, dOs + warp * 16 * LDH, Vs + hk * LDH,
+			               LDH); /* dP = dO V^T */
+#pragma unroll
+			for (int n = 0; n < 4; n++) {
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					int key = k0 + hk + n * 8 + 2 * t + (e & 1);
+					int qr = e < 2 ? qr0 : qr1;
+					float p = 0.0f;
+					if (key <= qr && qr < T)
+						p = exp2f(s[n][e] * sl2 - (e < 2 ? L0 : L1));
+					dp[n][e] = p * (dp[n][e] - (e < 2 ? D0 : D1)); /* dS */
+				}
+			}
+			fa_pv<HSP, 2>(dq, dp, Ks + hk * LDH, LDH); /* dQ += dS K */
 		}
-		__syncwarp();
-		fa_py<HSP>(dq, dSw, Ks); /* dQ += dS K (scaled at the end) */
-		__syncwarp();
 	}
-	__syncthreads(); /* reuse the K, V tiles as fp32 output scratch */
-	float *scr = (float *)(sp + 2 * D::TILE) + warp * 16 * D::LDO;
 	long row0 = ((long)P.b * T + q0 + warp * 16) * stride + (long)P.h * hs;
-	fa_add_out<HSP>(dinp, scr, dq, row0, stride, T - (q0 + warp * 16), hs, scale);
+	fa_add_out<HSP>(dinp, dq, row0, stride, T - (q0 + warp * 16), hs, scale);
 }
 
 /* ---- launchers ---- */
 template <int HSP> static size_t fa_fwd_smem()
 {
-	typedef fa_dims<HSP> D;
-	return 128 + 3 * D::TILE + FA_WARPS * (D::SW + D::PW);
+	return 128 + 3 * fa_dims<HSP>::TILE;
 }
 
 template <int HSP> static size_t fa_bwd_smem()
 {
-	typedef fa_dims<HSP> D;
-	/* 4 tiles, S and dP fp32, P and dS bf16, lse and D; the output scratch
-	 * (4 warps x 16 x LDO fp32) reuses two tiles */
-	static_assert(FA_WARPS * 16 * D::LDO * 4 <= 2 * D::TILE, "output scratch fits 2 tiles");
-	return 128 + 4 * D::TILE + FA_WARPS * (2 * D::DP + 2 * D::PW) + 2 * FA_TILE * 4;
+	return 128 + 4 * fa_dims<HSP>::TILE + 2 * FA_TILE * 4; /* 4 tiles, lse and D */
 }
 
 static bool fa_aligned(const void *p)
@@ -475,12 +545,12 @@ static void fa_backward(const struct kn_attention_bwd_args *a, cudaStream_t s, f
 		return;
 	long blocks = (long)ntiles * a->B * a->NH;
 	kn_flash_bwd_dkdv_kernel<HSP><<<(unsigned)blocks, FA_THREADS, smem, s>>>(
-	    (bf16 *)a->dinp, (const bf16 *)a->inp, (const bf16 *)a->dout, (const float *)a->att,
-	    Dv, a->T, a->C, a->NH, hs, scale, vec_in, vec_out);
+	    (bf16 *)a->dinp, (const bf16 *)a->inp, (const bf16 *)a->dout, (const float *)a->att, Dv,
+	    a->T, a->C, a->NH, hs, scale, vec_in, vec_out);
 	kn_cuda_check_launch("attention_backward bf16 dkdv");
 	kn_flash_bwd_dq_kernel<HSP><<<(unsigned)blocks, FA_THREADS, smem, s>>>(
-	    (bf16 *)a->dinp, (const bf16 *)a->inp, (const bf16 *)a->dout, (const float *)a->att,
-	    Dv, a->T, a->C, a->NH, hs, scale, vec_in, vec_out);
+	    (bf16 *)a->dinp, (const bf16 *)a->inp, (const bf16 *)a->dout, (const float *)a->att, Dv,
+	    a->T, a->C, a->NH, hs, scale, vec_in, vec_out);
 	kn_cuda_check_launch("attention_backward bf16 dq");
 }
 
