@@ -69,6 +69,39 @@ __device__ __forceinline__ unsigned char *fa_align(unsigned char *p)
 	return (unsigned char *)(((uintptr_t)p + 127) & ~(uintptr_t)127);
 }
 
+/* A tile load through cp.async (16-byte chunks, zero-filled past rows_valid
+ * rows and hs columns) when vec, else the synchronous fa_load_tile. Either way
+ * the data is visible after fa_wait and a __syncthreads. */
+template <int HSP>
+__device__ void fa_load(bf16 *dst, const bf16 *src, int rows_valid, int hs, long stride, bool vec)
+{
+	if (!vec) {
+		fa_load_tile<HSP>(dst, src, rows_valid, hs, stride, false);
+		return;
+	}
+	constexpr int CH = HSP / 8, LDH = fa_dims<HSP>::LDH;
+	for (int i = threadIdx.x; i < FA_TILE * CH; i += blockDim.x) {
+		int r = i / CH, c = (i % CH) * 8;
+		bool ok = r < rows_valid && c < hs; /* vec: hs % 8 == 0, so c + 8 <= hs */
+		const bf16 *g = ok ? src + (long)r * stride + c : src;
+		uint32_t sa = (uint32_t)__cvta_generic_to_shared(dst + r * LDH + c);
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(g),
+		             "r"(ok ? 16 : 0)
+		             : "memory");
+	}
+}
+
+__device__ __forceinline__ void fa_commit()
+{
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* waits until at most N of this thread's committed groups are in flight */
+template <int N> __device__ __forceinline__ void fa_wait()
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 /* two fp32 as a bf16x2 register, lo in the low half (the smaller column) */
 __device__ __forceinline__ uint32_t fa_pack(float lo, float hi)
 {
@@ -187,8 +220,10 @@ __global__ void __launch_bounds__(FA_THREADS)
 	extern __shared__ unsigned char fa_smem[];
 	unsigned char *sp = fa_align(fa_smem);
 	bf16 *Qs = (bf16 *)sp;
-	bf16 *Ks = (bf16 *)(sp + D::TILE);
-	bf16 *Vs = (bf16 *)(sp + 2 * D::TILE);
+	/* K and V buffers i = 0, 1 (offsets, not arrays: a run-time index of a
+	 * local array would go to local memory) */
+	auto Kb = [&](int i) { return (bf16 *)(sp + (1 + 2 * i) * D::TILE); };
+	auto Vb = [&](int i) { return (bf16 *)(sp + (2 + 2 * i) * D::TILE); };
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
 
 	int ntiles = (T + FA_TILE - 1) / FA_TILE;
@@ -196,7 +231,10 @@ __global__ void __launch_bounds__(FA_THREADS)
 	int q0 = P.tile * FA_TILE;
 	long stride = 3L * C;
 	const bf16 *base = inp + (long)P.b * T * stride + (long)P.h * hs;
-	fa_load_tile<HSP>(Qs, base + (long)q0 * stride, T - q0, hs, stride, vec);
+	fa_load<HSP>(Qs, base + (long)q0 * stride, T - q0, hs, stride, vec);
+	fa_load<HSP>(Kb(0), base + C, T, hs, stride, vec);
+	fa_load<HSP>(Vb(0), base + 2 * C, T, hs, stride, vec);
+	fa_commit();
 
 	const int qr0 = q0 + warp * 16 + g, qr1 = qr0 + 8; /* this lane's two rows */
 	const float sl2 = scale * FA_LOG2E;
@@ -207,11 +245,21 @@ __global__ void __launch_bounds__(FA_THREADS)
 		o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
 
 	for (int kb = 0; kb <= P.tile; kb++) {
-		int k0 = kb * FA_TILE;
-		__syncthreads(); /* everyone is done with the previous K, V */
-		fa_load_tile<HSP>(Ks, base + (long)k0 * stride + C, T - k0, hs, stride, vec);
-		fa_load_tile<HSP>(Vs, base + (long)k0 * stride + 2 * C, T - k0, hs, stride, vec);
+		int k0 = kb * FA_TILE, cur = kb & 1;
+		if (kb < P.tile) { /* prefetch the next K, V into the other buffers */
+			int k1 = k0 + FA_TILE;
+			__syncthreads(); /* everyone is done with them (iteration kb - 1) */
+			fa_load<HSP>(Kb(cur ^ 1), base + (long)k1 * stride + C, T - k1, hs, stride,
+			             vec);
+			fa_load<HSP>(Vb(cur ^ 1), base + (long)k1 * stride + 2 * C, T - k1, hs,
+			             stride, vec);
+			fa_commit();
+			fa_wait<1>(); /* this tile's (and Q's) copies are done */
+		} else {
+			fa_wait<0>();
+		}
 		__syncthreads();
+		const bf16 *Ks = Kb(cur), *Vs = Vb(cur);
 		float s[8][4];
 #pragma unroll
 		for (int n = 0; n < 8; n++)
@@ -338,10 +386,10 @@ __global__ void __launch_bounds__(FA_THREADS)
 	unsigned char *sp = fa_align(fa_smem);
 	bf16 *Ks = (bf16 *)sp;
 	bf16 *Vs = (bf16 *)(sp + D::TILE);
-	bf16 *Qs = (bf16 *)(sp + 2 * D::TILE);
-	bf16 *dOs = (bf16 *)(sp + 3 * D::TILE);
-	float *lse_s = (float *)(sp + 4 * D::TILE);
-	float *D_s = lse_s + FA_TILE;
+	/* Q, dO and (logsumexp, D) buffers i = 0, 1 */
+	auto Qb = [&](int i) { return (bf16 *)(sp + (2 + 2 * i) * D::TILE); };
+	auto dOb = [&](int i) { return (bf16 *)(sp + (3 + 2 * i) * D::TILE); };
+	auto lse_b = [&](int i) { return (float *)(sp + 6 * D::TILE) + i * 2 * FA_TILE; };
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
 
 	int ntiles = (T + FA_TILE - 1) / FA_TILE;
@@ -350,8 +398,21 @@ __global__ void __launch_bounds__(FA_THREADS)
 	long stride = 3L * C;
 	const bf16 *base = inp + (long)P.b * T * stride + (long)P.h * hs;
 	const bf16 *dobase = dout + (long)P.b * T * C + (long)P.h * hs;
-	fa_load_tile<HSP>(Ks, base + (long)k0 * stride + C, T - k0, hs, stride, vec_in);
-	fa_load_tile<HSP>(Vs, base + (long)k0 * stride + 2 * C, T - k0, hs, stride, vec_in);
+	/* Q, dO, logsumexp (log2 units) and D of query tile qb into buffer i */
+	auto load_q = [&](int qb, int i) {
+		int q0 = qb * FA_TILE;
+		fa_load<HSP>(Qb(i), base + (long)q0 * stride, T - q0, hs, stride, vec_in);
+		fa_load<HSP>(dOb(i), dobase + (long)q0 * C, T - q0, hs, C, vec_out);
+		for (int j = threadIdx.x; j < FA_TILE; j += blockDim.x) {
+			bool ok = q0 + j < T;
+			lse_b(i)[j] = ok ? lse[(long)P.bh * T + q0 + j] * FA_LOG2E : 0.0f;
+			lse_b(i)[FA_TILE + j] = ok ? Dv[(long)P.bh * T + q0 + j] : 0.0f;
+		}
+	};
+	fa_load<HSP>(Ks, base + (long)k0 * stride + C, T - k0, hs, stride, vec_in);
+	fa_load<HSP>(Vs, base + (long)k0 * stride + 2 * C, T - k0, hs, stride, vec_in);
+	load_q(P.tile, 0);
+	fa_commit();
 
 	const int kr0 = k0 + warp * 16 + g, kr1 = kr0 + 8; /* this lane's two key rows */
 	const float sl2 = scale * FA_LOG2E;
@@ -362,16 +423,18 @@ __global__ void __launch_bounds__(FA_THREADS)
 		for (int e = 0; e < 4; e++)
 			dk[dn][e] = dv[dn][e] = 0.0f;
 	for (int qb = P.tile; qb < ntiles; qb++) {
-		int q0 = qb * FA_TILE;
-		__syncthreads(); /* everyone is done with the previous Q, dO */
-		fa_load_tile<HSP>(Qs, base + (long)q0 * stride, T - q0, hs, stride, vec_in);
-		fa_load_tile<HSP>(dOs, dobase + (long)q0 * C, T - q0, hs, C, vec_out);
-		for (int i = threadIdx.x; i < FA_TILE; i += blockDim.x) {
-			bool ok = q0 + i < T;
-			lse_s[i] = ok ? lse[(long)P.bh * T + q0 + i] * FA_LOG2E : 0.0f;
-			D_s[i] = ok ? Dv[(long)P.bh * T + q0 + i] : 0.0f;
+		int q0 = qb * FA_TILE, cur = (qb - P.tile) & 1;
+		if (qb + 1 < ntiles) {   /* prefetch the next query tile into the other buffers */
+			__syncthreads(); /* everyone is done with them (iteration qb - 1) */
+			load_q(qb + 1, cur ^ 1);
+			fa_commit();
+			fa_wait<1>(); /* this tile's (and K's, V's) copies are done */
+		} else {
+			fa_wait<0>();
 		}
 		__syncthreads();
+		const bf16 *Qs = Qb(cur), *dOs = dOb(cur);
+		const float *lse_s = lse_b(cur), *D_s = lse_b(cur) + FA_TILE;
 #pragma unroll 1
 		for (int hq = 0; hq < FA_TILE; hq += 32) { /* 32 queries at a time */
 			float s[4][4], dp[4][4];
@@ -420,9 +483,10 @@ __global__ void __launch_bounds__(FA_THREADS)
 	unsigned char *sp = fa_align(fa_smem);
 	bf16 *Qs = (bf16 *)sp;
 	bf16 *dOs = (bf16 *)(sp + D::TILE);
-	bf16 *Ks = (bf16 *)(sp + 2 * D::TILE);
-	bf16 *Vs = (bf16 *)(sp + 3 * D::TILE);
-	float *lse_s = (float *)(sp + 4 * D::TILE);
+	/* K and V buffers i = 0, 1 */
+	auto Kb = [&](int i) { return (bf16 *)(sp + (2 + 2 * i) * D::TILE); };
+	auto Vb = [&](int i) { return (bf16 *)(sp + (3 + 2 * i) * D::TILE); };
+	float *lse_s = (float *)(sp + 6 * D::TILE);
 	float *D_s = lse_s + FA_TILE;
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
 
@@ -432,8 +496,11 @@ __global__ void __launch_bounds__(FA_THREADS)
 	long stride = 3L * C;
 	const bf16 *base = inp + (long)P.b * T * stride + (long)P.h * hs;
 	const bf16 *dobase = dout + (long)P.b * T * C + (long)P.h * hs;
-	fa_load_tile<HSP>(Qs, base + (long)q0 * stride, T - q0, hs, stride, vec_in);
-	fa_load_tile<HSP>(dOs, dobase + (long)q0 * C, T - q0, hs, C, vec_out);
+	fa_load<HSP>(Qs, base + (long)q0 * stride, T - q0, hs, stride, vec_in);
+	fa_load<HSP>(dOs, dobase + (long)q0 * C, T - q0, hs, C, vec_out);
+	fa_load<HSP>(Kb(0), base + C, T, hs, stride, vec_in);
+	fa_load<HSP>(Vb(0), base + 2 * C, T, hs, stride, vec_in);
+	fa_commit();
 	for (int i = threadIdx.x; i < FA_TILE; i += blockDim.x) {
 		bool ok = q0 + i < T;
 		lse_s[i] = ok ? lse[(long)P.bh * T + q0 + i] * FA_LOG2E : 0.0f;
@@ -449,11 +516,21 @@ __global__ void __launch_bounds__(FA_THREADS)
 	for (int dn = 0; dn < HSP / 8; dn++)
 		dq[dn][0] = dq[dn][1] = dq[dn][2] = dq[dn][3] = 0.0f;
 	for (int kb = 0; kb <= P.tile; kb++) {
-		int k0 = kb * FA_TILE;
-		__syncthreads(); /* everyone is done with the previous K, V */
-		fa_load_tile<HSP>(Ks, base + (long)k0 * stride + C, T - k0, hs, stride, vec_in);
-		fa_load_tile<HSP>(Vs, base + (long)k0 * stride + 2 * C, T - k0, hs, stride, vec_in);
+		int k0 = kb * FA_TILE, cur = kb & 1;
+		if (kb < P.tile) { /* prefetch the next K, V into the other buffers */
+			int k1 = k0 + FA_TILE;
+			__syncthreads(); /* everyone is done with them (iteration kb - 1) */
+			fa_load<HSP>(Kb(cur ^ 1), base + (long)k1 * stride + C, T - k1, hs, stride,
+			             vec_in);
+			fa_load<HSP>(Vb(cur ^ 1), base + (long)k1 * stride + 2 * C, T - k1, hs,
+			             stride, vec_in);
+			fa_commit();
+			fa_wait<1>(); /* this tile's (and Q's, dO's) copies are done */
+		} else {
+			fa_wait<0>();
+		}
 		__syncthreads();
+		const bf16 *Ks = Kb(cur), *Vs = Vb(cur);
 #pragma unroll 1
 		for (int hk = 0; hk < FA_TILE; hk += 32) { /* 32 keys at a time */
 			float s[4][4], dp[4][4];
@@ -487,12 +564,13 @@ __global__ void __launch_bounds__(FA_THREADS)
 /* ---- launchers ---- */
 template <int HSP> static size_t fa_fwd_smem()
 {
-	return 128 + 3 * fa_dims<HSP>::TILE;
+	return 128 + 5 * fa_dims<HSP>::TILE; /* Q, two K and two V buffers */
 }
 
 template <int HSP> static size_t fa_bwd_smem()
 {
-	return 128 + 4 * fa_dims<HSP>::TILE + 2 * FA_TILE * 4; /* 4 tiles, lse and D */
+	/* 6 tiles (two buffers of the loop's pair), two buffers of lse and D */
+	return 128 + 6 * fa_dims<HSP>::TILE + 4 * FA_TILE * 4;
 }
 
 static bool fa_aligned(const void *p)
