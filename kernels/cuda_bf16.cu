@@ -88,8 +88,8 @@ __global__ void kn_encoder_bwd_wpe_bf16_kernel(bf16 *dwpe, const bf16 *dout, int
  * (the CPU's order): grid x over channels, y over vocabulary slices. */
 #define KN_ENC_TILE    1024
 #define KN_ENC_VSLICES 64
-__global__ void kn_encoder_bwd_wte_bf16_kernel(bf16 *dwte, const bf16 *dout, const int *inp,
-                                               int BT, int C, int V)
+__global__ void kn_encoder_bwd_wte_bf16_kernel(bf16 *dwte, const bf16 *dout, const int *inp, int BT,
+                                               int C, int V)
 {
 	__shared__ int tok[KN_ENC_TILE];
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -131,15 +131,77 @@ void kn_encoder_backward_cuda_bf16(const struct kn_encoder_bwd_args *a, cudaStre
 	kn_cuda_check_launch("encoder_backward bf16");
 }
 
-/* ---- layernorm: one warp per row, statistics in fp32 ---- */
+/* 8 bf16 at p (16-byte aligned) as floats, and back (rounding each, as st) */
+__device__ __forceinline__ void ld8(const bf16 *p, float v[8])
+{
+	uint4 u = *reinterpret_cast<const uint4 *>(p);
+	const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		float2 x = __bfloat1622float2(h[k]);
+		v[2 * k] = x.x;
+		v[2 * k + 1] = x.y;
+	}
+}
+
+__device__ __forceinline__ void st8(bf16 *p, const float v[8])
+{
+	uint4 u;
+	__nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+	for (int k = 0; k < 4; k++)
+		h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+	*reinterpret_cast<uint4 *>(p) = u;
+}
+
+static bool al16(const void *p)
+{
+	return ((uintptr_t)p & 15) == 0;
+}
+
+/* ---- layernorm: one warp per row, statistics in fp32; 16-byte accesses when vec
+ * (C % 8 == 0, every tensor 16-byte aligned) ---- */
 __global__ void kn_layernorm_fwd_bf16_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp,
-                                             const bf16 *w, const bf16 *bias, int rows, int C)
+                                             const bf16 *w, const bf16 *bias, int rows, int C,
+                                             bool vec)
 {
 	int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
 	int lane = threadIdx.x % 32;
 	if (row >= rows)
 		return;
 	const bf16 *x = inp + (long)row * C;
+	if (vec) {
+		float s = 0.0f, v = 0.0f, xv[8], wv[8], bv[8];
+		for (int i = lane * 8; i < C; i += 256) {
+			ld8(x + i, xv);
+#pragma unroll
+			for (int k = 0; k < 8; k++)
+				s += xv[k];
+		}
+		float m = warp_sum(s) / C;
+		for (int i = lane * 8; i < C; i += 256) {
+			ld8(x + i, xv);
+#pragma unroll
+			for (int k = 0; k < 8; k++)
+				v += (xv[k] - m) * (xv[k] - m);
+		}
+		v = warp_sum(v) / C;
+		float r = rsqrtf(v + 1e-5f);
+		for (int i = lane * 8; i < C; i += 256) {
+			ld8(x + i, xv);
+			ld8(w + i, wv);
+			ld8(bias + i, bv);
+#pragma unroll
+			for (int k = 0; k < 8; k++)
+				xv[k] = (xv[k] - m) * r * wv[k] + bv[k];
+			st8(out + (long)row * C + i, xv);
+		}
+		if (lane == 0) {
+			mean[row] = m;
+			rstd[row] = r;
+		}
+		return;
+	}
 	float s = 0.0f;
 	for (int i = lane; i < C; i += 32)
 		s += f(x, i);
@@ -162,7 +224,7 @@ __global__ void kn_layernorm_fwd_bf16_kernel(bf16 *out, float *mean, float *rstd
 
 __global__ void kn_layernorm_bwd_dinp_bf16_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp,
                                                   const bf16 *w, const float *mean,
-                                                  const float *rstd, int rows, int C)
+                                                  const float *rstd, int rows, int C, bool vec)
 {
 	int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
 	int lane = threadIdx.x % 32;
@@ -172,6 +234,35 @@ __global__ void kn_layernorm_bwd_dinp_bf16_kernel(bf16 *dinp, const bf16 *dout, 
 	bf16 *dx = dinp + (long)row * C;
 	float m = mean[row], r = rstd[row];
 	float dm = 0.0f, dnm = 0.0f;
+	if (vec) {
+		float xv[8], wv[8], gv[8], dv[8];
+		for (int i = lane * 8; i < C; i += 256) {
+			ld8(x + i, xv);
+			ld8(w + i, wv);
+			ld8(dy + i, gv);
+#pragma unroll
+			for (int k = 0; k < 8; k++) {
+				float dn = wv[k] * gv[k];
+				dm += dn;
+				dnm += dn * ((xv[k] - m) * r);
+			}
+		}
+		dm = warp_sum(dm) / C;
+		dnm = warp_sum(dnm) / C;
+		for (int i = lane * 8; i < C; i += 256) {
+			ld8(x + i, xv);
+			ld8(w + i, wv);
+			ld8(dy + i, gv);
+			ld8(dx + i, dv);
+#pragma unroll
+			for (int k = 0; k < 8; k++) {
+				float norm = (xv[k] - m) * r;
+				dv[k] += (wv[k] * gv[k] - dm - norm * dnm) * r;
+			}
+			st8(dx + i, dv);
+		}
+		return;
+	}
 	for (int i = lane; i < C; i += 32) {
 		float norm = (f(x, i) - m) * r;
 		float dn = f(w, i) * f(dy, i);
@@ -220,18 +311,22 @@ __global__ void kn_layernorm_bwd_params_bf16_kernel(bf16 *dw, bf16 *db, const bf
 void kn_layernorm_forward_cuda_bf16(const struct kn_layernorm_fwd_args *a, cudaStream_t s)
 {
 	int rows = a->B * a->T;
+	bool vec =
+	    a->C % 8 == 0 && al16(a->out) && al16(a->inp) && al16(a->weight) && al16(a->bias);
 	kn_layernorm_fwd_bf16_kernel<<<(rows + 7) / 8, 256, 0, s>>>(
 	    (bf16 *)a->out, a->mean, a->rstd, (const bf16 *)a->inp, (const bf16 *)a->weight,
-	    (const bf16 *)a->bias, rows, a->C);
+	    (const bf16 *)a->bias, rows, a->C, vec);
 	kn_cuda_check_launch("layernorm_forward bf16");
 }
 
 void kn_layernorm_backward_cuda_bf16(const struct kn_layernorm_bwd_args *a, cudaStream_t s)
 {
 	int rows = a->B * a->T;
+	bool vec =
+	    a->C % 8 == 0 && al16(a->dinp) && al16(a->dout) && al16(a->inp) && al16(a->weight);
 	kn_layernorm_bwd_dinp_bf16_kernel<<<(rows + 7) / 8, 256, 0, s>>>(
 	    (bf16 *)a->dinp, (const bf16 *)a->dout, (const bf16 *)a->inp, (const bf16 *)a->weight,
-	    a->mean, a->rstd, rows, a->C);
+	    a->mean, a->rstd, rows, a->C, vec);
 	kn_layernorm_bwd_params_bf16_kernel<<<(a->C + 31) / 32, dim3(32, 32), 0, s>>>(
 	    (bf16 *)a->dweight, (bf16 *)a->dbias, (const bf16 *)a->dout, (const bf16 *)a->inp,
 	    a->mean, a->rstd, rows, a->C);
@@ -241,51 +336,140 @@ void kn_layernorm_backward_cuda_bf16(const struct kn_layernorm_bwd_args *a, cuda
 /* ---- GELU, residual, gradient buffers ---- */
 #define KN_GELU_S 0.7978845608028654f
 
-__global__ void kn_gelu_fwd_bf16_kernel(bf16 *out, const bf16 *inp, long n)
+__device__ __forceinline__ float gelu(float x)
 {
-	KN_GRID_STRIDE(i, n)
+	float cube = 0.044715f * x * x * x;
+	return 0.5f * x * (1.0f + tanhf(KN_GELU_S * (x + cube)));
+}
+
+__device__ __forceinline__ float gelu_grad(float x)
+{
+	float cube = 0.044715f * x * x * x;
+	float th = tanhf(KN_GELU_S * (x + cube));
+	float sech2 = 1.0f - th * th;
+	return 0.5f * (1.0f + th) +
+	       x * 0.5f * sech2 * KN_GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+/* Elementwise over n elements: 8 at a time with 16-byte accesses when vec
+ * (every pointer 16-byte aligned), the rest one by one. Op has one(i) and
+ * vec8(i) computing the same thing (the same fp32 operations, one rounding). */
+template <class Op> __global__ void kn_ew_bf16_kernel(Op op, long n, bool vec)
+{
+	long stride = (long)gridDim.x * blockDim.x;
+	long i0 = blockIdx.x * (long)blockDim.x + threadIdx.x;
+	long n8 = vec ? n / 8 : 0;
+	for (long i = i0; i < n8; i += stride)
+		op.vec8(i * 8);
+	for (long i = n8 * 8 + i0; i < n; i += stride)
+		op.one(i);
+}
+
+template <class Op> static void kn_ew_launch(Op op, long n, bool vec, cudaStream_t s)
+{
+	kn_ew_bf16_kernel<Op><<<kn_blocks(vec ? (n + 7) / 8 : n, 256), 256, 0, s>>>(op, n, vec);
+}
+
+struct kn_gelu_fwd_op {
+	bf16 *out;
+	const bf16 *inp;
+	__device__ void one(long i) const
 	{
-		float x = f(inp, i);
-		float cube = 0.044715f * x * x * x;
-		st(out, i, 0.5f * x * (1.0f + tanhf(KN_GELU_S * (x + cube))));
+		st(out, i, gelu(f(inp, i)));
 	}
-}
-
-__global__ void kn_gelu_bwd_bf16_kernel(bf16 *dinp, const bf16 *inp, const bf16 *dout, long n)
-{
-	KN_GRID_STRIDE(i, n)
+	__device__ void vec8(long i) const
 	{
-		float x = f(inp, i);
-		float cube = 0.044715f * x * x * x;
-		float th = tanhf(KN_GELU_S * (x + cube));
-		float sech2 = 1.0f - th * th;
-		float g = 0.5f * (1.0f + th) +
-		          x * 0.5f * sech2 * KN_GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-		add(dinp, i, g * f(dout, i));
+		float x[8];
+		ld8(inp + i, x);
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			x[k] = gelu(x[k]);
+		st8(out + i, x);
 	}
-}
+};
 
-__global__ void kn_add_bf16_kernel(bf16 *out, const bf16 *x, const bf16 *y, long n)
-{
-	KN_GRID_STRIDE(i, n)
-	st(out, i, f(x, i) + f(y, i));
-}
+struct kn_gelu_bwd_op {
+	bf16 *dinp;
+	const bf16 *inp, *dout;
+	__device__ void one(long i) const
+	{
+		add(dinp, i, gelu_grad(f(inp, i)) * f(dout, i));
+	}
+	__device__ void vec8(long i) const
+	{
+		float x[8], dy[8], acc[8];
+		ld8(inp + i, x);
+		ld8(dout + i, dy);
+		ld8(dinp + i, acc);
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			acc[k] += gelu_grad(x[k]) * dy[k];
+		st8(dinp + i, acc);
+	}
+};
 
-__global__ void kn_add2_bf16_kernel(bf16 *da, bf16 *db, const bf16 *d, long n)
-{
-	KN_GRID_STRIDE(i, n)
+struct kn_add_op { /* out = x + y */
+	bf16 *out;
+	const bf16 *x, *y;
+	__device__ void one(long i) const
+	{
+		st(out, i, f(x, i) + f(y, i));
+	}
+	__device__ void vec8(long i) const
+	{
+		float a[8], b[8];
+		ld8(x + i, a);
+		ld8(y + i, b);
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			a[k] += b[k];
+		st8(out + i, a);
+	}
+};
+
+struct kn_acc_op { /* dst += src */
+	bf16 *dst;
+	const bf16 *src;
+	__device__ void one(long i) const
+	{
+		add(dst, i, f(src, i));
+	}
+	__device__ void vec8(long i) const
+	{
+		float a[8], b[8];
+		ld8(dst + i, a);
+		ld8(src + i, b);
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			a[k] += b[k];
+		st8(dst + i, a);
+	}
+};
+
+struct kn_add2_op { /* da += d, db += d */
+	bf16 *da, *db;
+	const bf16 *d;
+	__device__ void one(long i) const
 	{
 		float v = f(d, i);
 		add(da, i, v);
 		add(db, i, v);
 	}
-}
-
-__global__ void kn_acc_bf16_kernel(bf16 *d, const bf16 *s, long n)
-{
-	KN_GRID_STRIDE(i, n)
-	add(d, i, f(s, i));
-}
+	__device__ void vec8(long i) const
+	{
+		float v[8], a[8], b[8];
+		ld8(d + i, v);
+		ld8(da + i, a);
+		ld8(db + i, b);
+#pragma unroll
+		for (int k = 0; k < 8; k++) {
+			a[k] += v[k];
+			b[k] += v[k];
+		}
+		st8(da + i, a);
+		st8(db + i, b);
+	}
+};
 
 __global__ void kn_scale_bf16_kernel(bf16 *x, float scale, long n)
 {
@@ -295,36 +479,36 @@ __global__ void kn_scale_bf16_kernel(bf16 *x, float scale, long n)
 
 void kn_gelu_forward_cuda_bf16(const struct kn_gelu_fwd_args *a, cudaStream_t s)
 {
-	kn_gelu_fwd_bf16_kernel<<<kn_blocks(a->N, 256), 256, 0, s>>>(
-	    (bf16 *)a->out, (const bf16 *)a->inp, a->N);
+	kn_gelu_fwd_op op = {(bf16 *)a->out, (const bf16 *)a->inp};
+	kn_ew_launch(op, a->N, al16(op.out) && al16(op.inp), s);
 	kn_cuda_check_launch("gelu_forward bf16");
 }
 
 void kn_gelu_backward_cuda_bf16(const struct kn_gelu_bwd_args *a, cudaStream_t s)
 {
-	kn_gelu_bwd_bf16_kernel<<<kn_blocks(a->N, 256), 256, 0, s>>>(
-	    (bf16 *)a->dinp, (const bf16 *)a->inp, (const bf16 *)a->dout, a->N);
+	kn_gelu_bwd_op op = {(bf16 *)a->dinp, (const bf16 *)a->inp, (const bf16 *)a->dout};
+	kn_ew_launch(op, a->N, al16(op.dinp) && al16(op.inp) && al16(op.dout), s);
 	kn_cuda_check_launch("gelu_backward bf16");
 }
 
 void kn_residual_forward_cuda_bf16(const struct kn_residual_fwd_args *a, cudaStream_t s)
 {
-	kn_add_bf16_kernel<<<kn_blocks(a->N, 256), 256, 0, s>>>(
-	    (bf16 *)a->out, (const bf16 *)a->a, (const bf16 *)a->b, a->N);
+	kn_add_op op = {(bf16 *)a->out, (const bf16 *)a->a, (const bf16 *)a->b};
+	kn_ew_launch(op, a->N, al16(op.out) && al16(op.x) && al16(op.y), s);
 	kn_cuda_check_launch("residual_forward bf16");
 }
 
 void kn_residual_backward_cuda_bf16(const struct kn_residual_bwd_args *a, cudaStream_t s)
 {
-	kn_add2_bf16_kernel<<<kn_blocks(a->N, 256), 256, 0, s>>>(
-	    (bf16 *)a->da, (bf16 *)a->db, (const bf16 *)a->dout, a->N);
+	kn_add2_op op = {(bf16 *)a->da, (bf16 *)a->db, (const bf16 *)a->dout};
+	kn_ew_launch(op, a->N, al16(op.da) && al16(op.db) && al16(op.d), s);
 	kn_cuda_check_launch("residual_backward bf16");
 }
 
 void kn_grad_accumulate_cuda_bf16(const struct kn_grad_accumulate_args *a, cudaStream_t s)
 {
-	kn_acc_bf16_kernel<<<kn_blocks(a->N, 256), 256, 0, s>>>((bf16 *)a->dst,
-	                                                         (const bf16 *)a->src, a->N);
+	kn_acc_op op = {(bf16 *)a->dst, (const bf16 *)a->src};
+	kn_ew_launch(op, a->N, al16(op.dst) && al16(op.src), s);
 	kn_cuda_check_launch("grad_accumulate bf16");
 }
 
@@ -392,8 +576,8 @@ __global__ void kn_ce_bwd_bf16_kernel(bf16 *dlogits, const bf16 *probs, const in
 
 void kn_crossentropy_forward_cuda_bf16(const struct kn_crossentropy_fwd_args *a, cudaStream_t s)
 {
-	kn_ce_fwd_bf16_kernel<<<a->B * a->T, 256, 0, s>>>(a->losses, (bf16 *)a->probs,
-	                                                  (const bf16 *)a->logits, a->targets, a->V);
+	kn_ce_fwd_bf16_kernel<<<a->B * a->T, 256, 0, s>>>(
+	    a->losses, (bf16 *)a->probs, (const bf16 *)a->logits, a->targets, a->V);
 	kn_cuda_check_launch("crossentropy_forward bf16");
 }
 
@@ -497,7 +681,8 @@ void kn_cuda_lt_release(void)
 	pthread_mutex_lock(&lt_lock);
 	for (int i = 0; i < lt_n; i++) {
 		int cur = 0;
-		if (cudaGetDevice(&cur) == cudaSuccess && cudaSetDevice(lt_cache[i].dev) == cudaSuccess) {
+		if (cudaGetDevice(&cur) == cudaSuccess &&
+		    cudaSetDevice(lt_cache[i].dev) == cudaSuccess) {
 			cudaFree(lt_cache[i].ws);
 			cudaSetDevice(cur);
 		}
@@ -516,13 +701,13 @@ static uint32_t kn_lt_align(const void *p)
 	return al;
 }
 
-#define KN_LT_CHECK(call)                                                      \
-	do {                                                                   \
-		cublasStatus_t st_ = (call);                                   \
-		if (st_ != CUBLAS_STATUS_SUCCESS) {                            \
+#define KN_LT_CHECK(call)                                                           \
+	do {                                                                        \
+		cublasStatus_t st_ = (call);                                        \
+		if (st_ != CUBLAS_STATUS_SUCCESS) {                                 \
 			kn_cuda_set_error(-EIO, #call, cublasGetStatusString(st_)); \
-			goto done;                                             \
-		}                                                              \
+			goto done;                                                  \
+		}                                                                   \
 	} while (0)
 
 /* Column-major D (m x n, ldd) = op(A) op(B) + beta D, bf16 A, B, D, fp32
@@ -542,7 +727,8 @@ static void kn_lt_gemm(cudaStream_t s, bool ta, bool tb, int m, int n, int k, co
 	cublasLtMatmulHeuristicResult_t res;
 	int nres = 0;
 	float alpha = 1.0f;
-	cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+	cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+	                  opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
 	size_t wsz = KN_LT_WS_BYTES;
 	uint32_t aa = kn_lt_align(A), ab = kn_lt_align(B), ad = kn_lt_align(D);
 	KN_LT_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -557,8 +743,8 @@ static void kn_lt_gemm(cudaStream_t s, bool ta, bool tb, int m, int n, int k, co
 		                                           sizeof(epi)));
 		KN_LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
 		                                           &bias, sizeof(bias)));
-		KN_LT_CHECK(cublasLtMatmulDescSetAttribute(
-		    op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+		KN_LT_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+		                                           &bt, sizeof(bt)));
 	}
 	KN_LT_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda));
 	KN_LT_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb));
@@ -615,8 +801,8 @@ void kn_matmul_backward_cuda_bf16(const struct kn_matmul_bwd_args *a, cudaStream
 		kn_lt_gemm(s, false, true, C, OC, BT, (const bf16 *)a->inp, C, dout, OC, 1.0f,
 		           (bf16 *)a->dweight, C, NULL);
 	if (a->dbias) {
-		kn_colsum_bf16_kernel<<<(OC + 31) / 32, dim3(32, 32), 0, s>>>((bf16 *)a->dbias, dout,
-		                                                              BT, OC);
+		kn_colsum_bf16_kernel<<<(OC + 31) / 32, dim3(32, 32), 0, s>>>((bf16 *)a->dbias,
+		                                                              dout, BT, OC);
 		kn_cuda_check_launch("matmul_backward bf16 bias");
 	}
 }
