@@ -55,7 +55,8 @@ void kn_encoder_forward_cpu_bf16(const struct kn_encoder_fwd_args *a)
 			int ok = ix >= 0 && ix < a->V;
 			for (int i = 0; i < C; i++)
 				st(a->out, o + i,
-				   ok ? ld(a->wte, (size_t)ix * C + i) + ld(a->wpe, (size_t)t * C + i)
+				   ok ? ld(a->wte, (size_t)ix * C + i) +
+				            ld(a->wpe, (size_t)t * C + i)
 				      : NAN);
 		}
 	}
@@ -225,8 +226,8 @@ void kn_attention_forward_cpu_bf16(const struct kn_attention_fwd_args *a)
 				for (int d = 0; d < hs; d++) {
 					float acc = 0.0f;
 					for (int t2 = 0; t2 <= t; t2++)
-						acc += s[t2] *
-						       ld(a->inp, qkv + (size_t)t2 * 3 * C + 2 * C + d);
+						acc += s[t2] * ld(a->inp, qkv + (size_t)t2 * 3 * C +
+						                              2 * C + d);
 					st(a->out, oo + d, acc / (float)l);
 				}
 				lse[((size_t)b * NH + h) * T + t] = mx + (float)log(l);
@@ -270,7 +271,8 @@ void kn_attention_backward_cpu_bf16(const struct kn_attention_bwd_args *a)
 					for (int d = 0; d < hs; d++) {
 						dq[(size_t)t * hs + d] += ds * ld(a->inp, ko + d);
 						dk[(size_t)t2 * hs + d] += ds * ld(a->inp, qo + d);
-						dv[(size_t)t2 * hs + d] += p[t2] * ld(a->dout, oo + d);
+						dv[(size_t)t2 * hs + d] +=
+						    p[t2] * ld(a->dout, oo + d);
 					}
 				}
 			}

@@ -50,8 +50,7 @@ static void expect(const char *what, const uint16_t *got, const double *ref, siz
 	free(g);
 }
 
-static void expect_f32(const char *what, const float *got, const double *ref, size_t n,
-                       double tol)
+static void expect_f32(const char *what, const float *got, const double *ref, size_t n, double tol)
 {
 	double e = bf_err64(got, ref, n);
 	printf("  %-28s n=%-6zu rel err %.3e (tol %.1e)\n", what, n, e, tol);
@@ -97,7 +96,7 @@ static void test_rounding(void)
 	CHECK(kn_f32_to_bf16(-(1.0f + 3 * 0x1p-8f)) == 0xbf82);
 	CHECK(kn_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f) == 0x3f81); /* above the tie: up */
 	CHECK(kn_f32_to_bf16(1.0f + 0x1p-8f - 0x1p-20f) == 0x3f80); /* below: down */
-	CHECK(kn_f32_to_bf16(0x1p-134f) == 0x0000); /* tie in subnormals */
+	CHECK(kn_f32_to_bf16(0x1p-134f) == 0x0000);                 /* tie in subnormals */
 	CHECK(kn_f32_to_bf16(3 * 0x1p-134f) == 0x0002);
 	CHECK(kn_f32_to_bf16(INFINITY) == 0x7f80 && kn_f32_to_bf16(-INFINITY) == 0xff80);
 	CHECK(kn_f32_to_bf16(3.4e38f) == 0x7f80); /* rounds past the largest bf16 */
@@ -126,7 +125,8 @@ static void test_encoder(struct tk_rng *r)
 	size_t btc = (size_t)B * T * C;
 	struct bt wte = bt_new(r, (size_t)V * C, 1, 0), wpe = bt_new(r, (size_t)maxT * C, 1, 0);
 	struct bt dout = bt_new(r, btc, 1, 0);
-	struct bt dwte = bt_new(r, (size_t)V * C, 0.5f, 0), dwpe = bt_new(r, (size_t)maxT * C, 0.5f, 0);
+	struct bt dwte = bt_new(r, (size_t)V * C, 0.5f, 0),
+	          dwpe = bt_new(r, (size_t)maxT * C, 0.5f, 0);
 	int tok[B * T];
 	for (int i = 0; i < B * T; i++)
 		tok[i] = (int)(tk_u32(r) % V);
@@ -140,8 +140,8 @@ static void test_encoder(struct tk_rng *r)
 	memcpy(rwpe, dwpe.d, (size_t)maxT * C * 8);
 	for (int bt = 0; bt < B * T; bt++)
 		for (int c = 0; c < C; c++) {
-			ref[(size_t)bt * C + c] = wte.d[(size_t)tok[bt] * C + c] +
-			                          wpe.d[(size_t)(bt % T) * C + c];
+			ref[(size_t)bt * C + c] =
+			    wte.d[(size_t)tok[bt] * C + c] + wpe.d[(size_t)(bt % T) * C + c];
 			rwte[(size_t)tok[bt] * C + c] += dout.d[(size_t)bt * C + c];
 			rwpe[(size_t)(bt % T) * C + c] += dout.d[(size_t)bt * C + c];
 		}
@@ -219,7 +219,8 @@ static void test_matmul(struct tk_rng *r)
 	struct bt dx = bt_new(r, bt * C, 0.5f, 0), dw = bt_new(r, (size_t)OC * C, 0.5f, 0);
 	struct bt db = bt_new(r, OC, 0.5f, 0);
 	uint16_t *out = malloc(bt * OC * 2);
-	double *ro = dnew(bt * OC), *rdx = dnew(bt * C), *rdw = dnew((size_t)OC * C), *rdb = dnew(OC);
+	double *ro = dnew(bt * OC), *rdx = dnew(bt * C), *rdw = dnew((size_t)OC * C),
+	       *rdb = dnew(OC);
 	CHECK(out);
 	memcpy(rdx, dx.d, bt * C * 8), memcpy(rdw, dw.d, (size_t)OC * C * 8);
 	memcpy(rdb, db.d, OC * 8);
@@ -277,12 +278,14 @@ static void attention_ref(const double *qkv, const double *dout, int b_, int t_,
 					p[s] = exp(p[s] - mx) / l;
 				lse[((size_t)b * nh + h) * t_ + t] = mx + log(l);
 				double *o = out + ((size_t)b * t_ + t) * c_ + (size_t)h * hs;
-				const double *go = dout + ((size_t)b * t_ + t) * c_ + (size_t)h * hs;
+				const double *go =
+				    dout + ((size_t)b * t_ + t) * c_ + (size_t)h * hs;
 				double D = 0;
 				for (int i = 0; i < hs; i++) {
 					o[i] = 0;
 					for (int s = 0; s <= t; s++)
-						o[i] += p[s] * base[(size_t)s * 3 * c_ + 2 * c_ + i];
+						o[i] +=
+						    p[s] * base[(size_t)s * 3 * c_ + 2 * c_ + i];
 					D += o[i] * go[i];
 				}
 				for (int s = 0; s <= t; s++) {
@@ -297,7 +300,8 @@ static void attention_ref(const double *qkv, const double *dout, int b_, int t_,
 					for (int i = 0; i < hs; i++) {
 						dbase[(size_t)t * 3 * c_ + i] += ds * k[i];
 						dbase[(size_t)s * 3 * c_ + c_ + i] += ds * q[i];
-						dbase[(size_t)s * 3 * c_ + 2 * c_ + i] += p[s] * go[i];
+						dbase[(size_t)s * 3 * c_ + 2 * c_ + i] +=
+						    p[s] * go[i];
 					}
 				}
 			}
@@ -326,7 +330,8 @@ static void test_attention(struct tk_rng *r, int c_, int nh)
 	expect(what, out, ro, btc, TOL_ONE);
 	snprintf(what, sizeof(what), "attention_forward hs=%d lse", c_ / nh);
 	expect_f32(what, lse, rl, rows, TOL_F32);
-	struct kn_attention_bwd_args bw = {KN_BF16, dqkv.h, ws, dy.h, qkv.h, lse, out, B, T, c_, nh};
+	struct kn_attention_bwd_args bw = {KN_BF16, dqkv.h, ws, dy.h, qkv.h, lse,
+	                                   out,     B,      T,  c_,   nh};
 	CHECK_OK(kn_attention_backward_check(&bw));
 	bw.out = NULL;
 	CHECK(kn_attention_backward_check(&bw) == -EINVAL); /* bf16 needs out */
@@ -509,8 +514,8 @@ int main(void)
 	test_encoder(&r);
 	test_layernorm(&r);
 	test_matmul(&r);
-	test_attention(&r, C, NH);      /* hs 16 */
-	test_attention(&r, 2 * 64, 2);  /* hs 64 */
+	test_attention(&r, C, NH);     /* hs 16 */
+	test_attention(&r, 2 * 64, 2); /* hs 64 */
 	test_elementwise(&r);
 	test_crossentropy(&r);
 	printf("max op error %.3e (u = %.3e)\n", worst_op, BF_U);
