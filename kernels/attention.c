@@ -9,12 +9,27 @@
 
 size_t kn_attention_ws_bytes(enum kn_dtype dtype, int B, int T, int C, int NH)
 {
+	/* bf16 (fp32 words): CUDA D = rowsum(dout * out) (B NH T); the CPU its
+	 * fp32 dq, dk, dv of one head (3 T hs) and two rows of scores (2 T). */
+	if (dtype == KN_BF16)
+		return sizeof(float) *
+		       ((size_t)B * NH * T + 3 * (size_t)T * (C / NH) + 2 * (size_t)T);
 	/* CUDA: q,k,v,dq,dk,dv,dvacc (7 BTC) + datt (B NH T T); CPU uses less. */
 	return kn_dtype_size(dtype) * (7 * (size_t)B * T * C + (size_t)B * NH * T * T);
 }
 
+size_t kn_attention_att_bytes(enum kn_dtype dtype, int B, int T, int NH)
+{
+	size_t rows = (size_t)B * NH * T;
+	return sizeof(float) * (dtype == KN_BF16 ? rows : rows * T);
+}
+
 void kn_attention_forward_cpu(const struct kn_attention_fwd_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_attention_forward_cpu_bf16(a);
+		return;
+	}
 	int B = a->B, T = a->T, C = a->C, NH = a->NH, hs = C / NH;
 	float scale = 1.0f / sqrtf((float)hs);
 	const float *inp = a->inp;
@@ -48,6 +63,10 @@ void kn_attention_forward_cpu(const struct kn_attention_fwd_args *a)
 
 void kn_attention_backward_cpu(const struct kn_attention_bwd_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_attention_backward_cpu_bf16(a);
+		return;
+	}
 	int B = a->B, T = a->T, C = a->C, NH = a->NH, hs = C / NH;
 	float scale = 1.0f / sqrtf((float)hs);
 	const float *inp = a->inp;

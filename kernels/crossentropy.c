@@ -7,6 +7,10 @@
 
 void kn_crossentropy_forward_cpu(const struct kn_crossentropy_fwd_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_crossentropy_forward_cpu_bf16(a);
+		return;
+	}
 	int V = a->V;
 	size_t rows = (size_t)a->B * a->T;
 	for (size_t r = 0; r < rows; r++) {
@@ -31,6 +35,10 @@ void kn_crossentropy_forward_cpu(const struct kn_crossentropy_fwd_args *a)
 
 void kn_crossentropy_backward_cpu(const struct kn_crossentropy_bwd_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_crossentropy_backward_cpu_bf16(a);
+		return;
+	}
 	int V = a->V;
 	size_t rows = (size_t)a->B * a->T;
 	for (size_t r = 0; r < rows; r++) {

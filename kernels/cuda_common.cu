@@ -100,6 +100,7 @@ extern "C" void kn_cuda_cublas_release(void)
 		cublasDestroy(cache[i].handle);
 	cache_n = 0;
 	pthread_mutex_unlock(&cache_lock);
+	kn_cuda_lt_release();
 }
 
 cublasHandle_t kn_cuda_handle(cudaStream_t stream)

@@ -85,6 +85,10 @@ __global__ void kn_encoder_bwd_wte_kernel(float *dwte, const float *dout, const 
 
 extern "C" void kn_encoder_forward_cuda(const struct kn_encoder_fwd_args *a, void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_encoder_forward_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	long n = (long)a->B * a->T * a->C;
 	kn_encoder_fwd_kernel<<<kn_blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(
 	    (float *)a->out, a->inp, (const float *)a->wte, (const float *)a->wpe, a->B, a->T,
@@ -94,6 +98,10 @@ extern "C" void kn_encoder_forward_cuda(const struct kn_encoder_fwd_args *a, voi
 
 extern "C" void kn_encoder_backward_cuda(const struct kn_encoder_bwd_args *a, void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_encoder_backward_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	cudaStream_t s = (cudaStream_t)stream;
 	long n = (long)a->T * a->C;
 	kn_encoder_bwd_wpe_kernel<<<kn_blocks(n, 256), 256, 0, s>>>(
@@ -192,6 +200,10 @@ __global__ void kn_layernorm_bwd_params_kernel(float *dw, float *db, const float
 
 extern "C" void kn_layernorm_forward_cuda(const struct kn_layernorm_fwd_args *a, void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_layernorm_forward_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	int rows = a->B * a->T;
 	kn_layernorm_fwd_kernel<<<(rows + 7) / 8, 256, 0, (cudaStream_t)stream>>>(
 	    (float *)a->out, a->mean, a->rstd, (const float *)a->inp, (const float *)a->weight,
@@ -201,6 +213,10 @@ extern "C" void kn_layernorm_forward_cuda(const struct kn_layernorm_fwd_args *a,
 
 extern "C" void kn_layernorm_backward_cuda(const struct kn_layernorm_bwd_args *a, void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_layernorm_backward_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	cudaStream_t s = (cudaStream_t)stream;
 	int rows = a->B * a->T;
 	kn_layernorm_bwd_dinp_kernel<<<(rows + 7) / 8, 256, 0, s>>>(
@@ -241,6 +257,10 @@ __global__ void kn_gelu_bwd_kernel(float *dinp, const float *inp, const float *d
 
 extern "C" void kn_gelu_forward_cuda(const struct kn_gelu_fwd_args *a, void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_gelu_forward_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	kn_gelu_fwd_kernel<<<kn_blocks(a->N, 256), 256, 0, (cudaStream_t)stream>>>(
 	    (float *)a->out, (const float *)a->inp, a->N);
 	kn_cuda_check_launch("gelu_forward");
@@ -248,6 +268,10 @@ extern "C" void kn_gelu_forward_cuda(const struct kn_gelu_fwd_args *a, void *str
 
 extern "C" void kn_gelu_backward_cuda(const struct kn_gelu_bwd_args *a, void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_gelu_backward_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	kn_gelu_bwd_kernel<<<kn_blocks(a->N, 256), 256, 0, (cudaStream_t)stream>>>(
 	    (float *)a->dinp, (const float *)a->inp, (const float *)a->dout, a->N);
 	kn_cuda_check_launch("gelu_backward");
@@ -270,6 +294,10 @@ __global__ void kn_add2_kernel(float *da, float *db, const float *d, long n)
 
 extern "C" void kn_residual_forward_cuda(const struct kn_residual_fwd_args *a, void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_residual_forward_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	kn_add_kernel<<<kn_blocks(a->N, 256), 256, 0, (cudaStream_t)stream>>>(
 	    (float *)a->out, (const float *)a->a, (const float *)a->b, a->N);
 	kn_cuda_check_launch("residual_forward");
@@ -277,6 +305,10 @@ extern "C" void kn_residual_forward_cuda(const struct kn_residual_fwd_args *a, v
 
 extern "C" void kn_residual_backward_cuda(const struct kn_residual_bwd_args *a, void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_residual_backward_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	kn_add2_kernel<<<kn_blocks(a->N, 256), 256, 0, (cudaStream_t)stream>>>(
 	    (float *)a->da, (float *)a->db, (const float *)a->dout, a->N);
 	kn_cuda_check_launch("residual_backward");
@@ -341,6 +373,10 @@ __global__ void kn_ce_bwd_kernel(float *dlogits, const float *probs, const int *
 
 extern "C" void kn_crossentropy_forward_cuda(const struct kn_crossentropy_fwd_args *a, void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_crossentropy_forward_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	kn_ce_fwd_kernel<<<a->B * a->T, 256, 0, (cudaStream_t)stream>>>(
 	    a->losses, (float *)a->probs, (const float *)a->logits, a->targets, a->V);
 	kn_cuda_check_launch("crossentropy_forward");
@@ -349,6 +385,10 @@ extern "C" void kn_crossentropy_forward_cuda(const struct kn_crossentropy_fwd_ar
 extern "C" void kn_crossentropy_backward_cuda(const struct kn_crossentropy_bwd_args *a,
                                               void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_crossentropy_backward_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	long n = (long)a->B * a->T * a->V;
 	kn_ce_bwd_kernel<<<kn_blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(
 	    (float *)a->dlogits, (const float *)a->probs, a->targets, a->dloss, n, a->V);
@@ -429,6 +469,10 @@ extern "C" void kn_grad_zero_cuda(const struct kn_grad_zero_args *a, void *strea
 
 extern "C" void kn_grad_accumulate_cuda(const struct kn_grad_accumulate_args *a, void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_grad_accumulate_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	kn_acc_kernel<<<kn_blocks(a->N, 256), 256, 0, (cudaStream_t)stream>>>(
 	    (float *)a->dst, (const float *)a->src, a->N);
 	kn_cuda_check_launch("grad_accumulate");
@@ -436,6 +480,10 @@ extern "C" void kn_grad_accumulate_cuda(const struct kn_grad_accumulate_args *a,
 
 extern "C" void kn_grad_scale_cuda(const struct kn_grad_scale_args *a, void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_grad_scale_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	kn_scale_kernel<<<kn_blocks(a->N, 256), 256, 0, (cudaStream_t)stream>>>((float *)a->x,
 	                                                                        a->scale, a->N);
 	kn_cuda_check_launch("grad_scale");

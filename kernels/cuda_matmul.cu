@@ -37,6 +37,10 @@ __global__ void kn_bias_fill_kernel(float *out, const float *bias, long n, int O
 
 extern "C" void kn_matmul_forward_cuda(const struct kn_matmul_fwd_args *a, void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_matmul_forward_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	cudaStream_t s = (cudaStream_t)stream;
 	int BT = a->B * a->T;
 	float beta = 0.0f;
@@ -53,6 +57,10 @@ extern "C" void kn_matmul_forward_cuda(const struct kn_matmul_fwd_args *a, void 
 
 extern "C" void kn_matmul_backward_cuda(const struct kn_matmul_bwd_args *a, void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_matmul_backward_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	cudaStream_t s = (cudaStream_t)stream;
 	int BT = a->B * a->T, C = a->C, OC = a->OC;
 	const float *dout = (const float *)a->dout;
@@ -175,6 +183,10 @@ __global__ void kn_causal_softmax_bwd_kernel(float *datt, const float *att, int 
 
 extern "C" void kn_attention_forward_cuda(const struct kn_attention_fwd_args *a, void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_attention_forward_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	cudaStream_t s = (cudaStream_t)stream;
 	int B = a->B, T = a->T, C = a->C, NH = a->NH, hs = C / NH;
 	size_t btc = (size_t)B * T * C;
@@ -201,6 +213,10 @@ extern "C" void kn_attention_forward_cuda(const struct kn_attention_fwd_args *a,
 
 extern "C" void kn_attention_backward_cuda(const struct kn_attention_bwd_args *a, void *stream)
 {
+	if (a->dtype == KN_BF16) {
+		kn_attention_backward_cuda_bf16(a, (cudaStream_t)stream);
+		return;
+	}
 	cudaStream_t s = (cudaStream_t)stream;
 	int B = a->B, T = a->T, C = a->C, NH = a->NH, hs = C / NH;
 	size_t btc = (size_t)B * T * C;

@@ -7,6 +7,10 @@
 
 void kn_gelu_forward_cpu(const struct kn_gelu_fwd_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_gelu_forward_cpu_bf16(a);
+		return;
+	}
 	const float *x = a->inp;
 	float *y = a->out;
 	for (long i = 0; i < a->N; i++) {
@@ -18,6 +22,10 @@ void kn_gelu_forward_cpu(const struct kn_gelu_fwd_args *a)
 
 void kn_gelu_backward_cpu(const struct kn_gelu_bwd_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_gelu_backward_cpu_bf16(a);
+		return;
+	}
 	const float *x = a->inp, *dy = a->dout;
 	float *dx = a->dinp;
 	for (long i = 0; i < a->N; i++) {
@@ -34,6 +42,10 @@ void kn_gelu_backward_cpu(const struct kn_gelu_bwd_args *a)
 
 void kn_residual_forward_cpu(const struct kn_residual_fwd_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_residual_forward_cpu_bf16(a);
+		return;
+	}
 	const float *x = a->a, *y = a->b;
 	float *o = a->out;
 	for (long i = 0; i < a->N; i++)
@@ -42,6 +54,10 @@ void kn_residual_forward_cpu(const struct kn_residual_fwd_args *a)
 
 void kn_residual_backward_cpu(const struct kn_residual_bwd_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_residual_backward_cpu_bf16(a);
+		return;
+	}
 	const float *d = a->dout;
 	float *da = a->da, *db = a->db;
 	for (long i = 0; i < a->N; i++) {
@@ -57,6 +73,10 @@ void kn_grad_zero_cpu(const struct kn_grad_zero_args *a)
 
 void kn_grad_accumulate_cpu(const struct kn_grad_accumulate_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_grad_accumulate_cpu_bf16(a);
+		return;
+	}
 	const float *s = a->src;
 	float *d = a->dst;
 	for (long i = 0; i < a->N; i++)
@@ -65,6 +85,10 @@ void kn_grad_accumulate_cpu(const struct kn_grad_accumulate_args *a)
 
 void kn_grad_scale_cpu(const struct kn_grad_scale_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_grad_scale_cpu_bf16(a);
+		return;
+	}
 	float *x = a->x;
 	for (long i = 0; i < a->N; i++)
 		x[i] *= a->scale;

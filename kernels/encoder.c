@@ -9,6 +9,10 @@
 
 void kn_encoder_forward_cpu(const struct kn_encoder_fwd_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_encoder_forward_cpu_bf16(a);
+		return;
+	}
 	float *out = a->out;
 	const float *wte = a->wte, *wpe = a->wpe;
 	int B = a->B, T = a->T, C = a->C;
@@ -26,6 +30,10 @@ void kn_encoder_forward_cpu(const struct kn_encoder_fwd_args *a)
 
 void kn_encoder_backward_cpu(const struct kn_encoder_bwd_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_encoder_backward_cpu_bf16(a);
+		return;
+	}
 	float *dwte = a->dwte, *dwpe = a->dwpe;
 	const float *dout = a->dout;
 	int B = a->B, T = a->T, C = a->C;

@@ -33,6 +33,27 @@ int kn_layer_update_run(const struct kn_runner *r, const struct kn_model_config 
 int kn_layer_zero_grad_run(const struct kn_runner *r, const struct kn_model_config *cfg,
                            enum kn_layer_kind kind, const struct kn_layer_mem *mem);
 
+/* The bf16 CPU kernels (cpu_bf16.c): each fp32 kernel calls its twin for
+ * KN_BF16. bf16 storage, fp32 arithmetic, one rounding per stored value. */
+#define KN_BF16_DECLARE_(name, args) void kn_##name##_cpu_bf16(const struct args *a);
+KN_BF16_DECLARE_(encoder_forward, kn_encoder_fwd_args)
+KN_BF16_DECLARE_(encoder_backward, kn_encoder_bwd_args)
+KN_BF16_DECLARE_(layernorm_forward, kn_layernorm_fwd_args)
+KN_BF16_DECLARE_(layernorm_backward, kn_layernorm_bwd_args)
+KN_BF16_DECLARE_(matmul_forward, kn_matmul_fwd_args)
+KN_BF16_DECLARE_(matmul_backward, kn_matmul_bwd_args)
+KN_BF16_DECLARE_(attention_forward, kn_attention_fwd_args)
+KN_BF16_DECLARE_(attention_backward, kn_attention_bwd_args)
+KN_BF16_DECLARE_(gelu_forward, kn_gelu_fwd_args)
+KN_BF16_DECLARE_(gelu_backward, kn_gelu_bwd_args)
+KN_BF16_DECLARE_(residual_forward, kn_residual_fwd_args)
+KN_BF16_DECLARE_(residual_backward, kn_residual_bwd_args)
+KN_BF16_DECLARE_(crossentropy_forward, kn_crossentropy_fwd_args)
+KN_BF16_DECLARE_(crossentropy_backward, kn_crossentropy_bwd_args)
+KN_BF16_DECLARE_(grad_accumulate, kn_grad_accumulate_args)
+KN_BF16_DECLARE_(grad_scale, kn_grad_scale_args)
+#undef KN_BF16_DECLARE_
+
 #define KN_GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 #define KN_LN_EPS     1e-5f
 

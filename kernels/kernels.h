@@ -9,9 +9,10 @@
  * Layouts follow llm.c (row-major, letters B, T, C, V, NH, hs = C/NH, OC):
  * activations (B,T,C); linear weight (OC,C) as torch.nn.Linear; qkv (B,T,3C)
  * ordered q|k|v, head h at columns h*hs..; attention probabilities (B,NH,T,T).
- * Tensors are void pointers of element type args->dtype (KN_F32 now; bf16 will
- * reuse the same structs); token ids and targets are int32; layernorm
- * statistics (mean, rstd) are always fp32.
+ * Tensors are void pointers of element type args->dtype: KN_F32, or KN_BF16
+ * (storage bf16, arithmetic fp32, round-to-nearest-even on every store; the
+ * optimizers stay fp32-only); token ids and targets are int32; layernorm
+ * statistics (mean, rstd), attention's logsumexp and the losses are always fp32.
  *
  * Gradient convention: every backward ACCUMULATES (+=) into all its outputs,
  * input gradients and parameter gradients alike (llm.c's convention), so
@@ -34,6 +35,29 @@ enum kn_dtype { KN_F32 = 0, KN_BF16 = 1 };
 
 /* Bytes of one element of dtype (4 for KN_F32, 2 for KN_BF16). */
 size_t kn_dtype_size(enum kn_dtype dtype);
+
+/* bf16 <-> fp32 as the kernels convert (bf16 is the top half of an fp32):
+ * widening is exact; narrowing rounds to nearest, ties to even (a NaN stays
+ * a quiet NaN, overflow gives inf), as CUDA's __float2bfloat16_rn. */
+static inline float kn_bf16_to_f32(uint16_t h)
+{
+	union {
+		uint32_t u;
+		float f;
+	} v = {.u = (uint32_t)h << 16};
+	return v.f;
+}
+static inline uint16_t kn_f32_to_bf16(float f)
+{
+	union {
+		float f;
+		uint32_t u;
+	} v = {.f = f};
+	if ((v.u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep the sign, set quiet */
+		return (uint16_t)((v.u >> 16) | 0x40u);
+	v.u += 0x7fffu + ((v.u >> 16) & 1u);
+	return (uint16_t)(v.u >> 16);
+}
 
 /* Sets the CPU kernels' thread count (OpenBLAS threads); 0 = number of cores.
  * Results are bit-identical run to run for a fixed count. Not thread-safe with
@@ -110,13 +134,18 @@ struct kn_matmul_bwd_args {
 };
 
 /* ---- causal multi-head self-attention --------------------------------------
- * inp (B,T,3C) = q|k|v; att (B,NH,T,T) = softmax(q k^T / sqrt(hs)) with the
- * causal mask (att[.,.,t,t2] = 0 for t2 > t), saved for backward; out (B,T,C) =
- * att @ v with heads concatenated. ws is scratch of kn_attention_ws_bytes(). */
+ * inp (B,T,3C) = q|k|v; P = softmax(q k^T / sqrt(hs)) with the causal mask
+ * (P[.,.,t,t2] = 0 for t2 > t); out (B,T,C) = P @ v with heads concatenated.
+ * What forward saves in att for backward depends on the dtype:
+ *   KN_F32   att (B,NH,T,T) fp32: P itself;
+ *   KN_BF16  att (B,NH,T) fp32: the logsumexp of each row of scaled logits
+ *            (flash attention: P is never stored, backward recomputes it from
+ *            q, k and this; backward also reads out). Head size hs <= 128.
+ * ws is scratch of kn_attention_ws_bytes(). */
 struct kn_attention_fwd_args {
 	enum kn_dtype dtype;
 	void *out;       /* (B,T,C) */
-	void *att;       /* (B,NH,T,T) saved for backward */
+	void *att;       /* saved for backward: (B,NH,T,T), bf16: (B,NH,T) fp32 */
 	void *ws;        /* scratch, kn_attention_ws_bytes(B,T,C,NH) */
 	const void *inp; /* (B,T,3C) */
 	int B, T, C, NH;
@@ -127,11 +156,14 @@ struct kn_attention_bwd_args {
 	void *ws;         /* scratch, kn_attention_ws_bytes(B,T,C,NH) */
 	const void *dout; /* (B,T,C) */
 	const void *inp;  /* (B,T,3C) */
-	const void *att;  /* (B,NH,T,T) from forward */
+	const void *att;  /* from forward: (B,NH,T,T), bf16: logsumexp (B,NH,T) fp32 */
+	const void *out;  /* (B,T,C) forward's output; read by bf16 only (may be NULL for fp32) */
 	int B, T, C, NH;
 };
 /* Scratch bytes the attention kernels need (both directions, both backends). */
 size_t kn_attention_ws_bytes(enum kn_dtype dtype, int B, int T, int C, int NH);
+/* Bytes forward saves in att: B*NH*T*T*4 (fp32), B*NH*T*4 (bf16). */
+size_t kn_attention_att_bytes(enum kn_dtype dtype, int B, int T, int NH);
 
 /* ---- GELU, tanh approximation (GPT-2; torch approximate='tanh') ----------- */
 struct kn_gelu_fwd_args {
@@ -165,7 +197,7 @@ struct kn_residual_bwd_args {
 };
 
 /* ---- softmax cross-entropy over the vocabulary -----------------------------
- * probs = softmax(logits) over V; losses[b,t] = -log probs[b,t,targets[b,t]].
+ * probs = softmax(logits) over V (statistics in fp32, probs stored in dtype); losses[b,t] = -log probs[b,t,targets[b,t]].
  * The mean loss is the caller's sum over losses / (B*T). */
 struct kn_crossentropy_fwd_args {
 	enum kn_dtype dtype;

@@ -4,8 +4,9 @@
  *
  * The byte counts are exactly the ranges kn_layer_forward/backward use
  * (layer_exec.c lays them out); FLOPs count GEMMs (2 per multiply-add,
- * attention over the full T x T as the kernels compute it) plus the elementwise
- * ops' small terms. Backward = 2x forward GEMMs.
+ * attention over the full T x T as the fp32 kernels compute it, the causal half
+ * for bf16's flash kernels) plus the elementwise ops' small terms. Backward =
+ * 2x forward GEMMs (bf16 attention: 3.5x, it recomputes the probabilities).
  */
 #include "kernels/internal.h"
 
@@ -66,7 +67,8 @@ int kn_layer_describe(const struct kn_model_config *cfg, enum kn_layer_kind kind
 		params = 12 * C * C + 13 * C;
 		/* ln1, qkv(3), att, atty, res2, ln2, fch(4), fch_gelu(4) = 15 BTC + att,
 		 * then ln1/ln2 mean and rstd (fp32) */
-		d.stash_bytes = (uint64_t)((15 * btc + att) * e + 4 * 4 * bt);
+		d.stash_bytes = (uint64_t)(15 * btc * e + 4 * 4 * bt) +
+		                kn_attention_att_bytes(cfg->dtype, B, T, cfg->NH);
 		d.input_bytes = (uint64_t)(btc * e);
 		d.output_bytes = (uint64_t)(btc * e);
 		/* attention ws; forward attproj, fcproj; backward 16 BTC of gradients */
@@ -79,6 +81,16 @@ int kn_layer_describe(const struct kn_model_config *cfg, enum kn_layer_kind kind
 		d.bwd_flops = 2 * gemm + 2 * attn + 2 * elem;
 		d.stash_names = "ln1,qkv,att,atty,residual2,ln2,fch,fch_gelu,ln1_mean,ln1_rstd,"
 		                "ln2_mean,ln2_rstd";
+		if (cfg->dtype == KN_BF16) {
+			/* flash attention: the causal half only; backward recomputes the
+			 * scores and probabilities (q k^T twice, dp twice): 3.5x forward */
+			attn /= 2;
+			elem = 60 * btc + 2.5 * att;
+			d.fwd_flops = gemm + attn + elem;
+			d.bwd_flops = 2 * gemm + 3.5 * attn + 2 * elem;
+			d.stash_names = "ln1_mean,ln1_rstd,ln2_mean,ln2_rstd,lse,ln1,qkv,atty,"
+			                "residual2,ln2,fch,fch_gelu";
+		}
 		break;
 	}
 	case KN_LAYER_HEAD:
@@ -90,7 +102,8 @@ int kn_layer_describe(const struct kn_model_config *cfg, enum kn_layer_kind kind
 		d.work_bytes = (uint64_t)((bt * V + btc) * e); /* logits; dlogits + dlnf */
 		d.fwd_flops = 2 * btc * V + 5 * bt * V + 8 * btc;
 		d.bwd_flops = 4 * btc * V + 3 * bt * V + 16 * btc;
-		d.stash_names = "lnf,probs,lnf_mean,lnf_rstd";
+		d.stash_names = cfg->dtype == KN_BF16 ? "lnf_mean,lnf_rstd,lnf,probs"
+		                                      : "lnf,probs,lnf_mean,lnf_rstd";
 		break;
 	default: return sp_error(-EINVAL, "kn_layer_describe: unknown layer kind %d", (int)kind);
 	}

@@ -6,10 +6,15 @@
  * Range layouts (elements of cfg->dtype unless fp32 is said):
  *   block stash: ln1 BTC | qkv 3BTC | att B*NH*T*T | atty BTC | res2 BTC | ln2 BTC |
  *                fch 4BTC | fch_gelu 4BTC | ln1_mean, ln1_rstd, ln2_mean, ln2_rstd (BT fp32)
+ *   bf16 block stash: the fp32 parts first, so every range stays 4-byte aligned:
+ *                ln1_mean, ln1_rstd, ln2_mean, ln2_rstd (BT fp32) | lse (B*NH*T fp32,
+ *                attention's logsumexp: no T x T) | ln1 | qkv | atty | res2 | ln2 | fch |
+ *                fch_gelu (bf16)
  *   block work:  attention ws | forward: attproj BTC, fcproj BTC; backward: dres2 BTC,
  *                dln2 BTC, dfch 4BTC, dfch_gelu 4BTC, dattproj BTC, datty BTC,
  *                dqkv 3BTC, dln1 BTC
  *   head stash:  lnf BTC | probs BTV | lnf_mean, lnf_rstd (BT fp32)
+ *   bf16 head stash: lnf_mean, lnf_rstd (BT fp32) | lnf BTC | probs BTV (bf16)
  *   head work:   forward: logits BTV; backward: dlogits BTV | dlnf BTC
  * The whole sequence is validated before the first kernel runs, so a bad call
  * runs (or queues) nothing.
@@ -20,52 +25,76 @@
 	SP_CHECK((r)->run((r)->ctx, &kn_##op##_kernel, &(a), sizeof(a), kn_##op##_cost(&(a))))
 
 struct kn_block_ptrs {
-	float *p[KN_BLOCK_NPARAMS], *g[KN_BLOCK_NPARAMS];
-	float *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fch_gelu;
+	void *p[KN_BLOCK_NPARAMS], *g[KN_BLOCK_NPARAMS];
+	void *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fch_gelu;
 	float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
-	float *ws, *attproj, *fcproj;
-	float *dres2, *dln2, *dfch, *dfch_gelu, *dattproj, *datty, *dqkv, *dln1;
+	void *ws, *attproj, *fcproj;
+	void *dres2, *dln2, *dfch, *dfch_gelu, *dattproj, *datty, *dqkv, *dln1;
 };
+
+/* Element i of a tensor of dtype dt at base. */
+static void *kn_at(const void *base, size_t i, enum kn_dtype dt)
+{
+	return base ? (char *)base + i * kn_dtype_size(dt) : NULL;
+}
+
+/* Takes the next bytes of a range: returns the cursor, then advances it. */
+static void *kn_take(char **cur, size_t bytes)
+{
+	void *p = *cur;
+	*cur += bytes;
+	return p;
+}
 
 static void kn_block_layout(const struct kn_model_config *cfg, int B, int T,
                             const struct kn_layer_mem *mem, struct kn_block_ptrs *q)
 {
-	size_t C = cfg->C, bt = (size_t)B * T, btc = bt * C, sz[KN_BLOCK_NPARAMS];
+	enum kn_dtype dt = cfg->dtype;
+	size_t e = kn_dtype_size(dt), C = cfg->C, bt = (size_t)B * T, btc = bt * C;
+	size_t sz[KN_BLOCK_NPARAMS], off = 0;
 	kn_block_param_sizes(cfg->C, sz);
-	float *p = mem->params, *g = mem->grads;
 	for (int i = 0; i < KN_BLOCK_NPARAMS; i++) {
-		q->p[i] = p;
-		q->g[i] = g;
-		p += sz[i];
-		g = g ? g + sz[i] : NULL;
+		q->p[i] = kn_at(mem->params, off, dt);
+		q->g[i] = kn_at(mem->grads, off, dt);
+		off += sz[i];
 	}
-	float *s = mem->stash;
+	char *s = mem->stash;
+	size_t att = kn_attention_att_bytes(dt, B, T, cfg->NH);
+	if (s && dt == KN_BF16) { /* fp32 first, so every range stays aligned */
+		q->ln1_mean = kn_take(&s, 4 * bt);
+		q->ln1_rstd = kn_take(&s, 4 * bt);
+		q->ln2_mean = kn_take(&s, 4 * bt);
+		q->ln2_rstd = kn_take(&s, 4 * bt);
+		q->att = kn_take(&s, att);
+	}
 	if (s) {
-		q->ln1 = s, s += btc;
-		q->qkv = s, s += 3 * btc;
-		q->att = s, s += (size_t)B * cfg->NH * T * T;
-		q->atty = s, s += btc;
-		q->res2 = s, s += btc;
-		q->ln2 = s, s += btc;
-		q->fch = s, s += 4 * btc;
-		q->fch_gelu = s, s += 4 * btc;
-		q->ln1_mean = s, s += bt;
-		q->ln1_rstd = s, s += bt;
-		q->ln2_mean = s, s += bt;
-		q->ln2_rstd = s;
+		q->ln1 = kn_take(&s, e * btc);
+		q->qkv = kn_take(&s, e * 3 * btc);
+		if (dt != KN_BF16)
+			q->att = kn_take(&s, att);
+		q->atty = kn_take(&s, e * btc);
+		q->res2 = kn_take(&s, e * btc);
+		q->ln2 = kn_take(&s, e * btc);
+		q->fch = kn_take(&s, e * 4 * btc);
+		q->fch_gelu = kn_take(&s, e * 4 * btc);
 	}
-	float *w = mem->work;
+	if (s && dt != KN_BF16) {
+		q->ln1_mean = kn_take(&s, 4 * bt);
+		q->ln1_rstd = kn_take(&s, 4 * bt);
+		q->ln2_mean = kn_take(&s, 4 * bt);
+		q->ln2_rstd = kn_take(&s, 4 * bt);
+	}
+	char *w = mem->work;
 	if (w) {
-		q->ws = w;
-		w += kn_attention_ws_bytes(cfg->dtype, B, T, cfg->C, cfg->NH) / sizeof(float);
-		q->attproj = w, q->fcproj = w + btc; /* forward */
-		q->dres2 = w, w += btc;              /* backward */
-		q->dln2 = w, w += btc;
-		q->dfch = w, w += 4 * btc;
-		q->dfch_gelu = w, w += 4 * btc;
-		q->dattproj = w, w += btc;
-		q->datty = w, w += btc;
-		q->dqkv = w, w += 3 * btc;
+		q->ws = kn_take(&w, kn_attention_ws_bytes(dt, B, T, cfg->C, cfg->NH));
+		q->attproj = w, q->fcproj = w + e * btc; /* forward */
+		q->dres2 = kn_take(&w, e * btc);         /* backward */
+		q->dln2 = kn_take(&w, e * btc);
+		q->dfch = kn_take(&w, e * 4 * btc);
+		q->dfch_gelu = kn_take(&w, e * 4 * btc);
+		q->dattproj = kn_take(&w, e * btc);
+		q->datty = kn_take(&w, e * btc);
+		q->dqkv = kn_take(&w, e * 3 * btc);
 		q->dln1 = w;
 	}
 }
@@ -84,8 +113,6 @@ static int kn_layer_validate(const char *fn, const struct kn_model_config *cfg,
 {
 	struct kn_layer_desc d;
 	SP_CHECK(kn_layer_describe(cfg, kind, B, T, &d));
-	if (cfg->dtype != KN_F32)
-		return sp_error(-ENOTSUP, "kn_layer %s: dtype bf16 is not implemented yet", fn);
 	KN_NEED(mem, "mem");
 	KN_NEED(mem->params, "mem->params");
 	if (dir >= 1)
@@ -122,8 +149,9 @@ static int kn_block_forward(const struct kn_runner *r, const struct kn_model_con
 	kn_block_layout(cfg, B, T, mem, &q);
 	int C = cfg->C, NH = cfg->NH;
 	long btc = (long)B * T * C;
-	const float *x = io->in;
-	struct kn_layernorm_fwd_args ln1 = {.out = q.ln1,
+	const void *x = io->in;
+	struct kn_layernorm_fwd_args ln1 = {.dtype = cfg->dtype,
+	                                    .out = q.ln1,
 	                                    .mean = q.ln1_mean,
 	                                    .rstd = q.ln1_rstd,
 	                                    .inp = x,
@@ -133,7 +161,8 @@ static int kn_block_forward(const struct kn_runner *r, const struct kn_model_con
 	                                    .T = T,
 	                                    .C = C};
 	KN_RUN(r, layernorm_forward, ln1);
-	struct kn_matmul_fwd_args qkv = {.out = q.qkv,
+	struct kn_matmul_fwd_args qkv = {.dtype = cfg->dtype,
+	                                 .out = q.qkv,
 	                                 .inp = q.ln1,
 	                                 .weight = q.p[2],
 	                                 .bias = q.p[3],
@@ -142,7 +171,8 @@ static int kn_block_forward(const struct kn_runner *r, const struct kn_model_con
 	                                 .C = C,
 	                                 .OC = 3 * C};
 	KN_RUN(r, matmul_forward, qkv);
-	struct kn_attention_fwd_args at = {.out = q.atty,
+	struct kn_attention_fwd_args at = {.dtype = cfg->dtype,
+	                                   .out = q.atty,
 	                                   .att = q.att,
 	                                   .ws = q.ws,
 	                                   .inp = q.qkv,
@@ -151,7 +181,8 @@ static int kn_block_forward(const struct kn_runner *r, const struct kn_model_con
 	                                   .C = C,
 	                                   .NH = NH};
 	KN_RUN(r, attention_forward, at);
-	struct kn_matmul_fwd_args pr = {.out = q.attproj,
+	struct kn_matmul_fwd_args pr = {.dtype = cfg->dtype,
+	                                .out = q.attproj,
 	                                .inp = q.atty,
 	                                .weight = q.p[4],
 	                                .bias = q.p[5],
@@ -160,9 +191,11 @@ static int kn_block_forward(const struct kn_runner *r, const struct kn_model_con
 	                                .C = C,
 	                                .OC = C};
 	KN_RUN(r, matmul_forward, pr);
-	struct kn_residual_fwd_args r2 = {.out = q.res2, .a = x, .b = q.attproj, .N = btc};
+	struct kn_residual_fwd_args r2 = {
+	    .dtype = cfg->dtype, .out = q.res2, .a = x, .b = q.attproj, .N = btc};
 	KN_RUN(r, residual_forward, r2);
-	struct kn_layernorm_fwd_args ln2 = {.out = q.ln2,
+	struct kn_layernorm_fwd_args ln2 = {.dtype = cfg->dtype,
+	                                    .out = q.ln2,
 	                                    .mean = q.ln2_mean,
 	                                    .rstd = q.ln2_rstd,
 	                                    .inp = q.res2,
@@ -172,7 +205,8 @@ static int kn_block_forward(const struct kn_runner *r, const struct kn_model_con
 	                                    .T = T,
 	                                    .C = C};
 	KN_RUN(r, layernorm_forward, ln2);
-	struct kn_matmul_fwd_args fc = {.out = q.fch,
+	struct kn_matmul_fwd_args fc = {.dtype = cfg->dtype,
+	                                .out = q.fch,
 	                                .inp = q.ln2,
 	                                .weight = q.p[8],
 	                                .bias = q.p[9],
@@ -181,9 +215,11 @@ static int kn_block_forward(const struct kn_runner *r, const struct kn_model_con
 	                                .C = C,
 	                                .OC = 4 * C};
 	KN_RUN(r, matmul_forward, fc);
-	struct kn_gelu_fwd_args ge = {.out = q.fch_gelu, .inp = q.fch, .N = 4 * btc};
+	struct kn_gelu_fwd_args ge = {
+	    .dtype = cfg->dtype, .out = q.fch_gelu, .inp = q.fch, .N = 4 * btc};
 	KN_RUN(r, gelu_forward, ge);
-	struct kn_matmul_fwd_args fp = {.out = q.fcproj,
+	struct kn_matmul_fwd_args fp = {.dtype = cfg->dtype,
+	                                .out = q.fcproj,
 	                                .inp = q.fch_gelu,
 	                                .weight = q.p[10],
 	                                .bias = q.p[11],
@@ -192,14 +228,15 @@ static int kn_block_forward(const struct kn_runner *r, const struct kn_model_con
 	                                .C = 4 * C,
 	                                .OC = C};
 	KN_RUN(r, matmul_forward, fp);
-	struct kn_residual_fwd_args r3 = {.out = io->out, .a = q.res2, .b = q.fcproj, .N = btc};
+	struct kn_residual_fwd_args r3 = {
+	    .dtype = cfg->dtype, .out = io->out, .a = q.res2, .b = q.fcproj, .N = btc};
 	KN_RUN(r, residual_forward, r3);
 	return 0;
 }
 
-static int kn_zero(const struct kn_runner *r, void *x, long n)
+static int kn_zero(const struct kn_runner *r, enum kn_dtype dt, void *x, long n)
 {
-	struct kn_grad_zero_args z = {.x = x, .N = n};
+	struct kn_grad_zero_args z = {.dtype = dt, .x = x, .N = n};
 	KN_RUN(r, grad_zero, z);
 	return 0;
 }
@@ -211,13 +248,15 @@ static int kn_block_backward(const struct kn_runner *r, const struct kn_model_co
 	kn_block_layout(cfg, B, T, mem, &q);
 	int C = cfg->C, NH = cfg->NH;
 	long btc = (long)B * T * C;
-	const float *x = io->in, *dout = io->dout;
+	const void *x = io->in, *dout = io->dout;
 	/* the gradient scratch is contiguous from dres2 to the end of dln1 */
-	SP_CHECK(kn_zero(r, q.dres2, 16 * btc));
+	SP_CHECK(kn_zero(r, cfg->dtype, q.dres2, 16 * btc));
 	/* out = res2 + fcproj: dres2 += dout; dfcproj is dout itself */
-	struct kn_grad_accumulate_args acc = {.dst = q.dres2, .src = dout, .N = btc};
+	struct kn_grad_accumulate_args acc = {
+	    .dtype = cfg->dtype, .dst = q.dres2, .src = dout, .N = btc};
 	KN_RUN(r, grad_accumulate, acc);
-	struct kn_matmul_bwd_args fp = {.dinp = q.dfch_gelu,
+	struct kn_matmul_bwd_args fp = {.dtype = cfg->dtype,
+	                                .dinp = q.dfch_gelu,
 	                                .dweight = q.g[10],
 	                                .dbias = q.g[11],
 	                                .dout = dout,
@@ -229,9 +268,10 @@ static int kn_block_backward(const struct kn_runner *r, const struct kn_model_co
 	                                .OC = C};
 	KN_RUN(r, matmul_backward, fp);
 	struct kn_gelu_bwd_args ge = {
-	    .dinp = q.dfch, .inp = q.fch, .dout = q.dfch_gelu, .N = 4 * btc};
+	    .dtype = cfg->dtype, .dinp = q.dfch, .inp = q.fch, .dout = q.dfch_gelu, .N = 4 * btc};
 	KN_RUN(r, gelu_backward, ge);
-	struct kn_matmul_bwd_args fc = {.dinp = q.dln2,
+	struct kn_matmul_bwd_args fc = {.dtype = cfg->dtype,
+	                                .dinp = q.dln2,
 	                                .dweight = q.g[8],
 	                                .dbias = q.g[9],
 	                                .dout = q.dfch,
@@ -242,7 +282,8 @@ static int kn_block_backward(const struct kn_runner *r, const struct kn_model_co
 	                                .C = C,
 	                                .OC = 4 * C};
 	KN_RUN(r, matmul_backward, fc);
-	struct kn_layernorm_bwd_args ln2 = {.dinp = q.dres2,
+	struct kn_layernorm_bwd_args ln2 = {.dtype = cfg->dtype,
+	                                    .dinp = q.dres2,
 	                                    .dweight = q.g[6],
 	                                    .dbias = q.g[7],
 	                                    .dout = q.dln2,
@@ -256,9 +297,10 @@ static int kn_block_backward(const struct kn_runner *r, const struct kn_model_co
 	KN_RUN(r, layernorm_backward, ln2);
 	/* res2 = x + attproj */
 	struct kn_residual_bwd_args r2 = {
-	    .da = io->din, .db = q.dattproj, .dout = q.dres2, .N = btc};
+	    .dtype = cfg->dtype, .da = io->din, .db = q.dattproj, .dout = q.dres2, .N = btc};
 	KN_RUN(r, residual_backward, r2);
-	struct kn_matmul_bwd_args pr = {.dinp = q.datty,
+	struct kn_matmul_bwd_args pr = {.dtype = cfg->dtype,
+	                                .dinp = q.datty,
 	                                .dweight = q.g[4],
 	                                .dbias = q.g[5],
 	                                .dout = q.dattproj,
@@ -269,17 +311,20 @@ static int kn_block_backward(const struct kn_runner *r, const struct kn_model_co
 	                                .C = C,
 	                                .OC = C};
 	KN_RUN(r, matmul_backward, pr);
-	struct kn_attention_bwd_args at = {.dinp = q.dqkv,
+	struct kn_attention_bwd_args at = {.dtype = cfg->dtype,
+	                                   .dinp = q.dqkv,
 	                                   .ws = q.ws,
 	                                   .dout = q.datty,
 	                                   .inp = q.qkv,
 	                                   .att = q.att,
+	                                   .out = q.atty,
 	                                   .B = B,
 	                                   .T = T,
 	                                   .C = C,
 	                                   .NH = NH};
 	KN_RUN(r, attention_backward, at);
-	struct kn_matmul_bwd_args qkv = {.dinp = q.dln1,
+	struct kn_matmul_bwd_args qkv = {.dtype = cfg->dtype,
+	                                 .dinp = q.dln1,
 	                                 .dweight = q.g[2],
 	                                 .dbias = q.g[3],
 	                                 .dout = q.dqkv,
@@ -290,7 +335,8 @@ static int kn_block_backward(const struct kn_runner *r, const struct kn_model_co
 	                                 .C = C,
 	                                 .OC = 3 * C};
 	KN_RUN(r, matmul_backward, qkv);
-	struct kn_layernorm_bwd_args ln1 = {.dinp = io->din,
+	struct kn_layernorm_bwd_args ln1 = {.dtype = cfg->dtype,
+	                                    .dinp = io->din,
 	                                    .dweight = q.g[0],
 	                                    .dbias = q.g[1],
 	                                    .dout = q.dln1,
@@ -306,21 +352,29 @@ static int kn_block_backward(const struct kn_runner *r, const struct kn_model_co
 }
 
 struct kn_head_ptrs {
-	float *lnf, *probs, *mean, *rstd, *logits, *dlogits, *dlnf;
+	void *lnf, *probs, *logits, *dlogits, *dlnf;
+	float *mean, *rstd;
 };
 
 static void kn_head_layout(const struct kn_model_config *cfg, int B, int T,
                            const struct kn_layer_mem *mem, struct kn_head_ptrs *h)
 {
-	size_t bt = (size_t)B * T, btc = bt * cfg->C, btv = bt * cfg->V;
-	float *s = mem->stash, *w = mem->work;
-	h->lnf = s;
-	h->probs = s + btc;
-	h->mean = s + btc + btv;
-	h->rstd = h->mean + bt;
+	size_t e = kn_dtype_size(cfg->dtype), bt = (size_t)B * T, btc = bt * cfg->C,
+	       btv = bt * cfg->V;
+	char *s = mem->stash, *w = mem->work;
+	if (cfg->dtype == KN_BF16) { /* fp32 first, so every range stays aligned */
+		h->mean = kn_take(&s, 4 * bt);
+		h->rstd = kn_take(&s, 4 * bt);
+	}
+	h->lnf = kn_take(&s, e * btc);
+	h->probs = kn_take(&s, e * btv);
+	if (cfg->dtype != KN_BF16) {
+		h->mean = kn_take(&s, 4 * bt);
+		h->rstd = kn_take(&s, 4 * bt);
+	}
 	h->logits = w;
 	h->dlogits = w;
-	h->dlnf = w + btv;
+	h->dlnf = w + e * btv;
 }
 
 int kn_layer_forward_run(const struct kn_runner *r, const struct kn_model_config *cfg,
@@ -329,12 +383,14 @@ int kn_layer_forward_run(const struct kn_runner *r, const struct kn_model_config
 {
 	SP_CHECK(kn_layer_validate("forward", cfg, kind, B, T, mem, io, 0));
 	int C = cfg->C;
-	const float *params = mem->params;
+	const void *params = mem->params;
 	if (kind == KN_LAYER_EMBEDDING) {
-		struct kn_encoder_fwd_args en = {.out = io->out,
+		struct kn_encoder_fwd_args en = {.dtype = cfg->dtype,
+		                                 .out = io->out,
 		                                 .inp = io->in,
 		                                 .wte = params,
-		                                 .wpe = params + (size_t)cfg->V * C,
+		                                 .wpe =
+		                                     kn_at(params, (size_t)cfg->V * C, cfg->dtype),
 		                                 .B = B,
 		                                 .T = T,
 		                                 .C = C,
@@ -347,17 +403,19 @@ int kn_layer_forward_run(const struct kn_runner *r, const struct kn_model_config
 		return kn_block_forward(r, cfg, B, T, mem, io);
 	struct kn_head_ptrs h;
 	kn_head_layout(cfg, B, T, mem, &h);
-	struct kn_layernorm_fwd_args ln = {.out = h.lnf,
+	struct kn_layernorm_fwd_args ln = {.dtype = cfg->dtype,
+	                                   .out = h.lnf,
 	                                   .mean = h.mean,
 	                                   .rstd = h.rstd,
 	                                   .inp = io->in,
 	                                   .weight = params,
-	                                   .bias = params + C,
+	                                   .bias = kn_at(params, C, cfg->dtype),
 	                                   .B = B,
 	                                   .T = T,
 	                                   .C = C};
 	KN_RUN(r, layernorm_forward, ln);
-	struct kn_matmul_fwd_args mm = {.out = h.logits,
+	struct kn_matmul_fwd_args mm = {.dtype = cfg->dtype,
+	                                .out = h.logits,
 	                                .inp = h.lnf,
 	                                .weight = mem->tied,
 	                                .B = B,
@@ -365,7 +423,8 @@ int kn_layer_forward_run(const struct kn_runner *r, const struct kn_model_config
 	                                .C = C,
 	                                .OC = cfg->V};
 	KN_RUN(r, matmul_forward, mm);
-	struct kn_crossentropy_fwd_args ce = {.losses = io->out,
+	struct kn_crossentropy_fwd_args ce = {.dtype = cfg->dtype,
+	                                      .losses = io->out,
 	                                      .probs = h.probs,
 	                                      .logits = h.logits,
 	                                      .targets = io->targets,
@@ -382,11 +441,13 @@ int kn_layer_backward_run(const struct kn_runner *r, const struct kn_model_confi
 {
 	SP_CHECK(kn_layer_validate("backward", cfg, kind, B, T, mem, io, 1));
 	int C = cfg->C;
-	const float *params = mem->params;
-	float *grads = mem->grads;
+	const void *params = mem->params;
+	void *grads = mem->grads;
 	if (kind == KN_LAYER_EMBEDDING) {
-		struct kn_encoder_bwd_args en = {.dwte = grads,
-		                                 .dwpe = grads + (size_t)cfg->V * C,
+		struct kn_encoder_bwd_args en = {.dtype = cfg->dtype,
+		                                 .dwte = grads,
+		                                 .dwpe =
+		                                     kn_at(grads, (size_t)cfg->V * C, cfg->dtype),
 		                                 .dout = io->dout,
 		                                 .inp = io->in,
 		                                 .B = B,
@@ -402,8 +463,9 @@ int kn_layer_backward_run(const struct kn_runner *r, const struct kn_model_confi
 	struct kn_head_ptrs h;
 	kn_head_layout(cfg, B, T, mem, &h);
 	long btv = (long)B * T * cfg->V, btc = (long)B * T * C;
-	SP_CHECK(kn_zero(r, h.dlogits, btv + btc)); /* dlogits and dlnf */
-	struct kn_crossentropy_bwd_args ce = {.dlogits = h.dlogits,
+	SP_CHECK(kn_zero(r, cfg->dtype, h.dlogits, btv + btc)); /* dlogits and dlnf */
+	struct kn_crossentropy_bwd_args ce = {.dtype = cfg->dtype,
+	                                      .dlogits = h.dlogits,
 	                                      .probs = h.probs,
 	                                      .targets = io->targets,
 	                                      .dloss = io->dloss,
@@ -411,7 +473,8 @@ int kn_layer_backward_run(const struct kn_runner *r, const struct kn_model_confi
 	                                      .T = T,
 	                                      .V = cfg->V};
 	KN_RUN(r, crossentropy_backward, ce);
-	struct kn_matmul_bwd_args mm = {.dinp = h.dlnf,
+	struct kn_matmul_bwd_args mm = {.dtype = cfg->dtype,
+	                                .dinp = h.dlnf,
 	                                .dweight = mem->tied_grad,
 	                                .dout = h.dlogits,
 	                                .inp = h.lnf,
@@ -421,9 +484,10 @@ int kn_layer_backward_run(const struct kn_runner *r, const struct kn_model_confi
 	                                .C = C,
 	                                .OC = cfg->V};
 	KN_RUN(r, matmul_backward, mm);
-	struct kn_layernorm_bwd_args ln = {.dinp = io->din,
+	struct kn_layernorm_bwd_args ln = {.dtype = cfg->dtype,
+	                                   .dinp = io->din,
 	                                   .dweight = grads,
-	                                   .dbias = grads + C,
+	                                   .dbias = kn_at(grads, C, cfg->dtype),
 	                                   .dout = h.dlnf,
 	                                   .inp = io->in,
 	                                   .weight = params,
@@ -470,6 +534,9 @@ int kn_layer_update_run(const struct kn_runner *r, const struct kn_model_config 
 		return sp_error(-EINVAL, "kn_layer update: hparams is NULL");
 	if (h->kind != KN_ADAMW && h->kind != KN_SGD)
 		return sp_error(-EINVAL, "kn_layer update: unknown optimizer %d", (int)h->kind);
+	if (cfg && cfg->dtype == KN_BF16)
+		return sp_error(-ENOTSUP, "kn_layer update: bf16 parameters are not supported "
+		                          "(the optimizers update fp32 masters)");
 	struct kn_layer_desc d;
 	SP_CHECK(kn_layer_describe(cfg, kind, 1, 1, &d));
 	size_t np = d.param_bytes / kn_dtype_size(cfg->dtype), off[KN_BLOCK_NPARAMS],
@@ -522,7 +589,7 @@ int kn_layer_zero_grad_run(const struct kn_runner *r, const struct kn_model_conf
 	SP_CHECK(kn_layer_validate("zero_grad", cfg, kind, 1, 1, mem, NULL, 3));
 	struct kn_layer_desc d;
 	SP_CHECK(kn_layer_describe(cfg, kind, 1, 1, &d));
-	return kn_zero(r, mem->grads, (long)(d.grad_bytes / kn_dtype_size(cfg->dtype)));
+	return kn_zero(r, cfg->dtype, mem->grads, (long)(d.grad_bytes / kn_dtype_size(cfg->dtype)));
 }
 
 /* ---- direct CPU runner ---- */

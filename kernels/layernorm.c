@@ -7,6 +7,10 @@
 
 void kn_layernorm_forward_cpu(const struct kn_layernorm_fwd_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_layernorm_forward_cpu_bf16(a);
+		return;
+	}
 	const float *inp = a->inp, *w = a->weight, *bias = a->bias;
 	float *out = a->out;
 	int C = a->C;
@@ -34,6 +38,10 @@ void kn_layernorm_forward_cpu(const struct kn_layernorm_fwd_args *a)
 
 void kn_layernorm_backward_cpu(const struct kn_layernorm_bwd_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_layernorm_backward_cpu_bf16(a);
+		return;
+	}
 	const float *inp = a->inp, *w = a->weight, *dout = a->dout;
 	float *dinp = a->dinp, *dw = a->dweight, *db = a->dbias;
 	int C = a->C;

@@ -7,6 +7,10 @@
 
 void kn_matmul_forward_cpu(const struct kn_matmul_fwd_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_matmul_forward_cpu_bf16(a);
+		return;
+	}
 	int BT = a->B * a->T, C = a->C, OC = a->OC;
 	float *out = a->out;
 	const float *bias = a->bias;
@@ -21,6 +25,10 @@ void kn_matmul_forward_cpu(const struct kn_matmul_fwd_args *a)
 
 void kn_matmul_backward_cpu(const struct kn_matmul_bwd_args *a)
 {
+	if (a->dtype == KN_BF16) {
+		kn_matmul_backward_cpu_bf16(a);
+		return;
+	}
 	int BT = a->B * a->T, C = a->C, OC = a->OC;
 	const float *dout = a->dout;
 	if (a->dinp)

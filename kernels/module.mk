@@ -3,6 +3,8 @@
 # The CUDA objects are linked by gcc (no libstdc++): build them without C++
 # exceptions and thread-safe statics so they need no C++ runtime.
 $(O)/obj/kernels/%.cu.o: NVCCFLAGS += -Xcompiler -fno-exceptions,-fno-threadsafe-statics
+# the bf16 GEMMs go through cuBLASLt
+LDLIBS += $(if $(HAVE_CUDA),-lcublasLt)
 
 # ---- benches -------------------------------------------------------------------
 # make bench-gemm: CPU GEMM through kn_ vs cblas_sgemm direct -> bench/results/gemm.json

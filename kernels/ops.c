@@ -3,8 +3,8 @@
  *
  * A check reads only the args struct (never the tensors) and returns 0 or
  * -EINVAL (bad dims, NH not dividing C, T beyond the position table, NULL
- * tensor) / -ENOTSUP (a dtype not implemented yet) with a message naming the op,
- * the field and its value. Costs count FLOPs and device-memory bytes moved.
+ * tensor) / -ENOTSUP (bf16 for the optimizers, which stay fp32; bf16 attention
+ * with a head size over 128) with a message naming the op, the field and its value. Costs count FLOPs and device-memory bytes moved.
  */
 #include "kernels/internal.h"
 
@@ -14,12 +14,18 @@
 
 static int kn_check_dtype(const char *op, enum kn_dtype dtype)
 {
-	if (dtype == KN_F32)
+	if (dtype == KN_F32 || dtype == KN_BF16)
 		return 0;
-	if (dtype == KN_BF16)
-		return sp_error(-ENOTSUP, "kn_%s: dtype bf16 is not implemented yet (fp32 only)",
-		                op);
 	return sp_error(-EINVAL, "kn_%s: unknown dtype %d", op, (int)dtype);
+}
+
+/* The optimizers update fp32 parameters only (bf16 training keeps fp32 masters). */
+static int kn_check_dtype_f32(const char *op, enum kn_dtype dtype)
+{
+	SP_CHECK(kn_check_dtype(op, dtype));
+	if (dtype == KN_BF16)
+		return sp_error(-ENOTSUP, "kn_%s: dtype bf16 is not supported (fp32 only)", op);
+	return 0;
 }
 
 #define KN_POS(op, a, f)                                                                \
@@ -221,10 +227,21 @@ static int kn_check_attention(const char *op, enum kn_dtype dt, int B, int T, in
 	if (C % NH != 0)
 		return sp_error(-EINVAL, "kn_%s: NH = %d does not divide C = %d (remainder %d)", op,
 		                NH, C, C % NH);
-	if ((long)T * T > KN_MAX_ROWS)
+	if (dt == KN_F32 && (long)T * T > KN_MAX_ROWS)
 		return sp_error(-EINVAL, "kn_%s: T*T = %ld exceeds %d", op, (long)T * T,
 		                KN_MAX_ROWS);
+	if (dt == KN_BF16 && C / NH > 128)
+		return sp_error(-ENOTSUP, "kn_%s: bf16 head size C/NH = %d exceeds 128", op,
+		                C / NH);
 	return 0;
+}
+
+/* FLOPs of the attention GEMMs: fp32 computes the full T x T, the bf16 flash
+ * kernels only the causal half. */
+static double kn_attention_gemm_flops(const struct kn_attention_fwd_args *a)
+{
+	double f = 4.0 * a->B * a->T * a->C * a->T;
+	return a->dtype == KN_BF16 ? f / 2 : f;
 }
 
 int kn_attention_forward_check(const struct kn_attention_fwd_args *a)
@@ -241,6 +258,9 @@ int kn_attention_forward_check(const struct kn_attention_fwd_args *a)
 struct dev_cost kn_attention_forward_cost(const struct kn_attention_fwd_args *a)
 {
 	double btc = (double)a->B * a->T * a->C, att = (double)a->B * a->NH * a->T * a->T;
+	if (a->dtype == KN_BF16) /* reads qkv, writes out and the logsumexp */
+		return (struct dev_cost){kn_attention_gemm_flops(a) + 2.5 * att,
+		                         4 * btc * 2 + 4.0 * a->B * a->NH * a->T};
 	return (struct dev_cost){4 * btc * a->T + 5 * att,
 	                         (3 * btc + btc + 2 * att + 8 * btc) * fsz(a->dtype)};
 }
@@ -254,12 +274,21 @@ int kn_attention_backward_check(const struct kn_attention_bwd_args *a)
 	KN_PTR(op, a, dout);
 	KN_PTR(op, a, inp);
 	KN_PTR(op, a, att);
+	if (a->dtype == KN_BF16)
+		KN_PTR(op, a, out);
 	return 0;
 }
 
 struct dev_cost kn_attention_backward_cost(const struct kn_attention_bwd_args *a)
 {
 	double btc = (double)a->B * a->T * a->C, att = (double)a->B * a->NH * a->T * a->T;
+	if (a->dtype == KN_BF16) { /* recompute P twice: 7 causal-half GEMMs */
+		struct kn_attention_fwd_args f = {
+		    .dtype = a->dtype, .B = a->B, .T = a->T, .C = a->C, .NH = a->NH};
+		return (struct dev_cost){kn_attention_gemm_flops(&f) * 3.5 + 4 * att,
+		                         (3 * btc + 2 * btc + 6 * btc) * 2 +
+		                             8.0 * a->B * a->NH * a->T};
+	}
 	return (struct dev_cost){8 * btc * a->T + 4 * att,
 	                         (3 * btc + btc + 6 * btc + 3 * att + 14 * btc) * fsz(a->dtype)};
 }
@@ -376,7 +405,8 @@ struct dev_cost kn_crossentropy_backward_cost(const struct kn_crossentropy_bwd_a
 int kn_adamw_check(const struct kn_adamw_args *a)
 {
 	const char *op = "adamw";
-	KN_CHECK_N(op, a);
+	SP_CHECK(kn_check_dtype_f32(op, a->dtype));
+	KN_POS(op, a, N);
 	KN_PTR(op, a, params);
 	KN_PTR(op, a, grads);
 	KN_PTR(op, a, m);
@@ -400,7 +430,8 @@ struct dev_cost kn_adamw_cost(const struct kn_adamw_args *a)
 int kn_sgd_check(const struct kn_sgd_args *a)
 {
 	const char *op = "sgd";
-	KN_CHECK_N(op, a);
+	SP_CHECK(kn_check_dtype_f32(op, a->dtype));
+	KN_POS(op, a, N);
 	KN_PTR(op, a, params);
 	KN_PTR(op, a, grads);
 	if (!(a->lr >= 0) || !(a->momentum >= 0 && a->momentum < 1) || !(a->weight_decay >= 0))

@@ -3,8 +3,21 @@
  * loss, gradient and parameter compared to max|a-b|/max|b| < 1e-5; the CUDA
  * run repeated must be bit-identical (no atomics); all work runs on a created
  * non-blocking stream. Also one block through the layer API on CUDA vs CPU,
- * with one SGD-with-momentum update. Skips (77) without a CUDA device. */
-#include "tests/kernels/util.h"
+ * with one SGD-with-momentum update. Skips (77) without a CUDA device.
+ *
+ * bf16 (KN_BF16): each layer kind forward + backward through the layer API,
+ * CUDA bf16 against CPU bf16 (the same stash layout, flash attention on both),
+ * at head sizes 12, 64 and 128 (padded and unpadded flash tiles, T not a
+ * multiple of the 64-row tiles), and the attention alone at T = 1024. Both
+ * sides round to bf16 on every store; they differ in fp32 summation order
+ * (a different rounding of a value near a tie flips one ulp, 2u relative),
+ * and CUDA's flash kernels also round P and dS to bf16 before the P V, P^T dO,
+ * dS K and dS^T Q products (u relative per term, adding like random errors).
+ * So the bounds are those of bf16 against fp32 (tests/kernels/test_bf16.c):
+ * layer outputs 16u, gradients 40u (u = 2^-9); attention alone out 8u, logsumexp
+ * 1e-4 (fp32, exp2f vs expf), dqkv 24u (sums of up to 1024 rounded dS terms).
+ * The CUDA bf16 block is also run twice and must be bit-identical. */
+#include "tests/kernels/bf16.h"
 #include "tests/test.h"
 
 #include <string.h>
@@ -183,15 +196,10 @@ static void layer_api(cudaStream_t st)
 	gpu_free(NULL, dx);
 }
 
-int main(void)
+/* The fp32 checks: training steps, per-tensor gradients, determinism, layer API. */
+static void fp32_checks(struct gpu_ctx *gc)
 {
-	int n = 0;
-	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
-		TEST_SKIP("no CUDA device");
-	CHECK_OK(kn_cpu_set_threads(1));
-	struct gpu_ctx gc;
-	CHECK(cudaStreamCreateWithFlags(&gc.stream, cudaStreamNonBlocking) == cudaSuccess);
-	struct g2_exec gpu = {gpu_run, gpu_alloc, gpu_free, &gc};
+	struct g2_exec gpu = {gpu_run, gpu_alloc, gpu_free, gc};
 
 	struct kn_model_config cfg = {.maxT = 64, .V = 256, .L = 2, .NH = 4, .C = 64};
 	struct g2_model init;
@@ -239,16 +247,144 @@ int main(void)
 		h[i] = (float)i;
 	CHECK(cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice) == cudaSuccess);
 	struct kn_grad_scale_args sc = {.x = d, .scale = 0.5f, .N = 100};
-	gpu_run(&gc, &kn_grad_scale_kernel, &sc);
-	CHECK(cudaStreamSynchronize(gc.stream) == cudaSuccess);
+	gpu_run(gc, &kn_grad_scale_kernel, &sc);
+	CHECK(cudaStreamSynchronize(gc->stream) == cudaSuccess);
 	CHECK(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost) == cudaSuccess);
 	for (int i = 0; i < 100; i++)
 		CHECK(h[i] == 0.5f * (float)i);
 	gpu_free(NULL, d);
-	layer_api(gc.stream);
-	printf("max relative error CUDA vs CPU: %.3e\n", worst);
 	free(gc0), free(pc), free(gg0), free(pg), free(gg1), free(pg1);
 	g2_model_destroy(&tk_cpu_exec, &init);
+	layer_api(gc->stream);
+	printf("max relative error CUDA vs CPU: %.3e\n", worst);
+}
+
+/* ---- bf16 ---- */
+static cudaStream_t bf_stream;
+static struct gpu_ctx *bf_gpu_ctx;
+
+static void *bf_gpu_alloc(size_t bytes)
+{
+	return gpu_alloc(NULL, bytes);
+}
+static void bf_gpu_release(void *p)
+{
+	gpu_free(NULL, p);
+}
+/* the copies run on the legacy stream: fence the kernels' stream on both sides */
+static void bf_gpu_up(void *dst, const void *src, size_t bytes)
+{
+	CHECK(cudaDeviceSynchronize() == cudaSuccess);
+	CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+	CHECK(cudaDeviceSynchronize() == cudaSuccess);
+}
+static void bf_gpu_down(void *dst, const void *src, size_t bytes)
+{
+	CHECK_MSG(cudaDeviceSynchronize() == cudaSuccess, "%s",
+	          cudaGetErrorString(cudaGetLastError()));
+	CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+}
+
+static const struct bf_backend bf_gpu = {
+    "cuda",      bf_gpu_alloc,          bf_gpu_release,         bf_gpu_up,
+    bf_gpu_down, kn_layer_forward_cuda, kn_layer_backward_cuda, NULL};
+
+static void bf16_layers(int C, int NH, int B, int T)
+{
+	struct kn_model_config cfg = {
+	    .maxT = 128, .V = 97, .L = 1, .NH = NH, .C = C, .dtype = KN_BF16};
+	struct bf_backend gpu = bf_gpu;
+	gpu.stream = bf_stream;
+	for (int k = 0; k < KN_LAYER_KINDS; k++) {
+		struct bf_result rc, rg;
+		bf_run_layer(&bf_cpu, &cfg, k, B, T, 99 + k, &rc);
+		bf_run_layer(&gpu, &cfg, k, B, T, 99 + k, &rg);
+		char what[32];
+		snprintf(what, sizeof(what), "bf16 hs=%d T=%d", C / NH, T);
+		double e = bf_compare(what, k, &rg, &rc, 16 * BF_U, 40 * BF_U);
+		worst = e > worst ? e : worst;
+		if (k == KN_LAYER_BLOCK) { /* deterministic: the same run, the same bits */
+			struct bf_result r2;
+			bf_run_layer(&gpu, &cfg, k, B, T, 99 + k, &r2);
+			CHECK_MSG(memcmp(r2.out, rg.out, rg.nout * 4) == 0 &&
+			              memcmp(r2.din, rg.din, rg.ndin * 4) == 0 &&
+			              memcmp(r2.grads, rg.grads, rg.ngrads * 4) == 0,
+			          "CUDA bf16 block differs run to run");
+			bf_result_free(&r2);
+		}
+		bf_result_free(&rc), bf_result_free(&rg);
+	}
+}
+
+/* attention alone at a long sequence: CUDA bf16 vs CPU bf16 */
+static void bf16_attention(int B, int T, int C, int NH)
+{
+	size_t btc = (size_t)B * T * C, rows = (size_t)B * NH * T;
+	size_t wsb = kn_attention_ws_bytes(KN_BF16, B, T, C, NH);
+	struct tk_rng r = {31337};
+	float *qkv = malloc(3 * btc * 4), *dy = malloc(btc * 4), *d0 = malloc(3 * btc * 4);
+	CHECK(qkv && dy && d0);
+	bf_fill(&r, qkv, 3 * btc, 2.0f, 0);
+	bf_fill(&r, dy, btc, 1.0f, 0);
+	bf_fill(&r, d0, 3 * btc, 0.01f, 0);
+	const struct bf_backend *be[2] = {&bf_cpu, &bf_gpu};
+	float *out[2], *lse[2], *dq[2];
+	for (int i = 0; i < 2; i++) {
+		void *in = bf_upload(be[i], KN_BF16, qkv, 3 * btc);
+		void *g = bf_upload(be[i], KN_BF16, dy, btc);
+		void *dinp = bf_upload(be[i], KN_BF16, d0, 3 * btc);
+		void *o = be[i]->alloc(btc * 2), *l = be[i]->alloc(rows * 4),
+		     *ws = be[i]->alloc(wsb);
+		CHECK(o && l && ws);
+		struct kn_attention_fwd_args f = {KN_BF16, o, l, ws, in, B, T, C, NH};
+		struct kn_attention_bwd_args bw = {KN_BF16, dinp, ws, g, in, l, o, B, T, C, NH};
+		CHECK_OK(kn_attention_forward_check(&f));
+		CHECK_OK(kn_attention_backward_check(&bw));
+		if (i == 0) {
+			kn_attention_forward_cpu(&f);
+			kn_attention_backward_cpu(&bw);
+		} else {
+			gpu_run(bf_gpu_ctx, &kn_attention_forward_kernel, &f);
+			gpu_run(bf_gpu_ctx, &kn_attention_backward_kernel, &bw);
+		}
+		out[i] = bf_download(be[i], KN_BF16, o, btc);
+		dq[i] = bf_download(be[i], KN_BF16, dinp, 3 * btc);
+		lse[i] = malloc(rows * 4);
+		CHECK(lse[i]);
+		be[i]->down(lse[i], l, rows * 4);
+		be[i]->release(in), be[i]->release(g), be[i]->release(dinp), be[i]->release(o);
+		be[i]->release(l), be[i]->release(ws);
+	}
+	double eo = bf_err(out[1], out[0], btc), el = bf_err(lse[1], lse[0], rows);
+	double ed = bf_err(dq[1], dq[0], 3 * btc);
+	printf("  bf16 attention B=%d T=%d C=%d NH=%d: out %.3e (tol %.1e) lse %.3e (tol 1e-4) "
+	       "dqkv %.3e (tol %.1e)\n",
+	       B, T, C, NH, eo, 8 * BF_U, el, ed, 24 * BF_U);
+	CHECK(eo < 8 * BF_U && el < 1e-4 && ed < 24 * BF_U);
+	for (int i = 0; i < 2; i++)
+		free(out[i]), free(lse[i]), free(dq[i]);
+	free(qkv), free(dy), free(d0);
+}
+
+int main(void)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+		TEST_SKIP("no CUDA device");
+	CHECK_OK(kn_cpu_set_threads(1));
+	struct gpu_ctx gc;
+	CHECK(cudaStreamCreateWithFlags(&gc.stream, cudaStreamNonBlocking) == cudaSuccess);
+	bf_stream = gc.stream;
+	bf_gpu_ctx = &gc;
+	if (!getenv("SPILL_TEST_BF16_ONLY")) /* tools/gpu/check.sh's bf16 step: bf16 only */
+		fp32_checks(&gc);
+	printf("bf16: CUDA vs CPU (u = %.3e)\n", BF_U);
+	bf16_layers(48, 4, 2, 40);   /* hs 12: padded tiles */
+	bf16_layers(128, 2, 2, 100); /* hs 64 */
+	bf16_layers(256, 2, 1, 70);  /* hs 128 */
+	bf16_attention(1, 1024, 128, 2);
+	bf16_attention(1, 1024, 256, 2);
+	printf("max relative error CUDA vs CPU (fp32 and bf16): %.3e\n", worst);
 	kn_cuda_cublas_release();
 	CHECK(cudaStreamDestroy(gc.stream) == cudaSuccess);
 	TEST_PASS();

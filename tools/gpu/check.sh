@@ -10,6 +10,9 @@
 #   shim   tests/shim/test_gpu_shim.sh alone, traced (bash -x)
 #   demo   make demo-run (the README's first command)
 #   block  make bench-block-gpu against PyTorch eager (python3 on PATH)
+#   bf16   the bf16 GPU kernel tests (test_gpu_kernels with SPILL_TEST_BF16_ONLY=1:
+#          CUDA bf16 vs CPU bf16 per layer kind, attention at T=1024), then
+#          make bench-block-gpu (its last line: bf16_block_vs_torch ...); 240 s at most
 #   train  make bench-train (4x oversubscribed GPT-2 against unlimited)
 #   vmm    make bench-vmm (its GPU part: H2D/D2H through the vmm vs cudaMemcpyAsync)
 #   tests  make test-run (every test, with a GPU present)
@@ -44,6 +47,9 @@ for s in ${STEPS:-env build gpu demo block train vmm}; do
 		grep -n "FAIL\|^[0-9]\. " "$L/shim.log" | head -20 ;;
 	demo) step demo 90 make demo-run && grep -vE "^step +[0-9]+/" "$L/demo.log" | head -40 ;;
 	block) PYTHON=python3 step block 120 make bench-block-gpu && tail -5 "$L/block.log" ;;
+	bf16) step bf16-test 120 env SPILL_TEST_BF16_ONLY=1 build/release/tests/kernels/test_gpu_kernels &&
+		tail -40 "$L/bf16-test.log"
+		PYTHON=python3 step bf16-bench 120 make bench-block-gpu && tail -12 "$L/bf16-bench.log" ;;
 	train) step train 300 make bench-train && tail -5 "$L/train.log" ;;
 	vmm) step vmm 200 make bench-vmm && tail -8 "$L/vmm.log" ;;
 	tests) step tests 500 make test-run && grep -E "FAIL|passed" "$L/tests.log" | tail -20 ;;
