@@ -27,7 +27,9 @@
 struct vmm_disk;
 
 struct vmm_disk_config {
-	const char *path;     /* directory; created if missing */
+	const char *path;     /* directories, comma-separated (one per drive); each must
+	                         exist: the tier never creates one (a typo must not
+	                         spill onto another filesystem) */
 	uint64_t capacity;    /* bytes, 0 = free space */
 	unsigned queue_depth; /* io_uring entries in flight */
 	size_t block;         /* bytes per I/O request (multiple of 4096) */

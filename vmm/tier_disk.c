@@ -325,29 +325,20 @@ static int disk_fault_match(const struct disk_uring *d, enum disk_op op, uint64_
 
 /* ---- files ----------------------------------------------------------------------- */
 
-static int disk_mkdirs(const char *path)
+/* The tier's directory must exist: a typo in SPILL_DISK_PATH must never
+ * create a tree somewhere (the root filesystem) and fill it. */
+static int disk_check_dir(const char *path)
 {
-	char buf[PATH_MAX];
-	if (strlen(path) >= sizeof(buf))
-		return sp_error(-ENAMETOOLONG, "disk tier path too long: %s", path);
-	strcpy(buf, path);
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, 0700) && errno != EEXIST)
-			return sp_error(-errno, "disk tier: cannot create directory %s: %s", buf,
-			                strerror(errno));
-		*p = '/';
-	}
-	if (mkdir(buf, 0700) && errno != EEXIST)
-		return sp_error(-errno, "disk tier: cannot create directory %s: %s", buf,
-		                strerror(errno));
 	struct stat st;
-	if (stat(buf, &st))
-		return sp_error(-errno, "disk tier: cannot stat %s: %s", buf, strerror(errno));
+	if (stat(path, &st))
+		return sp_error(-errno,
+		                "disk tier '%s': %s (spill never creates it, so that a typo cannot "
+		                "fill another filesystem: make it first)",
+		                path, strerror(errno));
 	if (!S_ISDIR(st.st_mode))
-		return sp_error(-ENOTDIR, "disk tier: %s is not a directory", buf);
+		return sp_error(-ENOTDIR, "disk tier '%s': not a directory", path);
+	if (access(path, W_OK | X_OK))
+		return sp_error(-errno, "disk tier '%s': not writable: %s", path, strerror(errno));
 	return 0;
 }
 
@@ -824,7 +815,7 @@ int disk_uring_open(const struct vmm_disk_config *cfg, struct disk_uring **out)
 		rc = sp_error(-ENOMEM, "vmm_disk_open: out of memory");
 		goto fail;
 	}
-	SP_CHECK_GOTO(disk_mkdirs(d->dir), rc, fail);
+	SP_CHECK_GOTO(disk_check_dir(d->dir), rc, fail);
 
 	d->direct = true;
 	d->fd = disk_open_file(d->dir, O_DIRECT);

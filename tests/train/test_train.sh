@@ -204,4 +204,7 @@ grep -q "^disk drives (written + read per step, GB): 0: .* 1: .* 2: " "$work/sim
 [ -z "$(ls -A "$work/nvme")" ] || fail "spill sim --disk wrote into $work/nvme"
 bad "make the directory first" sim --model 10b --profile h100-sxm --host-mem 100G --disk "$work/no-such-dir"
 [ ! -e "$work/no-such-dir" ] || fail "spill sim --disk created $work/no-such-dir"
+bad "disk tier '$work/no-such-dir': No such file or directory" train "${small[@]}" --steps 1 \
+	--disk "$work/no-such-dir"
+[ ! -e "$work/no-such-dir" ] || fail "spill train --disk created $work/no-such-dir"
 exit $((fails > 0))
