@@ -4,10 +4,17 @@
 # exceptions and thread-safe statics so they need no C++ runtime.
 $(O)/obj/kernels/%.cu.o: NVCCFLAGS += -Xcompiler -fno-exceptions,-fno-threadsafe-statics
 
+# The optimizer loops promise the same bits on every path (scalar, AVX2, AVX-512):
+# no compiler may fuse a multiply and an add into an FMA there, whatever its default.
+$(O)/obj/kernels/optim.c.o $(O)/obj/kernels/optim_simd.c.o: CFLAGS += -ffp-contract=off
+
 # ---- benches -------------------------------------------------------------------
 # make bench-gemm: CPU GEMM through kn_ vs cblas_sgemm direct -> bench/results/gemm.json
 # make bench-block-gpu: one block forward+backward, CUDA kernels vs PyTorch eager on
 #   the same GPU -> bench/results/block_gpu.json (exits 77 without a CUDA device)
+# make bench-optim: CPU AdamW vs a STREAM-like triad in the same run (R) and vs
+#   DeepSpeed's CPU Adam (S) -> bench/results/optim.json. DeepSpeed goes in a venv
+#   (build/ds-venv, over Debian's python3-torch); S is skipped, saying why, without it.
 KN_BENCH_LIBS := $(call mod_libs,kernels)
 
 $(O)/bench/gemm: $(O)/obj/bench/gemm.c.o $(KN_BENCH_LIBS)
