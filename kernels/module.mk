@@ -35,4 +35,17 @@ bench-block-gpu: $(O)/bench/block_gpu
 	@mkdir -p bench/results
 	$(O)/bench/block_gpu bench/results/block_gpu.json
 
-.PHONY: bench-gemm bench-block-gpu
+$(O)/bench/optim: $(O)/obj/bench/optim.c.o $(KN_BENCH_LIBS)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(KN_BENCH_LIBS) $(LDLIBS)
+
+OPTIM_DS_VENV ?= build/ds-venv
+OPTIM_DS_PYTHON ?= /usr/bin/python3
+bench-optim: $(O)/bench/optim
+	@mkdir -p bench/results
+	@$(OPTIM_DS_PYTHON) bench/optim_deepspeed.py --setup $(OPTIM_DS_VENV) || true
+	$(O)/bench/optim bench/results/optim.json \
+		"$$(test -x $(OPTIM_DS_VENV)/bin/python && echo $(OPTIM_DS_VENV)/bin/python || echo python3)"
+
+.PHONY: bench-gemm bench-block-gpu bench-optim
