@@ -6,10 +6,17 @@ $(O)/obj/kernels/%.cu.o: NVCCFLAGS += -Xcompiler -fno-exceptions,-fno-threadsafe
 # the bf16 GEMMs go through cuBLASLt
 LDLIBS += $(if $(HAVE_CUDA),-lcublasLt)
 
+# The optimizer loops promise the same bits on every path (scalar, AVX2, AVX-512):
+# no compiler may fuse a multiply and an add into an FMA there, whatever its default.
+$(O)/obj/kernels/optim.c.o $(O)/obj/kernels/optim_simd.c.o: CFLAGS += -ffp-contract=off
+
 # ---- benches -------------------------------------------------------------------
 # make bench-gemm: CPU GEMM through kn_ vs cblas_sgemm direct -> bench/results/gemm.json
 # make bench-block-gpu: one block forward+backward, CUDA kernels vs PyTorch eager on
 #   the same GPU -> bench/results/block_gpu.json (exits 77 without a CUDA device)
+# make bench-optim: CPU AdamW vs a STREAM-like triad in the same run (R) and vs
+#   DeepSpeed's CPU Adam (S) -> bench/results/optim.json. DeepSpeed goes in a venv
+#   (build/ds-venv, over Debian's python3-torch); S is skipped, saying why, without it.
 KN_BENCH_LIBS := $(call mod_libs,kernels)
 
 $(O)/bench/gemm: $(O)/obj/bench/gemm.c.o $(KN_BENCH_LIBS)
@@ -30,4 +37,17 @@ bench-block-gpu: $(O)/bench/block_gpu
 	@mkdir -p bench/results
 	$(O)/bench/block_gpu bench/results/block_gpu.json
 
-.PHONY: bench-gemm bench-block-gpu
+$(O)/bench/optim: $(O)/obj/bench/optim.c.o $(KN_BENCH_LIBS)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(KN_BENCH_LIBS) $(LDLIBS)
+
+OPTIM_DS_VENV ?= build/ds-venv
+OPTIM_DS_PYTHON ?= /usr/bin/python3
+bench-optim: $(O)/bench/optim
+	@mkdir -p bench/results
+	@$(OPTIM_DS_PYTHON) bench/optim_deepspeed.py --setup $(OPTIM_DS_VENV) || true
+	$(O)/bench/optim bench/results/optim.json \
+		"$$(test -x $(OPTIM_DS_VENV)/bin/python && echo $(OPTIM_DS_VENV)/bin/python || echo python3)"
+
+.PHONY: bench-gemm bench-block-gpu bench-optim
