@@ -1,8 +1,9 @@
 /* kernels/cpu_common.c — CPU kernel plumbing: dtype sizes, thread count, GEMM.
  *
- * The thread count is process-wide (OpenBLAS has one); only GEMMs use threads,
- * every other CPU kernel is a single-threaded loop with a fixed order, so the
- * results are bit-identical for a fixed count.
+ * The thread count is process-wide (OpenBLAS has one); GEMMs and the optimizer
+ * updates (optim.c, elementwise) use threads, every other CPU kernel is a
+ * single-threaded loop with a fixed order, so the results are bit-identical for
+ * a fixed count.
  */
 #include "kernels/internal.h"
 

@@ -20,7 +20,8 @@
  * with kn_grad_zero. Direct calls do not validate (pass valid shapes); launch
  * calls do, and leave every output untouched on failure.
  * CPU kernels are deterministic for a fixed thread count (kn_cpu_set_threads):
- * fixed reduction orders, no atomics; only GEMMs are multi-threaded.
+ * fixed reduction orders, no atomics; GEMMs and the optimizer updates are
+ * multi-threaded (the updates elementwise: the same bits for any count).
  */
 #ifndef SP_KERNELS_KERNELS_H
 #define SP_KERNELS_KERNELS_H
