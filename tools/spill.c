@@ -738,6 +738,194 @@ static int cmd_report(int argc, char **argv)
 	return 0;
 }
 
+/* ---- spill plan --largest: capacity planning on the model backend ------------------ */
+
+static const char plan_usage[] =
+    "usage: spill plan --largest [--profile NAME] [--devices N] [--host-mem SIZE]\n"
+    "                  [--disk-mem SIZE] [--disk DIR[,DIR...]] [--seq T] [--batch B]\n"
+    "                  [--optim adamw|sgd]\n"
+    "  the largest GPT (C = 128 k channels, k layers, k heads of 128: the shape of\n"
+    "  GPT-3 and LLaMA 7B-30B) whose training runs on those resources: each\n"
+    "  candidate is planned (auto, else the leanest plan: harmony-pp with\n"
+    "  recomputation, microbatch 1, one group) and run for 2 steps on the model\n"
+    "  backend (the vmm's own policies over device, host and disk); prints its\n"
+    "  plan and predicted tokens/s and TFLOP/s. No --disk-mem: no disk tier.\n";
+
+struct plan_try {
+	int ok;
+	double tokens_per_s;
+	char plan[160], why[256];
+};
+
+/* Runs candidate k (C = 128 k, k layers and heads) for 2 steps on the model
+ * backend with base's resources. */
+static void plan_try(const struct tr_config *base, int k, struct plan_try *t)
+{
+	struct tr_config c = *base;
+	c.layers = k;
+	c.channels = 128 * k;
+	c.heads = k;
+	struct tr_result res;
+	memset(t, 0, sizeof(*t));
+	int rc = tr_train(&c, &res);
+	if (rc < 0) {
+		/* auto's planner sees the devices, not the host pool and the disk: when
+		 * its plan runs out of them, the leanest plan (pipelined packs with
+		 * recomputation, one microbatch at a time, every one in one group) */
+		c.schedule = "harmony-pp";
+		c.recompute = 1;
+		c.microbatch = 1;
+		c.group = c.batch ? c.batch : 16;
+		rc = tr_train(&c, &res);
+	}
+	t->ok = rc == 0;
+	if (t->ok) {
+		t->tokens_per_s = res.tokens_per_s;
+		snprintf(t->plan, sizeof(t->plan), "%s", res.plan);
+	} else {
+		snprintf(t->why, sizeof(t->why), "%s", sp_last_error());
+	}
+}
+
+static double gpt_params(int L, int C, int V, int T)
+{
+	/* per block: qkv and projections 4C^2 + MLP 8C^2, biases 9C, two layernorms
+	 * 4C; embeddings V*C + T*C; the final layernorm 2C */
+	return (double)L * (12.0 * C * C + 13.0 * C) + (double)V * C + (double)T * C + 2.0 * C;
+}
+
+static int cmd_plan(int argc, char **argv)
+{
+	struct tr_config c;
+	tr_config_defaults(&c);
+	c.backend = "model";
+	c.synthetic = 1;
+	c.model = "10b"; /* vocab 50257, seq 1024, batch 16; shape from the search */
+	c.steps = 2;
+	c.tune = 0;
+	int largest = 0;
+	const char *disk_mem = NULL;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			fputs(plan_usage, stdout);
+			return 0;
+		}
+		if (!strcmp(a, "--largest")) {
+			largest = 1;
+			continue;
+		}
+		if (!v) {
+			fprintf(stderr, "spill plan: %s needs a value\n%s", a, plan_usage);
+			return 2;
+		}
+		i++;
+		uint64_t z = 0;
+		long n = 0;
+		char *end = NULL;
+		if (!strcmp(a, "--profile")) {
+			c.profile = v;
+		} else if (!strcmp(a, "--disk")) {
+			c.disk = v;
+		} else if (!strcmp(a, "--optim")) {
+			c.optim = v;
+		} else if (!strcmp(a, "--host-mem") || !strcmp(a, "--disk-mem")) {
+			if (sp_parse_size(v, &z) < 0 || (z > 0 && z < (1ull << 20))) {
+				fprintf(stderr,
+				        "spill plan: %s %s: a size of 1M or more (K/M/G/T)\n", a,
+				        v);
+				return 2;
+			}
+			if (!strcmp(a, "--host-mem"))
+				c.host_mem = z;
+			else
+				disk_mem = v;
+		} else if (!strcmp(a, "--devices") || !strcmp(a, "--seq") ||
+		           !strcmp(a, "--batch")) {
+			n = strtol(v, &end, 10);
+			if (!*v || *end || n < 1 || n > (1 << 20)) {
+				fprintf(stderr, "spill plan: %s %s: a positive integer\n", a, v);
+				return 2;
+			}
+			if (!strcmp(a, "--devices"))
+				c.devices = (int)n;
+			else if (!strcmp(a, "--seq"))
+				c.seq = (int)n;
+			else
+				c.batch = (int)n;
+		} else {
+			fprintf(stderr, "spill plan: unknown flag %s\n%s", a, plan_usage);
+			return 2;
+		}
+	}
+	if (!largest) {
+		fprintf(stderr, "spill plan: say what to plan (--largest)\n%s", plan_usage);
+		return 2;
+	}
+	uint64_t dm = 0;
+	if (disk_mem && sp_parse_size(disk_mem, &dm) == 0 && dm > 0) {
+		if (!c.disk)
+			c.disk = "."; /* simulated: nothing is written there */
+		setenv("SPILL_DISK_MEM", disk_mem, 1);
+	} else if (c.disk) {
+		fprintf(stderr,
+		        "spill plan: --disk needs --disk-mem (the capacity to plan with)\n");
+		return 2;
+	}
+	FILE *quiet = fopen("/dev/null", "w");
+	if (!quiet) {
+		fprintf(stderr, "spill plan: /dev/null: %s\n", strerror(errno));
+		return 1;
+	}
+	c.out = quiet;
+	/* the largest k that runs: grow by doubling, then bisect */
+	struct plan_try t, best = {0};
+	int lo = 0, hi = 0, k = 4;
+	for (; k <= 512; k *= 2) {
+		plan_try(&c, k, &t);
+		fprintf(stderr, "spill plan: C %5d, %3d layers: %s\n", 128 * k, k,
+		        t.ok ? "runs" : "does not fit");
+		if (!t.ok) {
+			hi = k;
+			break;
+		}
+		lo = k;
+		best = t;
+	}
+	if (!lo) {
+		fclose(quiet);
+		fprintf(stderr,
+		        "spill plan: not even the smallest candidate (C 512, 4 layers, %.0fM "
+		        "parameters) trains on these resources: %s\n",
+		        gpt_params(4, 512, 50257, c.seq ? c.seq : 1024) / 1e6, t.why);
+		return 1;
+	}
+	while (hi && hi - lo > 1) {
+		int mid = (lo + hi) / 2;
+		plan_try(&c, mid, &t);
+		fprintf(stderr, "spill plan: C %5d, %3d layers: %s\n", 128 * mid, mid,
+		        t.ok ? "runs" : "does not fit");
+		if (t.ok)
+			lo = mid, best = t;
+		else
+			hi = mid;
+	}
+	fclose(quiet);
+	int L = lo, C = 128 * lo, T = c.seq ? c.seq : 1024, B = c.batch ? c.batch : 16;
+	double N = gpt_params(L, C, 50257, T);
+	/* model FLOPs per token: 6 N (forward and backward) and attention's
+	 * 12 L T C (QK^T and AV, forward and backward; recomputation not counted) */
+	double fpt = 6 * N + 12.0 * L * T * C;
+	printf("largest GPT that trains: %.2fB parameters (C %d, %d layers, %d heads of 128, "
+	       "seq %d, batch %d, %s)\n",
+	       N / 1e9, C, L, L, T, B, c.optim ? c.optim : "adamw");
+	printf("plan: %s\n", best.plan);
+	printf("predicted: %.0f tokens/s, %.1f TFLOP/s (6 N + 12 L T C FLOPs per token)\n",
+	       best.tokens_per_s, best.tokens_per_s * fpt / 1e12);
+	printf("next size up (C %d, %d layers): does not fit\n", 128 * (lo + 1), lo + 1);
+	return 0;
+}
+
 static const char run_usage[] =
     "usage: spill run [flags] [--] CMD [ARGS...]\n"
     "Runs an unmodified CUDA program with libspill-preload.so: its device allocations\n"
@@ -910,6 +1098,7 @@ static void usage(FILE *f)
 	        "  sim [flags]          the same run on the model backend, in virtual time\n"
 	        "  tune [flags]         many models trained together, ranked (tune --help)\n"
 	        "  report FILE.json     print a run's profile again (train/run --stats-json)\n"
+	        "  plan --largest [flags]  the largest GPT that trains on given resources\n"
 	        "  run [flags] -- CMD   run a CUDA program with the preload shim (run --help)\n"
 	        "  prepare TEXT... -o DIR  llm.c token shards of text files\n"
 	        "  version              print the version\n");
@@ -934,6 +1123,8 @@ int main(int argc, char **argv)
 		return cmd_tune(argc - 1, argv + 1);
 	if (strcmp(cmd, "report") == 0)
 		return cmd_report(argc - 1, argv + 1);
+	if (strcmp(cmd, "plan") == 0)
+		return cmd_plan(argc - 1, argv + 1);
 	if (strcmp(cmd, "prepare") == 0)
 		return cmd_prepare(argc - 1, argv + 1);
 	if (strcmp(cmd, "run") == 0)
