@@ -57,6 +57,10 @@ struct run {
 	double last_exposed;           /* the last step's exposed transfer time */
 	double recent[8];              /* the last steps' times (the tuner) */
 	int nrecent;
+	/* bytes per link and kind moved up to the end of this run's first step
+	 * (the cold one): the report's "measured" is the steps after it, as the
+	 * taskgraph's "predicted" is the steady state */
+	double cold[TR_LINKS][TR_KINDS], cold_collective, cold_drive[16];
 	double *losses, *times;   /* [steps]: each step's loss and seconds */
 	int switch_step;          /* the tuner switched after this step (0: never) */
 	struct tg_plan prev_plan; /* the plan before the switch */
@@ -86,6 +90,8 @@ int tr_data_val(const struct rt_model *m, void *arg, int iter, int sample0, int 
 int tr_choose_plan(struct run *r, struct tg_plan *plan, const char *twin) SP_MUST_CHECK;
 /* report.c: per-step accounting, the end-of-run report, the JSON file. */
 void tr_account_step(struct run *r, double t0, double t1);
+/* Notes the bytes moved so far, at the end of the run's first (cold) step. */
+void tr_account_cold(struct run *r);
 int tr_report(struct run *r) SP_MUST_CHECK;
 /* state.c: checkpoints (DIR/step_NNNNNNNN.safetensors) and resume. */
 int tr_checkpoint(struct run *r, int step) SP_MUST_CHECK;

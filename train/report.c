@@ -71,11 +71,12 @@ static const char *const json_links[TR_LINKS] = {"h2d", "d2h", "p2p", "host2disk
 static const char *const json_kinds[TR_KINDS] = {"weight", "grad",     "optim",
                                                  "stash",  "boundary", "input"};
 
-static void measure(struct run *r, struct tr_profile *pr)
+/* Bytes moved so far per link and kind (the vmm's counters since the context
+ * opened). */
+static void link_bytes(struct run *r, double out[TR_LINKS][TR_KINDS])
 {
 	struct vmm *v = r->rt->vmm;
 	int nd = r->rt->ndev;
-	int steps = r->res.steps ? r->res.steps : 1;
 	for (int k = 0; k < TR_KINDS; k++) {
 		double b[TR_LINKS] = {0};
 		for (int d = 0; d < nd; d++) {
@@ -88,14 +89,45 @@ static void measure(struct run *r, struct tr_profile *pr)
 		b[3] = (double)vmm_link_bytes(v, VMM_HOST, VMM_DISK, k);
 		b[4] = (double)vmm_link_bytes(v, VMM_DISK, VMM_HOST, k);
 		for (int l = 0; l < TR_LINKS; l++)
-			pr->measured[l][k] = b[l] / steps;
+			out[l][k] = b[l];
 	}
-	pr->collective = (double)r->rt->st.collective_p2p / steps;
+}
+
+void tr_account_cold(struct run *r)
+{
+	link_bytes(r, r->cold);
+	r->cold_collective = (double)r->rt->st.collective_p2p;
+	struct vmm_disk_stats_snapshot ds;
+	vmm_disk_stats_get(r->rt->vmm, &ds);
+	for (int k = 0; k < ds.ndrives && k < 16; k++)
+		r->cold_drive[k] = (double)(ds.drive_written[k] + ds.drive_read[k]);
+}
+
+static void measure(struct run *r, struct tr_profile *pr)
+{
+	struct vmm *v = r->rt->vmm;
+	int nd = r->rt->ndev;
+	int steps = r->res.steps ? r->res.steps : 1;
+	/* the steady state: the steps after the first (cold) one, when there are */
+	int warm = r->res.steps >= 2;
+	double now[TR_LINKS][TR_KINDS];
+	link_bytes(r, now);
+	for (int l = 0; l < TR_LINKS; l++)
+		for (int k = 0; k < TR_KINDS; k++)
+			pr->measured[l][k] =
+			    warm ? (now[l][k] - r->cold[l][k]) / (steps - 1) : now[l][k] / steps;
+	pr->collective = warm
+	                     ? ((double)r->rt->st.collective_p2p - r->cold_collective) / (steps - 1)
+	                     : (double)r->rt->st.collective_p2p / steps;
+	pr->warm_steps = warm ? steps - 1 : steps;
 	struct vmm_disk_stats_snapshot ds;
 	vmm_disk_stats_get(v, &ds);
 	pr->ndrives = ds.ndrives < 16 ? ds.ndrives : 16;
 	for (int k = 0; k < pr->ndrives; k++)
-		pr->drive_bytes[k] = (double)(ds.drive_written[k] + ds.drive_read[k]) / steps;
+		pr->drive_bytes[k] =
+		    warm ? ((double)(ds.drive_written[k] + ds.drive_read[k]) - r->cold_drive[k]) /
+		               (steps - 1)
+		         : (double)(ds.drive_written[k] + ds.drive_read[k]) / steps;
 	/* the taskgraph's steady-state prediction for this plan and budget */
 	struct tg_hw hw;
 	rt_plan_hw(r->rt, r->plan.ndev, &hw);
@@ -182,8 +214,15 @@ void tr_profile_print(const struct tr_profile *pr, FILE *f)
 			fprintf(f, " %d: %.0f%%", d, 100 * pr->busy[d] / pr->step_s);
 		fprintf(f, "\n");
 	}
-	fprintf(
-	    f, "\nswap volume per step, GB (measured; predicted by the taskgraph for this plan)\n");
+	if (pr->warm_steps > 0 && pr->warm_steps < pr->steps)
+		fprintf(f,
+		        "\nswap volume per step, GB (measured over the %d steps after the first, "
+		        "cold one; predicted by the taskgraph for this plan)\n",
+		        pr->warm_steps);
+	else
+		fprintf(f,
+		        "\nswap volume per step, GB (measured; predicted by the taskgraph for this "
+		        "plan)\n");
 	fprintf(f, "%-11s", "link");
 	for (int k = 0; k < TR_KINDS; k++)
 		fprintf(f, " %10s", kind_names[k]);
@@ -257,7 +296,7 @@ int tr_profile_json(const struct tr_profile *pr, const char *path)
 	fprintf(f, "],\n  \"step_times\": [");
 	for (int i = 0; i < pr->nlosses && pr->times; i++)
 		fprintf(f, "%s%.9g", i ? ", " : "", pr->times[i]);
-	fprintf(f, "],\n  \"drive_bytes\": [");
+	fprintf(f, "],\n  \"warm_steps\": %d,\n  \"drive_bytes\": [", pr->warm_steps);
 	for (int k = 0; k < pr->ndrives; k++)
 		fprintf(f, "%s%.17g", k ? ", " : "", pr->drive_bytes[k]);
 	fprintf(f, "],\n  \"switch_step\": %d,\n  \"compute_per_device\": [", pr->switch_step);
@@ -343,6 +382,7 @@ int tr_profile_read(const char *path, struct tr_profile *pr)
 		if (busy->items[d].type == SP_JSON_NUMBER)
 			pr->busy[d] = busy->items[d].num;
 	pr->collective = num(root, "collective", 0);
+	pr->warm_steps = (int)num(root, "warm_steps", 0);
 	const struct sp_json *drv = sp_json_get(root, "drive_bytes");
 	for (int k = 0; drv && drv->type == SP_JSON_ARRAY && k < drv->n && k < 16; k++)
 		if (drv->items[k].type == SP_JSON_NUMBER)

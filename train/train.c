@@ -495,6 +495,8 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 		}
 		double t1 = dev_now(r->rt->dev);
 		tr_account_step(r, t0, t1);
+		if (step == r->start)
+			tr_account_cold(r);
 		if (r->c.trace_file)
 			tr_trace_step(&r->trace, r, t0);
 		if (isnan(r->res.first_loss))

@@ -167,6 +167,7 @@ struct tr_profile {
 	double measured[TR_LINKS][TR_KINDS], predicted[TR_LINKS][TR_KINDS]; /* bytes */
 	int has_predicted;
 	double collective;            /* all-reduce bytes over the peer links */
+	int warm_steps;               /* steps the measured bytes average (0: steps) */
 	int ndrives;                  /* drives of the disk tier (0: none) */
 	double drive_bytes[16];       /* per step and drive: written + read */
 	double closed_form;           /* Harmony's weight volume for the schedule, -1: none */

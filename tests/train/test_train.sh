@@ -189,12 +189,12 @@ case "$O" in *san*) limit=300 ;; esac # sanitizers: 10-20x slower
 awk -v t="$took" -v l="$limit" 'BEGIN { exit !(t < l) }' || fail "spill sim took ${took} s (limit $limit)"
 grep -q "swap volume per step" "$work/sim.out" || fail "sim printed no profile"
 
-# 6. the disk in a what-if: GPT-2 10B on one H100 with 100G of host memory and
+# 6. the disk in a what-if: GPT-2 10B on one H100 with 64G of host memory and
 # three simulated drives (model backend: nothing is written to the directory)
 sed -e 's/^name = .*/name = h100-3nvme/' -e '$a disks = 3' "$here/../../device/profiles/h100-sxm.prof" \
 	>"$work/h100-3nvme.prof"
 mkdir -p "$work/nvme"
-"$spill" sim --model 10b --profile "$work/h100-3nvme.prof" --host-mem 100G --disk "$work/nvme" \
+"$spill" sim --model 10b --profile "$work/h100-3nvme.prof" --host-mem 64G --disk "$work/nvme" \
 	>"$work/simdisk.out" 2>&1 || { cat "$work/simdisk.out"; fail "spill sim --disk"; }
 grep -E "^host->disk|^disk->host|^disk drives" "$work/simdisk.out"
 awk '/^host->disk/ { if ($NF == "-" ? $(NF-1) > 0 : $NF > 0) ok = 1 } END { exit !ok }' \
