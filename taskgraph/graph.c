@@ -801,6 +801,15 @@ static uint64_t task_ws(const struct tg_graph *g, const struct tg_task *t)
 	return ws;
 }
 
+uint64_t tg_graph_state_bytes(const struct tg_graph *g)
+{
+	uint64_t s = 0;
+	for (int i = 0; i < g->nobj; i++)
+		if (g->obj[i].kind != TG_O_WORK)
+			s += g->obj[i].bytes;
+	return s;
+}
+
 uint64_t tg_graph_min_capacity(const struct tg_graph *g, int *task)
 {
 	uint64_t best = 0;

@@ -189,6 +189,7 @@ int tg_plan_candidates(const struct tg_model *m, const struct tg_hw *hw, int max
 	static const int mbs[] = {1, 2, 4, 8};
 	static const int scheds[] = {TG_DP_SWAP, TG_GPIPE, TG_1F1B, TG_HARMONY_DP, TG_HARMONY_PP};
 	*n = 0;
+	int over = 0; /* candidates that fit the devices but not the whole store */
 	for (size_t a = 0; a < SP_ARRAY_SIZE(mbs); a++)
 		for (int div = 1; div <= 4; div *= 2) { /* packs of the budget, half, a quarter */
 			struct tg_plan base = {.ndev = hw->ndev};
@@ -216,14 +217,25 @@ int tg_plan_candidates(const struct tg_model *m, const struct tg_hw *hw, int max
 						struct tg_time t;
 						/* spill's executor: dead contents discarded,
 						 * clean copies dropped, whatever the schedule */
-						int ok =
-						    tg_sim_swap(&g, hw->capacity, 0, &sw) == 0 &&
-						    tg_time_predict(&g, &p, hw, &sw, &t) == 0;
+						/* all it stores fits the devices, host and disk
+						 * (10% for the pools' gaps) */
+						int ok = !hw->store || tg_graph_state_bytes(&g) <=
+						                           hw->store / 10 * 9;
+						if (!ok)
+							over++;
+						ok = ok &&
+						     tg_sim_swap(&g, hw->capacity, 0, &sw) == 0 &&
+						     tg_time_predict(&g, &p, hw, &sw, &t) == 0;
 						tg_graph_free(&g);
 						if (ok)
 							keep(out, times, max, per_sched, n, &p, &t);
 					}
 		}
+	if (!*n && over)
+		return sp_error(-ENOMEM,
+		                "taskgraph: no plan's state fits the devices, host memory and disk "
+		                "(%llu bytes together) for model %d",
+		                (unsigned long long)hw->store, m->id);
 	if (!*n)
 		return sp_error(-ENOMEM,
 		                "taskgraph: no plan fits %d devices of %llu bytes for model %d",

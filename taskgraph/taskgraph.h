@@ -65,6 +65,9 @@ struct tg_hw {
 	double flops, mem_bw, h2d_bw, d2h_bw, host_link_bw, p2p_bw, disk_bw;
 	int size_class_bits; /* the vmm's pool size classes (sp_size_class), for the planner */
 	uint64_t size_class_min;
+	/* bytes the devices, the host pool and the disk tier hold together (0: no
+	 * limit): a plan whose objects (tg_graph_state_bytes) need more is not one */
+	uint64_t store;
 };
 
 enum tg_sched { TG_DP_SWAP, TG_GPIPE, TG_1F1B, TG_HARMONY_DP, TG_HARMONY_PP, TG_NSCHED };
@@ -188,6 +191,12 @@ struct tg_graph {
 	uint64_t size_class_min;
 	int peak_stash; /* max live stashed microbatches on one device */
 };
+
+/* Bytes of every object of the graph but the workspaces (each task's scratch,
+ * dead after it): weights, gradients, optimizer state, every microbatch's
+ * stash and boundaries, inputs. An upper bound of what must be stored at once
+ * somewhere (device, host or disk) during an iteration. */
+uint64_t tg_graph_state_bytes(const struct tg_graph *g);
 
 const char *tg_sched_name(enum tg_sched s);
 const char *tg_okind_name(int k);

@@ -50,5 +50,26 @@ int main(void)
 	struct tg_swap sw;
 	EXPECT(tg_sim_swap(&g, 1000, 0, &sw), -ENOMEM, "short by 4000");
 	tg_graph_free(&g);
+	/* devices, host and disk together too small for the state: no plan, and
+	 * the message says why; large enough: a plan whose state fits */
+	struct tg_layer S[2] = {
+	    {.name = "x", .param_bytes = 1000, .grad_bytes = 1000, .opt_bytes = 2000},
+	    {.name = "y", .param_bytes = 1000, .grad_bytes = 1000, .opt_bytes = 2000}};
+	struct tg_model sm = {.nlayers = 2, .layers = S, .batch = 4};
+	struct tg_hw sh = {.ndev = 2,
+	                   .capacity = 1 << 20,
+	                   .flops = 1e12,
+	                   .mem_bw = 1e11,
+	                   .h2d_bw = 1e10,
+	                   .d2h_bw = 1e10,
+	                   .host_link_bw = 1e10,
+	                   .p2p_bw = 1e10,
+	                   .store = 4000};
+	EXPECT(tg_plan_auto(&sm, &sh, &out, &t), -ENOMEM, "devices, host memory and disk");
+	sh.store = 1 << 20;
+	CHECK_OK(tg_plan_auto(&sm, &sh, &out, &t));
+	CHECK_OK(tg_graph_build(&sm, 1, &out, &g));
+	CHECK(tg_graph_state_bytes(&g) >= 8000 && tg_graph_state_bytes(&g) <= sh.store / 10 * 9);
+	tg_graph_free(&g);
 	TEST_PASS();
 }
