@@ -14,6 +14,8 @@ int disk_uring_open(const struct vmm_disk_config *cfg, struct disk_uring **out) 
 void disk_uring_close(struct disk_uring *d);
 int disk_uring_alloc(struct disk_uring *d, size_t bytes, uint64_t *extent) SP_MUST_CHECK;
 int disk_uring_free(struct disk_uring *d, uint64_t extent) SP_MUST_CHECK;
+/* 1 while I/O is in flight on the extent, 0 when idle, -EINVAL when unknown. */
+int disk_uring_busy(struct disk_uring *d, uint64_t extent);
 int disk_uring_write_async(struct disk_uring *d, uint64_t extent, const void *src, size_t bytes,
                            uint64_t *ticket) SP_MUST_CHECK;
 int disk_uring_read_async(struct disk_uring *d, uint64_t extent, void *dst, size_t bytes,

@@ -73,6 +73,10 @@ int disk_uring_free(struct disk_uring *d, uint64_t extent)
 {
 	return sp_error(-ENOTSUP, "disk tier: built without liburing");
 }
+int disk_uring_busy(struct disk_uring *d, uint64_t extent)
+{
+	return sp_error(-ENOTSUP, "disk tier: built without liburing");
+}
 int disk_uring_write_async(struct disk_uring *d, uint64_t extent, const void *src, size_t bytes,
                            uint64_t *ticket)
 {
@@ -455,6 +459,16 @@ int disk_uring_alloc(struct disk_uring *d, size_t bytes, uint64_t *extent)
 	SP_TRACE(IO, "disk alloc extent %#" PRIx64 ": %" PRIu64 " bytes at %" PRIu64, *extent, size,
 	         e->off);
 out:
+	pthread_mutex_unlock(&d->lock);
+	return rc;
+}
+
+int disk_uring_busy(struct disk_uring *d, uint64_t extent)
+{
+	pthread_mutex_lock(&d->lock);
+	struct disk_extent *e = disk_extent_get(d, extent);
+	int rc = !e ? sp_error(-EINVAL, "vmm_disk_free: unknown extent %#" PRIx64, extent)
+	            : e->inflight > 0;
 	pthread_mutex_unlock(&d->lock);
 	return rc;
 }

@@ -23,7 +23,13 @@
 struct sim_ticket {
 	int live, nev; /* events recorded, one per drive with a part */
 	struct dev_event *ev[VMM_DISK_DRIVES_MAX];
-	uint32_t next_free;
+	uint32_t gen, next_free, ext; /* ext: the extent's slot */
+};
+
+struct sim_extent {
+	uint64_t size; /* whole pages */
+	uint32_t gen, next_free;
+	int live;
 };
 
 struct disk_sim {
@@ -32,7 +38,7 @@ struct disk_sim {
 	int ndrives;
 	struct dev_stream *st[VMM_DISK_DRIVES_MAX];
 	uint64_t capacity, used;
-	uint64_t *ext; /* per extent: its size (0: free) */
+	struct sim_extent *ext;
 	uint32_t next, cap, free_ext;
 	struct sim_ticket *tk;
 	uint32_t ntk, free_tk;
@@ -41,6 +47,13 @@ struct disk_sim {
 };
 
 #define SIM_NONE UINT32_MAX
+
+/* Handles are generation << 32 | slot + 1, as the real tier's: a stale one
+ * (freed, released, reused slot) is refused. */
+static uint64_t sim_handle(uint32_t gen, uint32_t slot)
+{
+	return (uint64_t)gen << 32 | (slot + 1);
+}
 
 static uint64_t align_up(uint64_t b)
 {
@@ -109,7 +122,10 @@ void disk_sim_close(struct disk_sim *d)
 
 int disk_sim_alloc(struct disk_sim *d, size_t bytes, uint64_t *extent)
 {
-	uint64_t size = align_up(bytes ? bytes : 1);
+	SP_CHECK_ARG(bytes > 0, "vmm_disk_alloc: zero bytes");
+	SP_CHECK_ARG((uint64_t)bytes <= UINT64_MAX / 2, "vmm_disk_alloc: %zu bytes is absurd",
+	             bytes);
+	uint64_t size = align_up(bytes);
 	int rc = 0;
 	pthread_mutex_lock(&d->lock);
 	if (d->used + size > d->capacity) {
@@ -119,7 +135,7 @@ int disk_sim_alloc(struct disk_sim *d, size_t bytes, uint64_t *extent)
 		              size, d->used, d->capacity);
 	} else if (d->free_ext == SIM_NONE && d->next == d->cap) {
 		uint32_t nc = d->cap ? 2 * d->cap : 256;
-		uint64_t *ne = realloc(d->ext, (size_t)nc * sizeof(*ne));
+		struct sim_extent *ne = realloc(d->ext, (size_t)nc * sizeof(*ne));
 		if (!ne)
 			rc = sp_error(-ENOMEM, "disk tier: %u extents", nc);
 		else
@@ -129,33 +145,59 @@ int disk_sim_alloc(struct disk_sim *d, size_t bytes, uint64_t *extent)
 		uint32_t i;
 		if (d->free_ext != SIM_NONE) {
 			i = d->free_ext;
-			d->free_ext = (uint32_t)(d->ext[i] >> 1); /* free: (next << 1) | 1 */
+			d->free_ext = d->ext[i].next_free;
 		} else {
 			i = d->next++;
+			d->ext[i].gen = 0;
 		}
-		d->ext[i] = size << 1;
+		d->ext[i].gen++;
+		d->ext[i].size = size;
+		d->ext[i].live = 1;
 		d->used += size;
-		*extent = i;
+		*extent = sim_handle(d->ext[i].gen, i);
 	}
 	pthread_mutex_unlock(&d->lock);
 	return rc;
 }
 
-static int extent_ok(const struct disk_sim *d, uint64_t extent)
+/* The live extent of a handle, or NULL. Under the lock. */
+static struct sim_extent *extent_at(struct disk_sim *d, uint64_t h)
 {
-	return extent < d->next && !(d->ext[extent] & 1);
+	uint32_t i = (uint32_t)h - 1;
+	if ((uint32_t)h == 0 || i >= d->next || !d->ext[i].live || d->ext[i].gen != h >> 32)
+		return NULL;
+	return &d->ext[i];
+}
+
+/* Any live ticket on extent slot i still in flight (virtual time)? */
+static int extent_busy(struct disk_sim *d, uint32_t i)
+{
+	for (uint32_t j = 0; j < d->ntk; j++) {
+		struct sim_ticket *t = &d->tk[j];
+		if (!t->live || t->ext != i)
+			continue;
+		for (int k = 0; k < t->nev; k++)
+			if (dev_event_peek(t->ev[k]) == -EAGAIN)
+				return 1;
+	}
+	return 0;
 }
 
 int disk_sim_free(struct disk_sim *d, uint64_t extent)
 {
 	int rc = 0;
 	pthread_mutex_lock(&d->lock);
-	if (!extent_ok(d, extent)) {
-		rc = sp_error(-EINVAL, "vmm_disk_free: unknown extent %" PRIu64, extent);
+	struct sim_extent *e = extent_at(d, extent);
+	if (!e) {
+		rc = sp_error(-EINVAL, "vmm_disk_free: unknown extent %#" PRIx64, extent);
+	} else if (extent_busy(d, (uint32_t)extent - 1)) {
+		rc = sp_error(-EBUSY, "vmm_disk_free: extent %#" PRIx64 " has I/O in flight",
+		              extent);
 	} else {
-		d->used -= d->ext[extent] >> 1;
-		d->ext[extent] = ((uint64_t)d->free_ext << 1) | 1;
-		d->free_ext = (uint32_t)extent;
+		d->used -= e->size;
+		e->live = 0;
+		e->next_free = d->free_ext;
+		d->free_ext = (uint32_t)extent - 1;
 	}
 	pthread_mutex_unlock(&d->lock);
 	return rc;
@@ -185,6 +227,7 @@ static int ticket_get(struct disk_sim *d, uint32_t *out)
 	d->free_tk = t->next_free;
 	t->live = 1;
 	t->nev = 0;
+	t->gen++;
 	*out = i;
 	return 0;
 }
@@ -193,29 +236,35 @@ int disk_sim_io_async(struct disk_sim *d, uint64_t extent, size_t bytes, int wri
                       uint64_t *ticket)
 {
 	SP_CHECK_ARG(ticket, "vmm_disk_%s_async: NULL ticket", write ? "write" : "read");
+	SP_CHECK_ARG(bytes > 0, "vmm_disk_%s_async: zero bytes", write ? "write" : "read");
 	int rc = 0;
 	pthread_mutex_lock(&d->lock);
-	if (!extent_ok(d, extent) || align_up(bytes) > d->ext[extent] >> 1) {
-		rc = sp_error(-EINVAL, "vmm_disk_%s_async: %zu bytes and extent %" PRIu64,
+	struct sim_extent *e = extent_at(d, extent);
+	if (!e || align_up(bytes) > e->size) {
+		rc = sp_error(-EINVAL, "vmm_disk_%s_async: %zu bytes and extent %#" PRIx64,
 		              write ? "write" : "read", bytes, extent);
 		goto out;
 	}
 	uint32_t i = 0;
 	SP_CHECK_GOTO(ticket_get(d, &i), rc, out);
 	struct sim_ticket *t = &d->tk[i];
-	/* striped: whole VMM_DISK_ALIGN units spread evenly, the first drives one more */
+	t->ext = (uint32_t)extent - 1;
+	/* striped: whole VMM_DISK_ALIGN units spread evenly, the extra ones from a
+	 * drive that rotates with the extent (as the real tier does) */
+	int n = d->ndrives, first = (int)(t->ext % (uint32_t)n);
 	uint64_t units = align_up(bytes) / VMM_DISK_ALIGN, left = bytes;
-	for (int k = 0; k < d->ndrives && left && !rc; k++) {
-		uint64_t u = units / (uint64_t)d->ndrives + ((uint64_t)k < units % d->ndrives);
+	for (int j = 0; j < n && left && !rc; j++) {
+		int k = (first + j) % n;
+		uint64_t u = units / (uint64_t)n + ((uint64_t)j < units % (uint64_t)n);
 		uint64_t part = u * VMM_DISK_ALIGN < left ? u * VMM_DISK_ALIGN : left;
 		if (!part)
 			continue;
 		left -= part;
 		rc = dev_disk_io_async(d->st[k], k, write, part);
 		if (rc == 0)
-			rc = dev_event_record(t->ev[k], d->st[k]);
+			rc = dev_event_record(t->ev[t->nev], d->st[k]);
 		if (rc == 0) {
-			t->nev = k + 1;
+			t->nev++;
 			if (write)
 				d->drive_written[k] += part;
 			else
@@ -235,7 +284,7 @@ int disk_sim_io_async(struct disk_sim *d, uint64_t extent, size_t bytes, int wri
 		d->bytes_read += bytes;
 		d->reads++;
 	}
-	*ticket = i;
+	*ticket = sim_handle(t->gen, i);
 out:
 	pthread_mutex_unlock(&d->lock);
 	return rc;
@@ -243,11 +292,13 @@ out:
 
 static struct sim_ticket *ticket_at(struct disk_sim *d, uint64_t ticket, const char *fn)
 {
-	if (ticket >= d->ntk || !d->tk[ticket].live) {
-		sp_error(-EINVAL, "%s: unknown ticket %" PRIu64, fn, ticket);
+	uint32_t i = (uint32_t)ticket - 1;
+	if ((uint32_t)ticket == 0 || i >= d->ntk || !d->tk[i].live ||
+	    d->tk[i].gen != ticket >> 32) {
+		sp_error(-EINVAL, "%s: unknown ticket %#" PRIx64, fn, ticket);
 		return NULL;
 	}
-	return &d->tk[ticket];
+	return &d->tk[i];
 }
 
 int disk_sim_poll(struct disk_sim *d, uint64_t ticket)
@@ -280,11 +331,12 @@ int disk_sim_wait(struct disk_sim *d, uint64_t ticket)
 void disk_sim_ticket_release(struct disk_sim *d, uint64_t ticket)
 {
 	pthread_mutex_lock(&d->lock);
-	struct sim_ticket *t = ticket < d->ntk ? &d->tk[ticket] : NULL;
-	if (t && t->live) {
+	uint32_t i = (uint32_t)ticket - 1;
+	struct sim_ticket *t = (uint32_t)ticket && i < d->ntk ? &d->tk[i] : NULL;
+	if (t && t->live && t->gen == ticket >> 32) {
 		t->live = 0;
 		t->next_free = d->free_tk;
-		d->free_tk = (uint32_t)ticket;
+		d->free_tk = i;
 	}
 	pthread_mutex_unlock(&d->lock);
 }

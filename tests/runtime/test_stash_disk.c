@@ -83,8 +83,8 @@ int main(void)
 		CHECK_OK(rt_run_open(rt, &m, &p, 42, &run));
 		for (int k = 0; k < STEPS; k++) {
 			double loss;
-			CHECK_MSG(rt_run_step(run, &loss) == 0, "%s step %d: %s", tg_sched_name(s), k,
-			          sp_last_error());
+			CHECK_MSG(rt_run_step(run, &loss) == 0, "%s step %d: %s", tg_sched_name(s),
+			          k, sp_last_error());
 			CHECK_MSG(loss == rl[k], "%s step %d: loss %.9g, reference %.9g",
 			          tg_sched_name(s), k, loss, rl[k]);
 		}
@@ -101,8 +101,8 @@ int main(void)
 		uint64_t up = vmm_link_bytes(v, VMM_DISK, VMM_HOST, VMM_KIND_STASH);
 		uint64_t all = vmm_link_bytes(v, VMM_HOST, VMM_DISK, VMM_KINDS);
 		printf("%-8s host pool %" PRIu64 " KiB (state %" PRIu64 " KiB, stashes %" PRIu64
-		       " KiB a step): %" PRIu64 " KiB to disk, stashes %" PRIu64 " KiB down, %" PRIu64
-		       " KiB up; bit-identical\n",
+		       " KiB a step): %" PRIu64 " KiB to disk, stashes %" PRIu64
+		       " KiB down, %" PRIu64 " KiB up; bit-identical\n",
 		       tg_sched_name(s), c.vmm.host_mem >> 10, state >> 10, stash >> 10, all >> 10,
 		       down >> 10, up >> 10);
 		if (s != TG_DP_SWAP)
