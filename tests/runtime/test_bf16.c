@@ -104,8 +104,8 @@ static void optimizer_kernels(void)
 		for (int i = 0; i < N; i++)
 			CHECK(w[i] == kn_f32_to_bf16(p32[i]));
 	}
-	struct kn_sgd_mixed_args bad = {.master = master, .params = w, .grads = g, .N = N,
-	                                .lr = 0.1f, .momentum = 0.9f};
+	struct kn_sgd_mixed_args bad = {
+	    .master = master, .params = w, .grads = g, .N = N, .lr = 0.1f, .momentum = 0.9f};
 	CHECK(kn_sgd_mixed_check(&bad) == -EINVAL); /* momentum without a buffer */
 
 	/* a block's update: per-tensor decay as the fp32 layer update */
@@ -196,10 +196,10 @@ struct ref_result {
 	float *master[16];
 };
 
-static void reference(const struct rt_model *m, int nrep, struct ref_result *out)
+static void reference(const struct rt_model *m, int nrep, int mb, struct ref_result *out)
 {
 	struct rt_reference *r;
-	CHECK_OK(rt_reference_open(m, nrep, 1, 42, &r));
+	CHECK_OK(rt_reference_open(m, nrep, mb, 42, &r));
 	for (int s = 0; s < STEPS; s++)
 		CHECK_OK(rt_reference_step(r, s, &out->loss[s]));
 	for (int l = 0; l < m->nlayers; l++) {
@@ -232,16 +232,18 @@ static int run(const struct rt_model *m, const struct tg_plan *plan, uint64_t bu
 		CHECK_MSG(rc == 0, "%s", sp_last_error());
 		CHECK_MSG(loss == ref->loss[s],
 		          "bf16 %s on %d device(s)%s%s: step %d loss %.9g, reference %.9g",
-		          tg_sched_name(plan->sched), plan->ndev, plan->recompute ? ", recompute" : "",
-		          plan->upd_cpu ? ", cpu update" : "", s, loss, ref->loss[s]);
+		          tg_sched_name(plan->sched), plan->ndev,
+		          plan->recompute ? ", recompute" : "", plan->upd_cpu ? ", cpu update" : "",
+		          s, loss, ref->loss[s]);
 	}
 	for (int l = 0; l < m->nlayers; l++) {
 		uint64_t n = rt_run_state_bytes(run, l, RT_PARAMS);
 		CHECK(n == m->layers[l].master_bytes);
 		void *w = malloc(n + 1);
 		CHECK_OK(rt_run_read_params(run, l, w));
-		CHECK_MSG(!memcmp(w, ref->master[l], n), "bf16 %s on %d device(s): layer %s differs",
-		          tg_sched_name(plan->sched), plan->ndev, m->layers[l].name);
+		CHECK_MSG(!memcmp(w, ref->master[l], n),
+		          "bf16 %s on %d device(s): layer %s differs", tg_sched_name(plan->sched),
+		          plan->ndev, m->layers[l].name);
 		free(w);
 	}
 	struct vmm_stats st;
@@ -257,7 +259,7 @@ static int run(const struct rt_model *m, const struct tg_plan *plan, uint64_t bu
 	return 0;
 }
 
-static int transparency(struct rt_model *m, int quick, const int *scheds, int nsched)
+static int transparency(struct rt_model *m, int quick, const int *scheds, int nsched, int per_pack)
 {
 	static const int devs[] = {1, 2, 4};
 	int cases = 0;
@@ -267,15 +269,17 @@ static int transparency(struct rt_model *m, int quick, const int *scheds, int ns
 			if (quick && nd == 2)
 				continue;
 			int dp = s == TG_DP_SWAP || s == TG_HARMONY_DP;
-			struct tg_plan p = {
-			    .sched = s, .ndev = nd, .npacks = m->nlayers, .microbatch = 1};
-			for (int i = 0; i < m->nlayers; i++)
-				p.pack_end[i] = i + 1;
-			int mper = BATCH / (dp ? nd : 1);
+			struct tg_plan p = {.sched = s,
+			                    .ndev = nd,
+			                    .npacks = m->nlayers / per_pack,
+			                    .microbatch = per_pack == 1 ? 1 : 2};
+			for (int i = 0; i < p.npacks; i++)
+				p.pack_end[i] = per_pack * (i + 1);
+			int mper = BATCH / (dp ? nd : 1) / p.microbatch;
 			p.group =
 			    (s == TG_HARMONY_DP || s == TG_HARMONY_PP) ? (mper >= 2 ? 2 : 1) : 1;
 			struct ref_result ref;
-			reference(m, dp ? nd : 1, &ref);
+			reference(m, dp ? nd : 1, p.microbatch, &ref);
 			printf("bf16 %s, %d device(s): reference losses %.6f %.6f %.6f\n",
 			       tg_sched_name(s), nd, ref.loss[0], ref.loss[1], ref.loss[2]);
 			struct tg_layer tl[16];
@@ -319,7 +323,9 @@ int main(int argc, char **argv)
 	uint64_t seed = 7;
 	m.data_arg = &seed;
 	static const int all[] = {TG_DP_SWAP, TG_GPIPE, TG_1F1B, TG_HARMONY_DP, TG_HARMONY_PP};
-	int cases = transparency(&m, quick, all, 5);
+	int cases = transparency(&m, quick, all, 5, 1);
+	/* packs of two layers (the tied head in the last), microbatch 2 */
+	cases += transparency(&m, 1, all, 5, 2);
 	printf("%d bf16 schedule x device cases bit-identical to the bf16 reference\n", cases);
 	/* the fp32 reference differs (the precision really changed) */
 	struct rt_model m32;
@@ -340,7 +346,7 @@ int main(int argc, char **argv)
 	CHECK_OK(rt_model_set_optimizer(&m, KN_SGD, 0.9f));
 	m.opt.lr = 0.05f;
 	static const int some[] = {TG_DP_SWAP, TG_HARMONY_PP};
-	transparency(&m, 1, some, 2);
+	transparency(&m, 1, some, 2, 1);
 	rt_model_free(&m);
 	TEST_PASS();
 }
