@@ -11,10 +11,9 @@
 	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
 	     i += (long)blockDim.x * gridDim.x)
 
-__global__ void kn_adamw_mixed_gpu(float *p, __nv_bfloat16 *w, const __nv_bfloat16 *g,
-                                      float *m, float *v, long n, float decay, float step,
-                                      float bc2_sqrt, float b1, float b2, float c1, float c2,
-                                      float eps)
+__global__ void kn_adamw_mixed_gpu(float *p, __nv_bfloat16 *w, const __nv_bfloat16 *g, float *m,
+                                   float *v, long n, float decay, float step, float bc2_sqrt,
+                                   float b1, float b2, float c1, float c2, float eps)
 {
 	KN_GRID_STRIDE(i, n)
 	{
@@ -43,8 +42,8 @@ extern "C" void kn_adamw_mixed_cuda(const struct kn_adamw_mixed_args *a, void *s
 	kn_cuda_check_launch("adamw_mixed");
 }
 
-__global__ void kn_sgd_mixed_gpu(float *p, __nv_bfloat16 *w, const __nv_bfloat16 *g,
-                                    float *buf, long n, float lr, float mu, float wd)
+__global__ void kn_sgd_mixed_gpu(float *p, __nv_bfloat16 *w, const __nv_bfloat16 *g, float *buf,
+                                 long n, float lr, float mu, float wd)
 {
 	KN_GRID_STRIDE(i, n)
 	{
