@@ -216,6 +216,9 @@ struct spill_gpt_config {
 	uint64_t seed;
 	const char *optimizer; /* NULL or "adamw"; "sgd" */
 	float momentum;        /* SGD */
+	/* NULL or "fp32"; "bf16": mixed precision (bf16 weights, activations and
+	 * gradients; fp32 master weights and optimizer state; fp32 loss) */
+	const char *precision;
 };
 
 struct spill_plan {
@@ -244,10 +247,11 @@ SPILL_API const char *spill_model_plan_name(struct spill_model *m);
 /* One training step; *loss (may be NULL) gets the mean loss (NAN on model). */
 SPILL_API int spill_model_step(struct spill_model *m, double *loss);
 /* The model's layers (GPT-2: the embedding, the blocks, the head) and the
- * bytes of layer l's parameters (0 for a bad layer). */
+ * bytes of layer l's parameters as spill_model_read_params gives them (0 for
+ * a bad layer): fp32, in a bf16 model its fp32 master weights. */
 SPILL_API int spill_model_layers(const struct spill_model *m);
 SPILL_API size_t spill_model_param_bytes(const struct spill_model *m, int layer);
-/* Copies layer l's parameters (bytes = its param_bytes) to host memory. */
+/* Copies layer l's parameters (bytes = spill_model_param_bytes) to host memory. */
 SPILL_API int spill_model_read_params(struct spill_model *m, int layer, void *dst, size_t bytes);
 SPILL_API void spill_model_destroy(struct spill_model *m);
 

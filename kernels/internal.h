@@ -30,6 +30,9 @@ int kn_layer_backward_run(const struct kn_runner *r, const struct kn_model_confi
 int kn_layer_update_run(const struct kn_runner *r, const struct kn_model_config *cfg,
                         enum kn_layer_kind kind, const struct kn_layer_mem *mem,
                         const struct kn_optim_hparams *h);
+int kn_layer_update_mixed_run(const struct kn_runner *r, const struct kn_model_config *cfg,
+                              enum kn_layer_kind kind, const struct kn_layer_mem *mem,
+                              const struct kn_optim_hparams *h);
 int kn_layer_zero_grad_run(const struct kn_runner *r, const struct kn_model_config *cfg,
                            enum kn_layer_kind kind, const struct kn_layer_mem *mem);
 

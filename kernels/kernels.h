@@ -247,6 +247,30 @@ struct kn_sgd_args {
 	float lr, momentum, weight_decay;
 };
 
+/* ---- mixed precision: fp32 masters, bf16 weights and gradients ------------------
+ * The optimizers above on an fp32 master copy with bf16 gradients, then the
+ * bf16 weights the devices compute with: g = bf16 -> fp32 (exact); the fp32
+ * op on master (same order of operations, same scalars); params[i] =
+ * round-to-nearest-even(master[i]) (kn_f32_to_bf16). State stays fp32. */
+struct kn_adamw_mixed_args {
+	float *master;     /* fp32 (N), updated */
+	void *params;      /* bf16 (N), overwritten with the rounded master */
+	const void *grads; /* bf16 (N) */
+	float *m;
+	float *v;
+	long N;
+	float lr, beta1, beta2, eps, weight_decay;
+	int t;
+};
+struct kn_sgd_mixed_args {
+	float *master;     /* fp32 (N), updated */
+	void *params;      /* bf16 (N), overwritten with the rounded master */
+	const void *grads; /* bf16 (N) */
+	float *buf;        /* fp32 momentum buffer; NULL when momentum is 0 */
+	long N;
+	float lr, momentum, weight_decay;
+};
+
 /* ---- gradient buffers -------------------------------------------------------- */
 struct kn_grad_zero_args { /* x = 0 */
 	enum kn_dtype dtype;
@@ -294,6 +318,8 @@ struct kn_grad_scale_args { /* x *= scale */
 	X(crossentropy_backward, kn_crossentropy_bwd_args) \
 	X(adamw, kn_adamw_args)                            \
 	X(sgd, kn_sgd_args)                                \
+	X(adamw_mixed, kn_adamw_mixed_args)                \
+	X(sgd_mixed, kn_sgd_mixed_args)                    \
 	X(grad_zero, kn_grad_zero_args)                    \
 	X(grad_accumulate, kn_grad_accumulate_args)        \
 	X(grad_scale, kn_grad_scale_args)
@@ -470,6 +496,19 @@ int kn_layer_update_cpu(const struct kn_model_config *cfg, enum kn_layer_kind ki
 int kn_layer_update_launch(struct dev_stream *s, const struct kn_model_config *cfg,
                            enum kn_layer_kind kind, const struct kn_layer_mem *mem,
                            const struct kn_optim_hparams *h) SP_MUST_CHECK;
+/* Mixed-precision update of a bf16 layer (cfg->dtype KN_BF16): mem->params and
+ * mem->grads are bf16, mem->optim holds the fp32 master weights (param count
+ * floats, the params' layout) followed by the optimizer state as above; each
+ * tensor's master and state are updated (kn_adamw_mixed / kn_sgd_mixed, the
+ * same decay rules) and its bf16 params rewritten from the master. Returns 0,
+ * -EINVAL (not bf16, NULL ranges, bad hparams) with nothing run, or a launch's
+ * error. */
+int kn_layer_update_mixed_cpu(const struct kn_model_config *cfg, enum kn_layer_kind kind,
+                              const struct kn_layer_mem *mem,
+                              const struct kn_optim_hparams *h) SP_MUST_CHECK;
+int kn_layer_update_mixed_launch(struct dev_stream *s, const struct kn_model_config *cfg,
+                                 enum kn_layer_kind kind, const struct kn_layer_mem *mem,
+                                 const struct kn_optim_hparams *h) SP_MUST_CHECK;
 int kn_layer_zero_grad_cpu(const struct kn_model_config *cfg, enum kn_layer_kind kind,
                            const struct kn_layer_mem *mem) SP_MUST_CHECK;
 int kn_layer_zero_grad_launch(struct dev_stream *s, const struct kn_model_config *cfg,

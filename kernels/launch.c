@@ -50,6 +50,14 @@ int kn_layer_update_launch(struct dev_stream *s, const struct kn_model_config *c
 	return kn_layer_update_run(&r, cfg, kind, mem, h);
 }
 
+int kn_layer_update_mixed_launch(struct dev_stream *s, const struct kn_model_config *cfg,
+                                 enum kn_layer_kind kind, const struct kn_layer_mem *mem,
+                                 const struct kn_optim_hparams *h)
+{
+	KN_STREAM_RUNNER(s);
+	return kn_layer_update_mixed_run(&r, cfg, kind, mem, h);
+}
+
 int kn_layer_zero_grad_launch(struct dev_stream *s, const struct kn_model_config *cfg,
                               enum kn_layer_kind kind, const struct kn_layer_mem *mem)
 {

@@ -583,6 +583,70 @@ int kn_layer_update_run(const struct kn_runner *r, const struct kn_model_config 
 	return 0;
 }
 
+int kn_layer_update_mixed_run(const struct kn_runner *r, const struct kn_model_config *cfg,
+                              enum kn_layer_kind kind, const struct kn_layer_mem *mem,
+                              const struct kn_optim_hparams *h)
+{
+	if (!h || !cfg)
+		return sp_error(-EINVAL, "kn_layer update (mixed): hparams or config is NULL");
+	if (h->kind != KN_ADAMW && h->kind != KN_SGD)
+		return sp_error(-EINVAL, "kn_layer update (mixed): unknown optimizer %d",
+		                (int)h->kind);
+	if (cfg->dtype != KN_BF16)
+		return sp_error(-EINVAL, "kn_layer update (mixed): the layer is not bf16");
+	if (!mem || !mem->params || !mem->grads || !mem->optim)
+		return sp_error(-EINVAL, "kn_layer update (mixed): params, grads and optim "
+		                         "(the fp32 masters) are needed");
+	struct kn_layer_desc d;
+	SP_CHECK(kn_layer_describe(cfg, kind, 1, 1, &d));
+	size_t np = d.param_bytes / kn_dtype_size(cfg->dtype), off[KN_BLOCK_NPARAMS],
+	       n[KN_BLOCK_NPARAMS];
+	int stateful = kn_optim_state_bytes(h->kind, h->momentum, np) > 0;
+	float *master = mem->optim, *state = mem->optim + np;
+	uint16_t *w = mem->params;
+	const uint16_t *g = mem->grads;
+	int decay[KN_BLOCK_NPARAMS];
+	int nt = kn_layer_tensors(cfg, kind, off, n, decay);
+	if (h->kind == KN_SGD) {
+		struct kn_sgd_mixed_args a[KN_BLOCK_NPARAMS];
+		for (int i = 0; i < nt; i++) { /* check all before running any */
+			a[i] = (struct kn_sgd_mixed_args){.master = master + off[i],
+			                                  .params = w + off[i],
+			                                  .grads = g + off[i],
+			                                  .buf = stateful ? state + off[i] : NULL,
+			                                  .N = (long)n[i],
+			                                  .lr = h->lr,
+			                                  .momentum = h->momentum,
+			                                  .weight_decay =
+			                                      decay[i] ? h->weight_decay : 0.0f};
+			SP_CHECK(kn_sgd_mixed_check(&a[i]));
+		}
+		for (int i = 0; i < nt; i++)
+			KN_RUN(r, sgd_mixed, a[i]);
+		return 0;
+	}
+	struct kn_adamw_mixed_args a[KN_BLOCK_NPARAMS];
+	for (int i = 0; i < nt; i++) { /* check all before running any */
+		a[i] =
+		    (struct kn_adamw_mixed_args){.master = master + off[i],
+		                                 .params = w + off[i],
+		                                 .grads = g + off[i],
+		                                 .m = state + off[i],
+		                                 .v = state + np + off[i],
+		                                 .N = (long)n[i],
+		                                 .lr = h->lr,
+		                                 .beta1 = h->beta1,
+		                                 .beta2 = h->beta2,
+		                                 .eps = h->eps,
+		                                 .weight_decay = decay[i] ? h->weight_decay : 0.0f,
+		                                 .t = h->t};
+		SP_CHECK(kn_adamw_mixed_check(&a[i]));
+	}
+	for (int i = 0; i < nt; i++)
+		KN_RUN(r, adamw_mixed, a[i]);
+	return 0;
+}
+
 int kn_layer_zero_grad_run(const struct kn_runner *r, const struct kn_model_config *cfg,
                            enum kn_layer_kind kind, const struct kn_layer_mem *mem)
 {
@@ -619,6 +683,12 @@ int kn_layer_update_cpu(const struct kn_model_config *cfg, enum kn_layer_kind ki
                         const struct kn_layer_mem *mem, const struct kn_optim_hparams *h)
 {
 	return kn_layer_update_run(&kn_cpu, cfg, kind, mem, h);
+}
+
+int kn_layer_update_mixed_cpu(const struct kn_model_config *cfg, enum kn_layer_kind kind,
+                              const struct kn_layer_mem *mem, const struct kn_optim_hparams *h)
+{
+	return kn_layer_update_mixed_run(&kn_cpu, cfg, kind, mem, h);
 }
 
 int kn_layer_zero_grad_cpu(const struct kn_model_config *cfg, enum kn_layer_kind kind,

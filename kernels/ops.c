@@ -451,6 +451,57 @@ struct dev_cost kn_sgd_cost(const struct kn_sgd_args *a)
 	                         a->N * (3 * fsz(a->dtype) + (mom ? 8.0 : 0.0))};
 }
 
+int kn_adamw_mixed_check(const struct kn_adamw_mixed_args *a)
+{
+	const char *op = "adamw_mixed";
+	KN_POS(op, a, N);
+	KN_PTR(op, a, master);
+	KN_PTR(op, a, params);
+	KN_PTR(op, a, grads);
+	KN_PTR(op, a, m);
+	KN_PTR(op, a, v);
+	KN_POS(op, a, t);
+	if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1))
+		return sp_error(-EINVAL, "kn_adamw_mixed: betas (%g, %g) must be in [0, 1)",
+		                (double)a->beta1, (double)a->beta2);
+	if (!(a->lr >= 0) || !(a->eps >= 0) || !(a->weight_decay >= 0))
+		return sp_error(-EINVAL,
+		                "kn_adamw_mixed: lr = %g, eps = %g, weight_decay = %g must be >= 0",
+		                (double)a->lr, (double)a->eps, (double)a->weight_decay);
+	return 0;
+}
+
+/* master, m, v read and written (fp32), grads read and params written (bf16) */
+struct dev_cost kn_adamw_mixed_cost(const struct kn_adamw_mixed_args *a)
+{
+	return (struct dev_cost){12.0 * a->N, a->N * (2 * 2.0 + 24.0)};
+}
+
+int kn_sgd_mixed_check(const struct kn_sgd_mixed_args *a)
+{
+	const char *op = "sgd_mixed";
+	KN_POS(op, a, N);
+	KN_PTR(op, a, master);
+	KN_PTR(op, a, params);
+	KN_PTR(op, a, grads);
+	if (!(a->lr >= 0) || !(a->momentum >= 0 && a->momentum < 1) || !(a->weight_decay >= 0))
+		return sp_error(-EINVAL,
+		                "kn_sgd_mixed: lr = %g and weight_decay = %g must be >= 0, "
+		                "momentum = %g in [0, 1)",
+		                (double)a->lr, (double)a->weight_decay, (double)a->momentum);
+	if (a->momentum != 0 && !a->buf)
+		return sp_error(-EINVAL, "kn_sgd_mixed: momentum %g needs buf",
+		                (double)a->momentum);
+	return 0;
+}
+
+struct dev_cost kn_sgd_mixed_cost(const struct kn_sgd_mixed_args *a)
+{
+	int mom = a->buf != NULL;
+	return (struct dev_cost){(mom ? 5.0 : 3.0) * a->N,
+	                         a->N * (2 * 2.0 + 8.0 + (mom ? 8.0 : 0.0))};
+}
+
 int kn_grad_zero_check(const struct kn_grad_zero_args *a)
 {
 	KN_CHECK_N("grad_zero", a);

@@ -506,8 +506,8 @@ SPILL_API int spill_model_gpt(struct spill_ctx *ctx, const struct spill_gpt_conf
 	                             .V = cfg->vocab,
 	                             .L = cfg->layers,
 	                             .NH = cfg->heads,
-	                             .C = cfg->channels,
-	                             .dtype = KN_F32};
+	                             .C = cfg->channels};
+	SP_CHECK(rt_precision_parse(cfg->precision, &kc.dtype));
 	struct spill_model *sm = calloc(1, sizeof(*sm));
 	if (!sm)
 		return sp_error(-ENOMEM, "spill_model_gpt: out of memory");
@@ -592,18 +592,24 @@ SPILL_API int spill_model_layers(const struct spill_model *m)
 	return m ? m->m.nlayers : 0;
 }
 
+/* What rt_run_read_params gives: the parameters, or a bf16 layer's fp32 masters. */
+static size_t param_read_bytes(const struct rt_layer *l)
+{
+	return l->master_bytes ? l->master_bytes : l->param_bytes;
+}
+
 SPILL_API size_t spill_model_param_bytes(const struct spill_model *m, int layer)
 {
-	return m && layer >= 0 && layer < m->m.nlayers ? m->m.layers[layer].param_bytes : 0;
+	return m && layer >= 0 && layer < m->m.nlayers ? param_read_bytes(&m->m.layers[layer]) : 0;
 }
 
 SPILL_API int spill_model_read_params(struct spill_model *m, int layer, void *dst, size_t bytes)
 {
 	SP_CHECK_ARG(m && dst && layer >= 0 && layer < m->m.nlayers,
 	             "spill_model_read_params: bad arguments");
-	SP_CHECK_ARG(bytes == m->m.layers[layer].param_bytes,
-	             "spill_model_read_params: layer %d has %llu bytes of parameters, not %zu",
-	             layer, (unsigned long long)m->m.layers[layer].param_bytes, bytes);
+	SP_CHECK_ARG(bytes == param_read_bytes(&m->m.layers[layer]),
+	             "spill_model_read_params: layer %d has %zu bytes of parameters, not %zu",
+	             layer, param_read_bytes(&m->m.layers[layer]), bytes);
 	if (!m->run)
 		SP_CHECK(spill_model_plan(m, NULL));
 	return rt_run_read_params(m->run, layer, dst);

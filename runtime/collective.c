@@ -69,14 +69,27 @@ void rt_collectives_close(struct rt_ctx *rt)
 /* ---- host: a CPU kernel over all the buffers ------------------------------------ */
 
 struct host_sum_args {
-	float *buf[DEV_MAX];
+	void *buf[DEV_MAX];
 	int n;
 	size_t count;
+	enum kn_dtype dtype;
 };
 
 static void host_sum_cpu(const void *a)
 {
 	const struct host_sum_args *s = a;
+	if (s->dtype == KN_BF16) { /* kn_grad_accumulate's bf16 rounding, rank order */
+		for (int r = 1; r < s->n; r++) {
+			struct kn_grad_accumulate_args g = {.dtype = KN_BF16,
+			                                    .dst = s->buf[0],
+			                                    .src = s->buf[r],
+			                                    .N = (long)s->count};
+			kn_grad_accumulate_cpu(&g);
+		}
+		for (int r = 1; r < s->n; r++)
+			memcpy(s->buf[r], s->buf[0], s->count * 2);
+		return;
+	}
 	float *dst = s->buf[0];
 	for (int r = 1; r < s->n; r++) { /* the rank order of kn_grad_accumulate */
 		const float *src = s->buf[r];
@@ -90,9 +103,9 @@ static void host_sum_cpu(const void *a)
 static const struct dev_kernel host_sum_kernel = {"allreduce_host", host_sum_cpu, NULL};
 
 static int allreduce_host(struct rt_ctx *rt, struct coll *c, int n, void *const *buf,
-                          struct dev_stream *const *s, size_t count)
+                          struct dev_stream *const *s, size_t count, enum kn_dtype dtype)
 {
-	struct host_sum_args a = {.n = n, .count = count};
+	struct host_sum_args a = {.n = n, .count = count, .dtype = dtype};
 	for (int r = 0; r < n; r++) {
 		a.buf[r] = buf[r];
 		if (r) { /* device 0's stream waits for the others' work */
@@ -100,7 +113,7 @@ static int allreduce_host(struct rt_ctx *rt, struct coll *c, int n, void *const 
 			SP_CHECK(dev_stream_wait_event(s[0], c->ev[r]));
 		}
 	}
-	double bytes = (double)count * sizeof(float);
+	double bytes = (double)count * kn_dtype_size(dtype);
 	SP_CHECK(dev_launch(s[0], &host_sum_kernel, &a, sizeof(a),
 	                    (struct dev_cost){(double)count * (n - 1), bytes * 2 * n}));
 	SP_CHECK(dev_event_record(c->ev[0], s[0]));
@@ -112,9 +125,9 @@ static int allreduce_host(struct rt_ctx *rt, struct coll *c, int n, void *const 
 /* ---- model: the ring's traffic ------------------------------------------------------ */
 
 static int allreduce_model(struct rt_ctx *rt, struct coll *c, int n, void *const *buf,
-                           struct dev_stream *const *s, size_t count)
+                           struct dev_stream *const *s, size_t count, enum kn_dtype dtype)
 {
-	size_t bytes = count * sizeof(float), chunk = (bytes + (size_t)n - 1) / (size_t)n;
+	size_t bytes = count * kn_dtype_size(dtype), chunk = (bytes + (size_t)n - 1) / (size_t)n;
 	if (!chunk)
 		return 0;
 	for (int step = 0; step < 2 * (n - 1); step++) {
@@ -141,7 +154,7 @@ static int allreduce_model(struct rt_ctx *rt, struct coll *c, int n, void *const
 
 #if SPILL_HAVE_NCCL
 static int allreduce_nccl(struct rt_ctx *rt, struct coll *c, int n, void *const *buf,
-                          struct dev_stream *const *s, size_t count)
+                          struct dev_stream *const *s, size_t count, enum kn_dtype dtype)
 {
 	if (c->ncomm != n) {
 		for (int i = 0; i < c->ncomm; i++)
@@ -158,21 +171,28 @@ static int allreduce_nccl(struct rt_ctx *rt, struct coll *c, int n, void *const 
 	}
 	ncclResult_t r = ncclGroupStart();
 	for (int i = 0; i < n && r == ncclSuccess; i++)
-		r = ncclAllReduce(buf[i], buf[i], count, ncclFloat, ncclSum, c->comm[i],
+		r = ncclAllReduce(buf[i], buf[i], count,
+		                  dtype == KN_BF16 ? ncclBfloat16 : ncclFloat, ncclSum, c->comm[i],
 		                  (cudaStream_t)dev_stream_native(s[i]));
 	ncclResult_t r2 = ncclGroupEnd();
 	if (r == ncclSuccess)
 		r = r2;
 	if (r != ncclSuccess)
-		return sp_error(-EIO, "all-reduce: ncclAllReduce of %zu floats on %d GPUs: %s",
+		return sp_error(-EIO, "all-reduce: ncclAllReduce of %zu elements on %d GPUs: %s",
 		                count, n, ncclGetErrorString(r));
-	rt->st.collective_p2p += 2 * count * sizeof(float) * (size_t)(n - 1);
+	rt->st.collective_p2p += 2 * count * kn_dtype_size(dtype) * (size_t)(n - 1);
 	return 0;
 }
 #endif
 
 int rt_allreduce_sum(struct rt_ctx *rt, int n, void *const *buf, struct dev_stream *const *s,
                      size_t count)
+{
+	return rt_allreduce_sum_dtype(rt, n, buf, s, count, KN_F32);
+}
+
+int rt_allreduce_sum_dtype(struct rt_ctx *rt, int n, void *const *buf, struct dev_stream *const *s,
+                           size_t count, enum kn_dtype dtype)
 {
 	SP_CHECK_ARG(rt && buf && s && n >= 1 && n <= rt->ndev,
 	             "rt_allreduce_sum: bad arguments (n = %d)", n);
@@ -182,12 +202,12 @@ int rt_allreduce_sum(struct rt_ctx *rt, int n, void *const *buf, struct dev_stre
 	SP_CHECK(coll_get(rt, n, &c));
 	switch (dev_backend(rt->dev)) {
 	case DEV_BACKEND_HOST:
-		rt->st.collective_p2p += 2 * count * sizeof(float) * (size_t)(n - 1);
-		return allreduce_host(rt, c, n, buf, s, count);
-	case DEV_BACKEND_MODEL: return allreduce_model(rt, c, n, buf, s, count);
+		rt->st.collective_p2p += 2 * count * kn_dtype_size(dtype) * (size_t)(n - 1);
+		return allreduce_host(rt, c, n, buf, s, count, dtype);
+	case DEV_BACKEND_MODEL: return allreduce_model(rt, c, n, buf, s, count, dtype);
 	case DEV_BACKEND_CUDA:
 #if SPILL_HAVE_NCCL
-		return allreduce_nccl(rt, c, n, buf, s, count);
+		return allreduce_nccl(rt, c, n, buf, s, count, dtype);
 #else
 		return sp_error(-ENOTSUP,
 		                "all-reduce on %d GPUs needs NCCL (spill was built without it)", n);

@@ -711,6 +711,7 @@ static int issue_collective(struct xs *x, const int *members, int n)
 	void *buf[DEV_MAX];
 	struct dev_stream *ss[DEV_MAX];
 	size_t count = 0;
+	enum kn_dtype dtype = KN_F32;
 	int rc = 0, k;
 	for (k = 0; k < n; k++) {
 		int t = members[k], q = p->task[t].dev;
@@ -738,12 +739,13 @@ static int issue_collective(struct xs *x, const int *members, int n)
 				goto fail;
 			}
 		}
-		count = (size_t)(p->obj[tk->ref[0].obj].bytes / sizeof(float));
+		dtype = p->obj[tk->ref[0].obj].dtype;
+		count = (size_t)(p->obj[tk->ref[0].obj].bytes / kn_dtype_size(dtype));
 	}
 	for (int j = 0; j < n && p->t_start && !rc; j++)
 		rc = dev_event_record(p->ev_start[members[j]], ss[j]);
 	if (buf[0] && !rc) /* zero-byte gradients: nothing to reduce */
-		rc = rt_allreduce_sum(x->rt, n, buf, ss, count);
+		rc = rt_allreduce_sum_dtype(x->rt, n, buf, ss, count, dtype);
 	for (int j = 0; j < n; j++) {
 		int t = members[j], q = p->task[t].dev;
 		int e = dev_event_record(p->ev[t], ss[j]);

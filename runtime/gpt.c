@@ -2,13 +2,19 @@
  * head as runtime layers, GPT-2's initialization, and synthetic data.
  *
  * Sizes per sample come from kn_layer_describe at B = 1 (every activation
- * size is linear in B, checked at B = 2). The head is tied to the embedding:
+ * size is linear in B, checked at B = 2; work may add a constant, checked at
+ * B = 4). The head is tied to the embedding:
  * it reads wte (the embedding's first V*C parameters) and accumulates dwte
  * into its own gradients after its lnf ones, so grad_bytes = (2C + VC) floats.
  * Initialization (llm.c, GPT-2): weights N(0, 0.02), the two residual
  * projections of each block N(0, 0.02/sqrt(2L)), biases 0, layernorm weights
  * 1; one counter-based stream per (seed, layer, tensor), so a layer's initial
  * values do not depend on how the model is packed.
+ * bf16 (mixed precision): parameters and gradients are bf16 (the kernels'
+ * descriptors in bf16 size them); the optimizer state starts with the fp32
+ * master weights (master_bytes), initialized as in fp32 from the same seed,
+ * and the bf16 parameters are their rounding; the update
+ * (kn_layer_update_mixed) runs on the masters and rewrites the parameters.
  */
 #include "runtime/internal.h"
 
@@ -56,6 +62,8 @@ static int gpt_update(const struct rt_layer_call *c)
 	                             .t = c->step,
 	                             .kind = c->opt->kind,
 	                             .momentum = c->opt->momentum};
+	if (l->gpt.dtype == KN_BF16)
+		return kn_layer_update_mixed_launch(c->s, &l->gpt, l->kind, &m, &h);
 	return kn_layer_update_launch(c->s, &l->gpt, l->kind, &m, &h);
 }
 
@@ -91,11 +99,11 @@ static void fill_const(float *x, size_t n, float v)
 		x[i] = v;
 }
 
-static int gpt_init(const struct rt_layer *l, void *params, uint64_t seed)
+/* The layer's fp32 initial values (param count floats), whatever its dtype. */
+static int gpt_init_f32(const struct rt_layer *l, float *p, uint64_t seed)
 {
 	const struct kn_model_config *g = &l->gpt;
 	size_t C = (size_t)g->C;
-	float *p = params;
 	uint64_t key = mix(seed ^ mix((uint64_t)(uintptr_t)l->arg)); /* arg: the layer index */
 	switch (l->kind) {
 	case KN_LAYER_EMBEDDING:
@@ -126,6 +134,22 @@ static int gpt_init(const struct rt_layer *l, void *params, uint64_t seed)
 	}
 }
 
+static int gpt_init(const struct rt_layer *l, void *params, uint64_t seed)
+{
+	if (l->gpt.dtype != KN_BF16)
+		return gpt_init_f32(l, params, seed);
+	size_t n = l->param_bytes / 2;
+	float *f = malloc(n * sizeof(float) + 1);
+	if (!f)
+		return sp_error(-ENOMEM, "gpt: initial values of %s", l->name);
+	int rc = gpt_init_f32(l, f, seed);
+	uint16_t *w = params;
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		w[i] = kn_f32_to_bf16(f[i]);
+	free(f);
+	return rc;
+}
+
 static const struct rt_layer_ops gpt_ops = {.forward = gpt_forward,
                                             .backward = gpt_backward,
                                             .update = gpt_update,
@@ -135,11 +159,14 @@ static const struct rt_layer_ops gpt_ops = {.forward = gpt_forward,
 static int gpt_layer(const struct kn_model_config *cfg, int T, enum kn_layer_kind kind, int index,
                      struct rt_layer *l)
 {
-	struct kn_layer_desc d1, d2;
+	struct kn_layer_desc d1, d2, d4;
 	SP_CHECK(kn_layer_describe(cfg, kind, 1, T, &d1));
 	SP_CHECK(kn_layer_describe(cfg, kind, 2, T, &d2));
+	SP_CHECK(kn_layer_describe(cfg, kind, 4, T, &d4));
+	/* work may have a constant part (bf16 attention's per-head scratch) */
+	uint64_t wps = d2.work_bytes - d1.work_bytes, w0 = d1.work_bytes - wps;
 	if (d2.stash_bytes != 2 * d1.stash_bytes || d2.output_bytes != 2 * d1.output_bytes ||
-	    d2.work_bytes != 2 * d1.work_bytes)
+	    d2.work_bytes < d1.work_bytes || d1.work_bytes < wps || d4.work_bytes != w0 + 4 * wps)
 		return sp_error(-EINVAL, "gpt: layer %s sizes are not linear in the batch",
 		                d1.name);
 	memset(l, 0, sizeof(*l));
@@ -149,11 +176,14 @@ static int gpt_layer(const struct kn_model_config *cfg, int T, enum kn_layer_kin
 		snprintf(l->name, sizeof(l->name), "%s", d1.name);
 	l->param_bytes = d1.param_bytes;
 	l->grad_bytes = d1.grad_bytes;
-	l->optim_bytes = d1.optim_bytes;
+	if (cfg->dtype == KN_BF16) /* fp32 masters first, then the optimizer's state */
+		l->master_bytes = d1.param_bytes / 2 * sizeof(float);
+	l->optim_bytes = l->master_bytes + d1.optim_bytes;
 	l->std_optim = 1;
 	l->stash_per_sample = d1.stash_bytes;
 	l->out_per_sample = d1.output_bytes;
-	l->work_per_sample = d1.work_bytes;
+	l->work_per_sample = wps;
+	l->work_bytes = w0;
 	l->fwd_flops_per_sample = d1.fwd_flops;
 	l->bwd_flops_per_sample = d1.bwd_flops;
 	l->ops = &gpt_ops;
@@ -204,7 +234,7 @@ int rt_model_set_optimizer(struct rt_model *m, enum kn_optimizer kind, float mom
 	/* a layer with its own state size but the built-in update must hold it */
 	for (int i = 0; i < m->nlayers; i++) {
 		const struct rt_layer *l = &m->layers[i];
-		uint64_t need = kn_optim_state_bytes(kind, momentum, l->param_bytes / 4);
+		uint64_t need = kn_optim_state_bytes(kind, momentum, rt_layer_nparams(l));
 		if (!l->std_optim && !(l->ops && l->ops->update) && l->optim_bytes < need)
 			return sp_error(-EINVAL,
 			                "layer %s: optim_bytes %llu is less than %s's state (%llu)",
@@ -216,7 +246,8 @@ int rt_model_set_optimizer(struct rt_model *m, enum kn_optimizer kind, float mom
 	for (int i = 0; i < m->nlayers; i++) {
 		struct rt_layer *l = &m->layers[i];
 		if (l->std_optim)
-			l->optim_bytes = kn_optim_state_bytes(kind, momentum, l->param_bytes / 4);
+			l->optim_bytes = l->master_bytes +
+			                 kn_optim_state_bytes(kind, momentum, rt_layer_nparams(l));
 	}
 	return 0;
 }
@@ -228,7 +259,6 @@ int rt_model_gpt(const struct kn_model_config *cfg, int T, int batch, struct rt_
 	SP_CHECK_ARG(T >= 1 && T <= cfg->maxT, "gpt: sequence length %d is not in 1..%d (maxT)", T,
 	             cfg->maxT);
 	SP_CHECK_ARG(batch >= 1, "gpt: batch %d must be >= 1", batch);
-	SP_CHECK_ARG(cfg->dtype == KN_F32, "gpt: only fp32 is implemented");
 	struct rt_model m;
 	memset(&m, 0, sizeof(m));
 	m.nlayers = cfg->L + 2;
@@ -244,7 +274,8 @@ int rt_model_gpt(const struct kn_model_config *cfg, int T, int batch, struct rt_
 		free(m.layers);
 		return rc;
 	}
-	snprintf(m.name, sizeof(m.name), "gpt2 L%d C%d", cfg->L, cfg->C);
+	snprintf(m.name, sizeof(m.name), "gpt2 L%d C%d%s", cfg->L, cfg->C,
+	         cfg->dtype == KN_BF16 ? " bf16" : "");
 	m.batch = batch;
 	m.in_per_sample = (uint64_t)T * sizeof(int);
 	m.target_per_sample = (uint64_t)T * sizeof(int);
@@ -373,11 +404,12 @@ int rt_layer_add_ties(struct dev_stream *s, const struct rt_model *m, int l, voi
 		const struct rt_layer *t = &m->layers[j];
 		if (!t->tied || t->tied_layer != l)
 			continue;
+		enum kn_dtype dt = rt_layer_dtype(t);
 		struct kn_grad_accumulate_args a = {
-		    .dtype = KN_F32,
+		    .dtype = dt,
 		    .dst = grads[l],
 		    .src = (const char *)grads[j] + t->param_bytes,
-		    .N = (long)((t->grad_bytes - t->param_bytes) / sizeof(float))};
+		    .N = (long)((t->grad_bytes - t->param_bytes) / kn_dtype_size(dt))};
 		SP_CHECK(kn_grad_accumulate_launch(s, &a));
 	}
 	return 0;
@@ -423,6 +455,47 @@ int rt_layer_update(struct dev_stream *s, const struct rt_model *m, int l, void 
 	                          .weight_decay = m->opt.weight_decay,
 	                          .t = step};
 	return kn_adamw_launch(s, &a);
+}
+
+enum kn_dtype rt_layer_dtype(const struct rt_layer *l)
+{
+	return l->ops == &gpt_ops ? l->gpt.dtype : KN_F32;
+}
+
+uint64_t rt_layer_nparams(const struct rt_layer *l)
+{
+	return l->param_bytes / kn_dtype_size(rt_layer_dtype(l));
+}
+
+int rt_precision_parse(const char *name, enum kn_dtype *out)
+{
+	if (!name || !strcmp(name, "fp32"))
+		*out = KN_F32;
+	else if (!strcmp(name, "bf16"))
+		*out = KN_BF16;
+	else
+		return sp_error(-EINVAL, "unknown precision '%s' (fp32, bf16)", name);
+	return 0;
+}
+
+const char *rt_precision_name(enum kn_dtype dtype)
+{
+	return dtype == KN_BF16 ? "bf16" : "fp32";
+}
+
+int rt_layer_init_optim(const struct rt_model *m, int l, void *optim, uint64_t seed)
+{
+	SP_CHECK_ARG(m && l >= 0 && l < m->nlayers, "rt_layer_init_optim: bad arguments");
+	const struct rt_layer *ly = &m->layers[l];
+	if (!ly->optim_bytes)
+		return 0;
+	SP_CHECK_ARG(optim, "rt_layer_init_optim: NULL state");
+	memset(optim, 0, ly->optim_bytes);
+	if (!ly->master_bytes)
+		return 0;
+	SP_CHECK_ARG(ly->ops == &gpt_ops, "layer %s: fp32 masters of a layer that is not GPT's",
+	             ly->name);
+	return gpt_init_f32(ly, optim, seed);
 }
 
 int rt_layer_init(const struct rt_model *m, int l, void *params, uint64_t seed)

@@ -97,6 +97,7 @@ int rt_reference_open(const struct rt_model *m, int nrep, int mb, uint64_t seed,
 				goto fail;
 			}
 		SP_CHECK_GOTO(rt_layer_init(m, l, r->params[l], seed), rc, fail);
+		SP_CHECK_GOTO(rt_layer_init_optim(m, l, r->optim[l], seed), rc, fail);
 	}
 	uint64_t maxout = 0, maxwork = 0;
 	r->stash = calloc((size_t)m->nlayers, sizeof(void *));
@@ -208,11 +209,12 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 	/* replicas summed in rank order, ties added, then the update */
 	for (int l = 0; l < L; l++)
 		for (int k = 1; k < r->nrep; k++) {
+			enum kn_dtype dt = rt_layer_dtype(&m->layers[l]);
 			struct kn_grad_accumulate_args a = {
-			    .dtype = KN_F32,
+			    .dtype = dt,
 			    .dst = r->grads[0][l],
 			    .src = r->grads[k][l],
-			    .N = (long)(m->layers[l].grad_bytes / sizeof(float))};
+			    .N = (long)(m->layers[l].grad_bytes / kn_dtype_size(dt))};
 			kn_grad_accumulate_cpu(&a);
 		}
 	r->step++;

@@ -456,6 +456,8 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 		rc = rt_prog_replicas(&r->prog, w, r->mo->nrep, 0);
 		if (rc == 0)
 			rc = rt_prog_replicas(&r->prog, gr, r->mo->nrep, 1);
+		for (int k = 0; k < r->mo->nrep; k++) /* what the all-reduce sums */
+			r->prog.obj[gr[k]].dtype = m->gpt.dtype;
 	}
 	if (rc < 0)
 		goto fail;
@@ -478,9 +480,12 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 			if (rt->data) {
 				if (which)
 					memset(p, 0, o->bytes);
-				for (int l = pack_lo(r, pk); !which && l < pack_hi(r, pk) && !rc;
-				     l++)
-					rc = rt_layer_init(m, l, (char *)p + r->poff[l], seed);
+				for (int l = pack_lo(r, pk); l < pack_hi(r, pk) && !rc; l++)
+					rc =
+					    which
+					        ? rt_layer_init_optim(m, l, (char *)p + r->ooff[l],
+					                              seed)
+					        : rt_layer_init(m, l, (char *)p + r->poff[l], seed);
 			}
 			int e = vmm_release(rt->vmm, o->vid, VMM_HOST, NULL);
 			if (!rc)
@@ -710,11 +715,16 @@ void rt_run_set_step(struct rt_run *r, int step)
 	r->step = r->iter = step;
 }
 
+/* In bf16 (a layer with master_bytes) the parameters of the state are the
+ * fp32 masters at the start of O, the optimizer state what follows them. */
 uint64_t rt_run_state_bytes(const struct rt_run *r, int l, enum rt_state which)
 {
 	if (!r || l < 0 || l >= r->m->nlayers)
 		return 0;
-	return which == RT_PARAMS ? r->m->layers[l].param_bytes : r->m->layers[l].optim_bytes;
+	const struct rt_layer *ly = &r->m->layers[l];
+	if (which == RT_PARAMS)
+		return ly->master_bytes ? ly->master_bytes : ly->param_bytes;
+	return ly->optim_bytes - ly->master_bytes;
 }
 
 /* Replica rep's object and offset of layer l's state. */
@@ -722,24 +732,50 @@ static const struct rt_obj *state_obj(const struct rt_run *r, int l, enum rt_sta
                                       uint64_t *off)
 {
 	int i = rep * r->mo->P + r->pack_of[l];
-	*off = which == RT_PARAMS ? r->poff[l] : r->ooff[l];
-	return &r->prog.obj[which == RT_PARAMS ? r->mo->W[i] : r->mo->O[i]];
+	uint64_t master = r->m->layers[l].master_bytes;
+	if (which == RT_PARAMS && !master) {
+		*off = r->poff[l];
+		return &r->prog.obj[r->mo->W[i]];
+	}
+	*off = r->ooff[l] + (which == RT_PARAMS ? 0 : master);
+	return &r->prog.obj[r->mo->O[i]];
+}
+
+/* Writes bytes of in at off of object o, through its host copy. */
+static int write_host(struct rt_run *r, const struct rt_obj *o, uint64_t off, const void *in,
+                      uint64_t bytes)
+{
+	void *p;
+	struct dev_event *ready;
+	SP_CHECK(vmm_acquire(r->rt->vmm, o->vid, VMM_HOST, VMM_WRITE, &p, &ready));
+	memcpy((char *)p + off, in, bytes);
+	return vmm_release(r->rt->vmm, o->vid, VMM_HOST, NULL);
 }
 
 int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void *in)
 {
 	SP_CHECK_ARG(r && in && l >= 0 && l < r->m->nlayers, "rt_run_write_state: bad arguments");
 	SP_CHECK_ARG(r->rt->data, "rt_run_write_state: the model backend holds no data");
+	const struct rt_layer *ly = &r->m->layers[l];
 	uint64_t bytes = rt_run_state_bytes(r, l, which), off;
-	for (int rep = 0; rep < r->mo->nrep && bytes; rep++) {
-		const struct rt_obj *o = state_obj(r, l, which, rep, &off);
-		void *p;
-		struct dev_event *ready;
-		SP_CHECK(vmm_acquire(r->rt->vmm, o->vid, VMM_HOST, VMM_WRITE, &p, &ready));
-		memcpy((char *)p + off, in, bytes);
-		SP_CHECK(vmm_release(r->rt->vmm, o->vid, VMM_HOST, NULL));
+	uint16_t *w = NULL; /* bf16 masters: the weights are their rounding */
+	if (which == RT_PARAMS && ly->master_bytes && bytes) {
+		uint64_t n = ly->master_bytes / sizeof(float);
+		if (!(w = malloc(n * sizeof(uint16_t))))
+			return sp_error(-ENOMEM, "rt_run_write_state: %s", ly->name);
+		for (uint64_t i = 0; i < n; i++)
+			w[i] = kn_f32_to_bf16(((const float *)in)[i]);
 	}
-	return 0;
+	int rc = 0;
+	for (int rep = 0; rep < r->mo->nrep && bytes && !rc; rep++) {
+		const struct rt_obj *o = state_obj(r, l, which, rep, &off);
+		rc = write_host(r, o, off, in, bytes);
+		if (w && !rc)
+			rc = write_host(r, &r->prog.obj[r->mo->W[rep * r->mo->P + r->pack_of[l]]],
+			                r->poff[l], w, ly->param_bytes);
+	}
+	free(w);
+	return rc;
 }
 
 int rt_run_read_params(struct rt_run *r, int l, void *out)

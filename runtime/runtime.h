@@ -103,11 +103,12 @@ struct rt_obj {
 	uint64_t bytes; /* 0: a placeholder, no memory (its pointer is NULL) */
 	enum vmm_kind kind;
 	char name[32];
-	uint64_t vid; /* the vmm object, once created */
-	int input;    /* rewritten on the host before each iteration */
-	int keep;     /* read after the run (an output): never discarded */
-	int rset;     /* its replica set (rt_prog_replicas), -1: none */
-	int accum;    /* in an accumulating replica set */
+	uint64_t vid;        /* the vmm object, once created */
+	int input;           /* rewritten on the host before each iteration */
+	int keep;            /* read after the run (an output): never discarded */
+	int rset;            /* its replica set (rt_prog_replicas), -1: none */
+	int accum;           /* in an accumulating replica set */
+	enum kn_dtype dtype; /* elements, for collectives (KN_F32 unless set) */
 };
 
 struct rt_ref {
@@ -250,6 +251,11 @@ uint64_t rt_prog_min_budget(const struct rt_prog *p, int *task);
  * peer links), no data. n participants: devices 0..n-1. Returns 0 or -errno. */
 int rt_allreduce_sum(struct rt_ctx *rt, int n, void *const *buf, struct dev_stream *const *s,
                      size_t count) SP_MUST_CHECK;
+/* The same over count elements of dtype: in bf16 the host sums in rank order
+ * with one rounding per addition (((b0 + b1) + b2) ..., as kn_grad_accumulate
+ * in bf16), NCCL sums in ncclBfloat16. */
+int rt_allreduce_sum_dtype(struct rt_ctx *rt, int n, void *const *buf, struct dev_stream *const *s,
+                           size_t count, enum kn_dtype dtype) SP_MUST_CHECK;
 void rt_collectives_close(struct rt_ctx *rt);
 
 /* ---- models of layers (model.c, gpt.c) ------------------------------------------------
@@ -309,6 +315,10 @@ struct rt_layer {
 	char name[32];
 	uint64_t param_bytes, grad_bytes, optim_bytes;
 	int std_optim; /* 1: optim_bytes is the model optimizer's state (follows opt.kind) */
+	/* bf16 layers (mixed precision): the fp32 master weights at the start of
+	 * the optimizer state (4 bytes a parameter, counted in optim_bytes), the
+	 * optimizer's own state after them; 0 in fp32 */
+	uint64_t master_bytes;
 	uint64_t stash_per_sample, out_per_sample, work_per_sample, work_bytes;
 	double fwd_flops_per_sample, bwd_flops_per_sample;
 	/* measured seconds per sample on the planning device (rt_model_profile),
@@ -348,7 +358,10 @@ struct rt_model {
 /* A GPT-2 model (embedding, L blocks, head tied to the embedding) of cfg at
  * sequence length T, batch sequences per iteration, with synthetic data
  * (rt_gpt_synthetic_data) unless data is set after. Frees with rt_model_free.
- * Returns 0 or -EINVAL for a bad config. */
+ * cfg->dtype KN_BF16 is mixed precision: bf16 weights, activations and
+ * gradients (sizes from the kernels' bf16 descriptors), fp32 master weights
+ * and optimizer state in each layer's optimizer state (master_bytes), fp32
+ * losses. Returns 0 or -EINVAL for a bad config. */
 int rt_model_gpt(const struct kn_model_config *cfg, int T, int batch,
                  struct rt_model *out) SP_MUST_CHECK;
 void rt_model_free(struct rt_model *m);
@@ -386,8 +399,19 @@ int rt_model_profile(struct rt_ctx *rt, struct rt_model *m, int mb) SP_MUST_CHEC
 /* rt_model_tg with measured times converted to FLOPs at flops (FLOP/s). */
 void rt_model_tg_timed(const struct rt_model *m, double flops, struct tg_layer *layers,
                        struct tg_model *out);
-/* Initial parameters of layer l (host memory of param_bytes). */
+/* Initial parameters of layer l (host memory of param_bytes; in bf16 the
+ * rounding of the fp32 masters rt_layer_init_optim writes). */
 int rt_layer_init(const struct rt_model *m, int l, void *params, uint64_t seed) SP_MUST_CHECK;
+/* Initial optimizer state of layer l (host memory of optim_bytes): zero, with
+ * the fp32 master weights first in bf16 (from seed, as fp32 initializes). */
+int rt_layer_init_optim(const struct rt_model *m, int l, void *optim, uint64_t seed) SP_MUST_CHECK;
+/* A layer's element type (GPT layers: their config's; others fp32) and its
+ * parameter count. */
+enum kn_dtype rt_layer_dtype(const struct rt_layer *l);
+uint64_t rt_layer_nparams(const struct rt_layer *l);
+/* "fp32" (or NULL) and "bf16": 0, else -EINVAL with a message naming both. */
+int rt_precision_parse(const char *name, enum kn_dtype *out) SP_MUST_CHECK;
+const char *rt_precision_name(enum kn_dtype dtype);
 
 /* ---- a model under a plan (run.c) -----------------------------------------------------
  * Turns a model and a plan into a task graph (taskgraph/) and that into a
@@ -430,7 +454,8 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 /* One training step: inputs of this iteration, the program, the mean loss
  * (NAN on the model backend). Returns 0 or the executor's error. */
 int rt_run_step(struct rt_run *r, double *loss) SP_MUST_CHECK;
-/* Copies layer l's parameters (replica 0) into host memory out (param_bytes). */
+/* Copies layer l's parameters (replica 0) into host memory out
+ * (rt_run_state_bytes(RT_PARAMS): param_bytes, in bf16 the fp32 masters). */
 int rt_run_read_params(struct rt_run *r, int l, void *out) SP_MUST_CHECK;
 /* A layer's training state: its parameters or its optimizer state (AdamW: m
  * then v), optim_bytes) — read from the current copy wherever it is, written
@@ -558,7 +583,9 @@ int rt_sharp_run(struct rt_ctx *rt, struct rt_run *const *runs, const int *steps
  * each of nrep replicas (replica r has samples [r*batch/nrep, (r+1)*batch/nrep)),
  * gradients summed over replicas in rank order, tied gradients added to their
  * layer's at the update. The order the executor keeps, so its losses and
- * weights must be bit-identical to these. */
+ * weights must be bit-identical to these. In bf16 the same recipe as the
+ * executor: bf16 parameters and gradients, replicas summed in bf16, the
+ * update on fp32 masters (the layers' optim, master_bytes first). */
 struct rt_reference {
 	const struct rt_model *m;
 	int nrep, mb;

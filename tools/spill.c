@@ -289,6 +289,8 @@ static const char train_help[] =
     "run:     --steps N --lr X --seed N --data PATH (llm.c shards, a directory of\n"
     "         them, or text) --eval-every N --eval-batches N\n"
     "         --optim adamw|sgd (default adamw) --momentum X (sgd; default 0)\n"
+    "         --precision fp32|bf16 (default fp32; bf16: bf16 weights, activations and\n"
+    "         gradients, fp32 master weights and optimizer state, fp32 loss)\n"
     "         --checkpoint DIR --checkpoint-every N --resume\n"
     "         --trace FILE (Chrome/Perfetto trace) --stats-json FILE\n"
     "Flags override the SPILL_* variables. With no flags: a small GPT on the default\n"
@@ -411,6 +413,7 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 	    {"--stats-json", NULL, &c.stats_json, NULL, 0},
 	    {"--tune-after", &c.tune_after, NULL, NULL, 0},
 	    {"--optim", NULL, &c.optim, NULL, 0},
+	    {"--precision", NULL, &c.precision, NULL, 0},
 	};
 	for (int i = 1; i < argc; i++) {
 		char *a = argv[i], *val = NULL, *eq = strchr(a, '=');
@@ -456,6 +459,11 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 		     must == &c.channels || must == &c.heads || must == &c.seq || must == &c.vocab))
 			return bad_flag(cmd, "0 would read as the default: give at least 1 to",
 			                name);
+	}
+	if (c.precision && strcmp(c.precision, "fp32") && strcmp(c.precision, "bf16")) {
+		fprintf(stderr, "spill %s: --precision %s: wants fp32 or bf16 (spill %s --help)\n",
+		        cmd, c.precision, cmd);
+		return 2;
 	}
 	if (sim && c.data)
 		return bad_flag(cmd, "the model backend holds no data:", "--data");

@@ -4,7 +4,10 @@
  * names (wte, wpe, h.<i>.ln1w ... h.<i>.fcprojb, lnfw, lnfb) and shapes, the
  * optimizer's state (AdamW moments as adam_m.<name> and adam_v.<name>, SGD's
  * momentum as sgd_momentum.<name>, nothing for plain SGD), and in __metadata__ the
- * format, the step, the model and run config (JSON) and the data position.
+ * format, the step, the model and run config (JSON), the precision and the data
+ * position. In bf16 the parameters stored are the fp32 master weights (the
+ * bf16 weights are their rounding), so a resumed bf16 run continues bit for
+ * bit too; a checkpoint resumes only in the precision that wrote it.
  * Batches are drawn from (seed, step, sample) alone, so the step and the seed
  * are the whole data and RNG state: a resumed run continues bit for bit.
  */
@@ -77,9 +80,10 @@ static void config_json(const struct run *r, char *buf, size_t n)
 	snprintf(buf, n,
 	         "{\"layers\": %d, \"channels\": %d, \"heads\": %d, \"vocab\": %d, \"seq\": %d, "
 	         "\"batch\": %d, \"seed\": %" PRIu64 ", \"lr\": %.9g, \"optimizer\": \"%s\", "
-	         "\"momentum\": %.9g}",
+	         "\"momentum\": %.9g, \"precision\": \"%s\"}",
 	         r->kc.L, r->kc.C, r->kc.NH, r->kc.V, r->T, r->batch, r->c.seed, (double)r->lr,
-	         rt_optimizer_name(r->m.opt.kind), (double)r->m.opt.momentum);
+	         rt_optimizer_name(r->m.opt.kind), (double)r->m.opt.momentum,
+	         rt_precision_name(r->kc.dtype));
 }
 
 /* The optimizer's state tensors per parameter tensor: their name prefixes, in
@@ -137,7 +141,7 @@ int tr_checkpoint(struct run *r, int step)
 					         : sp_error(-ENOMEM, "checkpoint: out of memory");
 				}
 			}
-			uint64_t nparams = r->m.layers[l].param_bytes / sizeof(float);
+			uint64_t nparams = rt_layer_nparams(&r->m.layers[l]);
 			for (int i = 0; i < k && !rc; i++, np++) {
 				struct tr_tensor *x = &t[n++];
 				const float *base =
@@ -168,9 +172,10 @@ int tr_checkpoint(struct run *r, int step)
 	                      "step",          st,
 	                      "config",        cfg,
 	                      "data_position", pos,
-	                      "rng",           "batches are drawn from (seed, step, sample) alone"};
+	                      "rng",           "batches are drawn from (seed, step, sample) alone",
+	                      "precision",     rt_precision_name(r->kc.dtype)};
 	path_of(r, step, path, sizeof(path));
-	rc = tr_ckpt_write(path, t, n, meta, 5);
+	rc = tr_ckpt_write(path, t, n, meta, 6);
 	if (rc == 0)
 		fprintf(r->out, "%scheckpoint: %s\n", r->c.tty ? "\n" : "", path);
 out:
@@ -214,15 +219,18 @@ static int check_config(const char *path, const char *have, const char *want)
 		return sp_error(-EINVAL, "checkpoint %s: no readable config in its metadata", path);
 	SP_CHECK_GOTO(sp_json_parse(want, strlen(want), &b), rc, out);
 	/* what a checkpoint older than these keys was trained with */
-	static char adamw[] = "adamw";
+	static char adamw[] = "adamw", fp32[] = "fp32";
 	const struct sp_json old_optimizer = {.type = SP_JSON_STRING, .str = adamw},
-	                     old_momentum = {.type = SP_JSON_NUMBER, .num = 0};
+	                     old_momentum = {.type = SP_JSON_NUMBER, .num = 0},
+	                     old_precision = {.type = SP_JSON_STRING, .str = fp32};
 	for (int k = 0; k < b->n; k++) {
 		const struct sp_json *x = sp_json_get(a, b->keys[k]), *y = &b->items[k];
 		if (!x && !strcmp(b->keys[k], "optimizer"))
 			x = &old_optimizer;
 		if (!x && !strcmp(b->keys[k], "momentum"))
 			x = &old_momentum;
+		if (!x && !strcmp(b->keys[k], "precision"))
+			x = &old_precision;
 		if (y->type == SP_JSON_STRING) {
 			if (!x || x->type != SP_JSON_STRING || strcmp(x->str, y->str)) {
 				rc =
@@ -279,8 +287,8 @@ int tr_resume(struct run *r)
 			rc = k;
 			break;
 		}
-		uint64_t np = r->m.layers[l].param_bytes / sizeof(float);
-		float *p = malloc(r->m.layers[l].param_bytes + 4),
+		uint64_t np = rt_layer_nparams(&r->m.layers[l]);
+		float *p = malloc(rt_run_state_bytes(r->run, l, RT_PARAMS) + 4),
 		      *o = malloc(r->m.layers[l].optim_bytes + 4);
 		const char *const *prefix;
 		int nstate = state_names(r, &prefix);

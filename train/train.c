@@ -101,7 +101,8 @@ int tr_shape(struct run *r)
 	k->NH = c->heads > 0 ? c->heads : p->heads;
 	r->T = c->seq > 0 ? c->seq : p->seq;
 	k->maxT = r->T;
-	k->dtype = KN_F32;
+	if (rt_precision_parse(c->precision, &k->dtype) < 0)
+		return sp_error(-EINVAL, "--precision %s: wants fp32 or bf16", c->precision);
 	r->batch = c->batch > 0 ? c->batch : p->batch;
 	r->steps = c->steps > 0 ? c->steps : p->steps;
 	r->lr = c->lr > 0 ? c->lr : p->lr;
@@ -435,11 +436,14 @@ static void banner(struct run *r)
 		cap = 0;
 	uint64_t params = 0;
 	for (int l = 0; l < r->m.nlayers; l++)
-		params += r->m.layers[l].param_bytes / sizeof(float);
+		params += rt_layer_nparams(&r->m.layers[l]);
 	fprintf(r->out,
 	        "spill train: GPT-2 %s (%d layers, %d channels, %d heads, vocab %d, seq %d), "
-	        "%.2fM parameters, batch %d\n",
-	        r->preset, r->kc.L, r->kc.C, r->kc.NH, r->kc.V, r->T, params / 1e6, r->batch);
+	        "%.2fM parameters, batch %d%s\n",
+	        r->preset, r->kc.L, r->kc.C, r->kc.NH, r->kc.V, r->T, params / 1e6, r->batch,
+	        r->kc.dtype == KN_BF16 ? ", bf16 mixed precision (fp32 masters and optimizer "
+	                                 "state)"
+	                               : "");
 	fprintf(r->out, "data: %s\n",
 	        r->data ? tr_data_describe(r->data) : "synthetic token patterns");
 	struct dev_info in;

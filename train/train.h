@@ -126,6 +126,10 @@ struct tr_config {
 	float lr;          /* 0: 3e-4 (tiny: 1e-3) */
 	const char *optim; /* NULL or "adamw"; "sgd" (Hydra's) */
 	float momentum;    /* SGD: 0 (plain, no optimizer state) to < 1 */
+	/* NULL or "fp32"; "bf16": mixed precision (bf16 weights, activations and
+	 * gradients on the devices; fp32 master weights and optimizer state where
+	 * the update runs; fp32 loss) */
+	const char *precision;
 	uint64_t seed;
 	const char *data; /* NULL: the default corpus (tr_data_open) */
 	int synthetic;    /* 1: no corpus, rt_gpt_synthetic_data (the model backend's runs) */

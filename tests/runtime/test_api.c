@@ -153,6 +153,30 @@ static void models(void)
 	printf("plain SGD through the API: loss %.4f -> %.4f\n", l0, l1);
 	CHECK(l1 < l0);
 	spill_model_destroy(m);
+	/* bf16 mixed precision by name: the parameters read are the fp32 masters */
+	struct spill_gpt_config bc = gc;
+	bc.precision = "fp16";
+	EXPECT(spill_model_gpt(c, &bc, &m), -EINVAL, "unknown precision 'fp16' (fp32, bf16)");
+	bc.precision = "bf16";
+	CHECK_OK(spill_model_gpt(c, &bc, &m));
+	p = (struct spill_plan){.schedule = "gpipe", .microbatch = 2, .update_on_cpu = 1};
+	CHECK_OK(spill_model_plan(m, &p));
+	for (int s = 0; s < 12; s++) {
+		double loss;
+		CHECK_OK(spill_model_step(m, &loss));
+		if (!s)
+			l0 = loss;
+		l1 = loss;
+	}
+	printf("bf16 through the API: loss %.4f -> %.4f\n", l0, l1);
+	CHECK(l1 < l0);
+	size_t nb = spill_model_param_bytes(m, 1);
+	float *mw = malloc(nb);
+	CHECK_OK(spill_model_read_params(m, 1, mw, nb));
+	CHECK(nb == 4 * (size_t)(12 * 32 * 32 + 13 * 32)); /* a block's parameters, fp32 */
+	CHECK(mw[0] != 1.0f); /* ln1w, trained away from its initial 1 */
+	free(mw);
+	spill_model_destroy(m);
 	spill_close(c);
 
 	/* a budget below the plan's largest layer: refused when packing (greedy

@@ -102,6 +102,30 @@ assert b["first_step"] == 4 and a["losses"][3:] == b["losses"], (a["losses"], b[
 assert a["losses"][1] != adam["losses"][1], "sgd and adamw gave the same second step"
 print("sgd resumed losses equal:", b["losses"])
 PY
+# bf16 mixed precision: the checkpoint holds the fp32 masters and says bf16;
+# a resumed bf16 run continues bit for bit; fp32 refuses to resume it
+bf=(--precision bf16 --no-tune)
+"$spill" train "${small[@]}" "${bf[@]}" --steps 6 --checkpoint "$work/f1" --checkpoint-every 3 \
+	--stats-json "$work/f1.json" >/dev/null 2>&1 || fail "bf16 checkpointed run"
+"$spill" train "${small[@]}" "${bf[@]}" --steps 3 --checkpoint "$work/f2" >/dev/null 2>&1 ||
+	fail "bf16 first half"
+"$spill" train "${small[@]}" "${bf[@]}" --steps 6 --checkpoint "$work/f2" --resume \
+	--stats-json "$work/f2.json" >"$work/fresume.out" 2>&1 || { cat "$work/fresume.out"; fail "bf16 resume"; }
+cmp "$work/f1/step_00000006.safetensors" "$work/f2/step_00000006.safetensors" ||
+	fail "bf16: resumed step-6 checkpoint differs from the uninterrupted one"
+"$py" "$here/ckpt_read.py" "$work/f1/step_00000006.safetensors" >"$work/fck.txt" || fail "ckpt_read.py bf16"
+grep -qP "^tensor\th.1.fcprojw\tF32\t64,256\t" "$work/fck.txt" || fail "bf16 checkpoint lacks fp32 masters"
+hex() { printf %s "$1" | od -An -tx1 | tr -d ' \n'; }
+grep -qP "^meta\t$(hex precision)\t$(hex bf16)$" "$work/fck.txt" ||
+	fail "bf16 checkpoint does not record its precision"
+"$py" - "$work/f1.json" "$work/f2.json" "$work/a.json" <<'PY' || fail "bf16 resumed losses"
+import json, sys
+a, b, f32 = (json.load(open(p)) for p in sys.argv[1:])
+assert b["first_step"] == 4 and a["losses"][3:] == b["losses"], (a["losses"], b["losses"])
+assert a["losses"][0] != f32["losses"][0], "bf16 and fp32 gave the same first loss"
+assert abs(a["losses"][0] - f32["losses"][0]) < 0.02 * f32["losses"][0]
+print("bf16 resumed losses equal:", b["losses"])
+PY
 
 # 3. bad input: one line, non-zero, nothing overwritten
 before=$(md5sum "$work"/b/*.safetensors)
@@ -136,6 +160,13 @@ bad "layers 2" train "${small[@]}" --layers 3 --steps 12 --checkpoint "$work/b" 
 bad "optimizer adamw" train "${small[@]}" --optim sgd --steps 12 --checkpoint "$work/b" --resume
 bad "unknown optimizer" train "${small[@]}" --optim adam
 bad "SGD setting" train "${small[@]}" --momentum 0.9
+bad "precision bf16; this run has fp32" train "${small[@]}" --steps 12 --checkpoint "$work/f2" --resume
+bad "precision fp32; this run has bf16" train "${small[@]}" --precision bf16 --steps 12 \
+	--checkpoint "$work/b" --resume
+bad "spill train: --precision fp16: wants fp32 or bf16" train --precision fp16
+"$spill" train --precision fp16 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--precision fp16: exit status is not 2"
+bad "spill sim: --precision half: wants fp32 or bf16" sim --precision half
 # a throttle on real links would throttle nothing (it did not, on an H100)
 SPILL_BACKEND=model SPILL_LINK_THROTTLE=1 bad "SPILL_LINK_THROTTLE: throttled links need the host backend (this is model)" \
 	train "${small[@]}" --steps 1
