@@ -490,6 +490,7 @@ static const char tune_help[] =
     "         --model PRESET[,PRESET...] (repeatable: tiny, gpt2, ...; default tiny)\n"
     "         --layers N --channels N --heads N --seq N --batch N --lr X (every model)\n"
     "         --optim adamw|sgd --momentum X (every model; sgd as Hydra trains)\n"
+    "         --precision fp32|bf16 (every model; bf16: mixed precision, fp32 masters)\n"
     "sched:   --policy lrtf|random|fifo (default lrtf) --no-double-buffer\n"
     "         --reserve F (double buffering: a shard and F of it more fit a device,\n"
     "         default 0.15) --halving N (successive halving: every N steps the worse\n"
@@ -552,6 +553,7 @@ static int cmd_tune(int argc, char **argv)
 	    {"--data", NULL, &c.base.data, NULL},
 	    {"--eval-batches", &c.base.eval_batches, NULL, NULL},
 	    {"--optim", NULL, &c.base.optim, NULL},
+	    {"--precision", NULL, &c.base.precision, NULL},
 	};
 	int grid_given = 0, rc = 0;
 	for (int i = 1; i < argc && !rc; i++) {

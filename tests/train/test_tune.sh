@@ -92,6 +92,16 @@ grep -q 'stopped (successive halving)' "$work/h" || fail "successive halving sto
 	fail "sim: $(tail -3 "$work/s")"
 grep -q 'makespan .* s (virtual)' "$work/s" || fail "sim: no makespan"
 
+# bf16 mixed precision: every model of the grid trains in it under SHARP, and the
+# ranking differs from fp32's in the last digits (the precision really changed)
+"$spill" tune --precision bf16 --steps 4 --seq 32 --grid lr=3e-3,1e-3 >"$work/b16" 2>&1 ||
+	fail "tune --precision bf16: $(tail -3 "$work/b16")"
+"$spill" tune --steps 4 --seq 32 --grid lr=3e-3,1e-3 >"$work/f32" 2>&1 || fail "tune fp32"
+grep -A2 '^ranking' "$work/b16"
+[ "$(grep -c '^ *[12]\. tiny' "$work/b16")" -eq 2 ] || fail "bf16: no ranking of 2 models"
+cmp -s <(grep '^ *[12]\. tiny' "$work/b16") <(grep '^ *[12]\. tiny' "$work/f32") &&
+	fail "bf16 and fp32 rank with the same losses"
+
 bad() {
 	local want="$1"
 	shift
@@ -102,6 +112,7 @@ bad() {
 	fi
 }
 bad 'grid: empty' --grid
+bad '\-\-precision fp16: wants fp32 or bf16' --precision fp16
 bad "is not KEY=V1" --grid lr=
 bad "unknown key 'foo'" --grid foo=1
 bad 'not a positive number' --grid lr=abc
