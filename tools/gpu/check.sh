@@ -13,6 +13,13 @@
 #   bf16   the bf16 GPU kernel tests (test_gpu_kernels with SPILL_TEST_BF16_ONLY=1:
 #          CUDA bf16 vs CPU bf16 per layer kind, attention at T=1024), then
 #          make bench-block-gpu (its last line: bf16_block_vs_torch ...); 240 s at most
+#   bf16train  tools/gpu/bf16_train.sh: spill train --precision bf16 on cuda
+#          against the host backend, 20 steps (losses within 5e-3), and GPT-2
+#          tokens/s in bf16 against fp32 on cuda; 200 s at most
+#   big    tools/gpu/big.sh: the largest GPT spill plan --largest gives for this
+#          machine (GPU, 3/4 of host memory, 3/4 of free disk) trained 5 steps
+#          on cuda, and a 7B-class GPT in bf16 with batch 64; each beside its
+#          spill sim prediction; 360 s at most
 #   train  make bench-train (4x oversubscribed GPT-2 against unlimited)
 #   vmm    make bench-vmm (its GPU part: H2D/D2H through the vmm vs cudaMemcpyAsync)
 #   tests  make test-run (every test, with a GPU present)
@@ -50,6 +57,8 @@ for s in ${STEPS:-env build gpu demo block train vmm}; do
 	bf16) step bf16-test 120 env SPILL_TEST_BF16_ONLY=1 build/release/tests/kernels/test_gpu_kernels &&
 		tail -40 "$L/bf16-test.log"
 		PYTHON=python3 step bf16-bench 120 make bench-block-gpu && tail -12 "$L/bf16-bench.log" ;;
+	bf16train) step bf16train 200 bash tools/gpu/bf16_train.sh && tail -6 "$L/bf16train.log" ;;
+	big) step big 360 bash tools/gpu/big.sh && tail -12 "$L/big.log" ;;
 	train) step train 300 make bench-train && tail -5 "$L/train.log" ;;
 	vmm) step vmm 200 make bench-vmm && tail -8 "$L/vmm.log" ;;
 	tests) step tests 500 make test-run && grep -E "FAIL|passed" "$L/tests.log" | tail -20 ;;
