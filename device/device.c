@@ -420,17 +420,19 @@ int dev_profile_text(const struct dev_ctx *ctx, char *buf, size_t n)
 	for (int d = 0; d < ctx->ndev; d++)
 		if (ctx->info[d].flops == top)
 			bw = ctx->info[d].mem_bw;
-	int k = snprintf(buf, n,
-	                 "name = %s\ndevice = %s\ndevices = %d\nmemory = %llu\n"
-	                 "flops = %.17g FLOP/s\nmem_bw = %.17g B/s\nh2d = %.17g B/s\n"
-	                 "d2h = %.17g B/s\nhost_link = %.17g B/s\np2p = %.17g B/s\n"
-	                 "disk = %.17g B/s\ndisks = %d\nlaunch_latency = %.17g s\n"
-	                 "cpu_flops = %.17g FLOP/s\ncpu_mem_bw = %.17g B/s\nspeed = ",
-	                 p->name[0] ? p->name : "measured", ctx->info[0].name, ctx->ndev,
-	                 (unsigned long long)ctx->info[0].capacity, top, bw,
-	                 dev_link_bw(ctx, DEV_HOST, 0), dev_link_bw(ctx, 0, DEV_HOST),
-	                 dev_host_link_bw(ctx), p->p2p_bw, p->disk_bw, p->ndisks ? p->ndisks : 1,
-	                 p->launch_lat, p->cpu_flops, p->cpu_mem_bw);
+	int k = snprintf(
+	    buf, n,
+	    "name = %s\ndevice = %s\ndevices = %d\nmemory = %llu\n"
+	    "flops = %.17g FLOP/s\nmem_bw = %.17g B/s\nh2d = %.17g B/s\n"
+	    "d2h = %.17g B/s\nhost_link = %.17g B/s\np2p = %.17g B/s\n"
+	    "bf16_flops = %.17g FLOP/s\n"
+	    "disk = %.17g B/s\ndisks = %d\nlaunch_latency = %.17g s\n"
+	    "cpu_flops = %.17g FLOP/s\ncpu_mem_bw = %.17g B/s\nspeed = ",
+	    p->name[0] ? p->name : "measured", ctx->info[0].name, ctx->ndev,
+	    (unsigned long long)ctx->info[0].capacity, top, bw, dev_link_bw(ctx, DEV_HOST, 0),
+	    dev_link_bw(ctx, 0, DEV_HOST), dev_host_link_bw(ctx), p->p2p_bw,
+	    p->flops > 0 && p->bf16_flops > 0 ? p->bf16_flops * top / p->flops : 0, p->disk_bw,
+	    p->ndisks ? p->ndisks : 1, p->launch_lat, p->cpu_flops, p->cpu_mem_bw);
 	for (int d = 0; d < ctx->ndev && k >= 0 && (size_t)k < n; d++)
 		k += snprintf(buf + k, n - (size_t)k, "%s%.17g", d ? ", " : "",
 		              top > 0 ? ctx->info[d].flops / top : 1.0);

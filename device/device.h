@@ -190,6 +190,8 @@ struct dev_kernel {
 struct dev_cost {
 	double flops; /* floating-point operations */
 	double bytes; /* device-memory bytes read + written */
+	int bf16;     /* 1: the flops are bf16 matrix products, at the profile's bf16_flops
+	                 (tensor cores) where it has one, else at its flops */
 };
 int dev_launch(struct dev_stream *s, const struct dev_kernel *k, const void *args, size_t args_size,
                struct dev_cost cost) SP_MUST_CHECK;

@@ -22,7 +22,8 @@ struct dev_profile {
 	char device_name[64];
 	int ndevices;
 	uint64_t device_mem;
-	double flops;      /* per device, FLOP/s */
+	double flops;      /* per device, FLOP/s (fp32) */
+	double bf16_flops; /* per device, bf16 matrix products (tensor cores); 0: flops */
 	double mem_bw;     /* per device, bytes/s */
 	double h2d_bw;     /* host -> one device, bytes/s */
 	double d2h_bw;     /* one device -> host */

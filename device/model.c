@@ -658,7 +658,12 @@ static int model_launch(struct dev_stream *s, const struct dev_kernel *k, const 
 		return push_work(s, t > tb ? t : tb, &r, 1);
 	}
 	const struct dev_info *in = &s->ctx->info[s->dev];
-	double t = cost.flops / in->flops, tb = cost.bytes / in->mem_bw;
+	const struct dev_profile *pr = &s->ctx->prof;
+	/* bf16 products at the tensor-core rate, scaled as the device's fp32 one */
+	double rate = cost.bf16 && pr->bf16_flops > 0 && pr->flops > 0
+	                  ? pr->bf16_flops * (in->flops / pr->flops)
+	                  : in->flops;
+	double t = cost.flops / rate, tb = cost.bytes / in->mem_bw;
 	int r = R_DEV(s->dev, R_COMPUTE);
 	return push_work(s, s->ctx->prof.launch_lat + (t > tb ? t : tb), &r, 1);
 }

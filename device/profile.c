@@ -68,6 +68,7 @@ static const struct key keys[] = {
     K_("devices", U_COUNT, ndevices, 0),
     K_("memory", U_SIZE, device_mem, 0),
     K_("flops", U_FLOPS, flops, 0),
+    K_("bf16_flops", U_FLOPS, bf16_flops, 1),
     K_("mem_bw", U_RATE, mem_bw, 0),
     K_("h2d", U_RATE, h2d_bw, 0),
     K_("d2h", U_RATE, d2h_bw, 0),

@@ -90,7 +90,7 @@ int kn_encoder_forward_check(const struct kn_encoder_fwd_args *a)
 struct dev_cost kn_encoder_forward_cost(const struct kn_encoder_fwd_args *a)
 {
 	double n = (double)a->B * a->T * a->C;
-	return (struct dev_cost){n, 3 * n * fsz(a->dtype) + 4.0 * a->B * a->T};
+	return (struct dev_cost){n, 3 * n * fsz(a->dtype) + 4.0 * a->B * a->T, 0};
 }
 
 int kn_encoder_backward_check(const struct kn_encoder_bwd_args *a)
@@ -107,7 +107,7 @@ int kn_encoder_backward_check(const struct kn_encoder_bwd_args *a)
 struct dev_cost kn_encoder_backward_cost(const struct kn_encoder_bwd_args *a)
 {
 	double n = (double)a->B * a->T * a->C;
-	return (struct dev_cost){2 * n, 5 * n * fsz(a->dtype) + 4.0 * a->B * a->T};
+	return (struct dev_cost){2 * n, 5 * n * fsz(a->dtype) + 4.0 * a->B * a->T, 0};
 }
 
 /* ---- layernorm ---- */
@@ -128,7 +128,7 @@ int kn_layernorm_forward_check(const struct kn_layernorm_fwd_args *a)
 struct dev_cost kn_layernorm_forward_cost(const struct kn_layernorm_fwd_args *a)
 {
 	double n = (double)a->B * a->T * a->C;
-	return (struct dev_cost){8 * n, 2 * n * fsz(a->dtype) + 8.0 * a->B * a->T};
+	return (struct dev_cost){8 * n, 2 * n * fsz(a->dtype) + 8.0 * a->B * a->T, 0};
 }
 
 int kn_layernorm_backward_check(const struct kn_layernorm_bwd_args *a)
@@ -150,7 +150,7 @@ int kn_layernorm_backward_check(const struct kn_layernorm_bwd_args *a)
 struct dev_cost kn_layernorm_backward_cost(const struct kn_layernorm_bwd_args *a)
 {
 	double n = (double)a->B * a->T * a->C;
-	return (struct dev_cost){16 * n, 4 * n * fsz(a->dtype) + 8.0 * a->B * a->T};
+	return (struct dev_cost){16 * n, 4 * n * fsz(a->dtype) + 8.0 * a->B * a->T, 0};
 }
 
 /* ---- matmul ---- */
@@ -181,7 +181,8 @@ struct dev_cost kn_matmul_forward_cost(const struct kn_matmul_fwd_args *a)
 	double bt = (double)a->B * a->T;
 	return (struct dev_cost){2 * bt * a->C * a->OC,
 	                         (bt * a->C + (double)a->OC * a->C + bt * a->OC + a->OC) *
-	                             fsz(a->dtype)};
+	                             fsz(a->dtype),
+	                         a->dtype == KN_BF16};
 }
 
 int kn_matmul_backward_check(const struct kn_matmul_bwd_args *a)
@@ -211,7 +212,7 @@ struct dev_cost kn_matmul_backward_cost(const struct kn_matmul_bwd_args *a)
 		f += bt * oc;
 		by += 2 * oc;
 	}
-	return (struct dev_cost){f, by * fsz(a->dtype)};
+	return (struct dev_cost){f, by * fsz(a->dtype), a->dtype == KN_BF16};
 }
 
 /* ---- attention ---- */
@@ -260,9 +261,9 @@ struct dev_cost kn_attention_forward_cost(const struct kn_attention_fwd_args *a)
 	double btc = (double)a->B * a->T * a->C, att = (double)a->B * a->NH * a->T * a->T;
 	if (a->dtype == KN_BF16) /* reads qkv, writes out and the logsumexp */
 		return (struct dev_cost){kn_attention_gemm_flops(a) + 2.5 * att,
-		                         4 * btc * 2 + 4.0 * a->B * a->NH * a->T};
+		                         4 * btc * 2 + 4.0 * a->B * a->NH * a->T, 1};
 	return (struct dev_cost){4 * btc * a->T + 5 * att,
-	                         (3 * btc + btc + 2 * att + 8 * btc) * fsz(a->dtype)};
+	                         (3 * btc + btc + 2 * att + 8 * btc) * fsz(a->dtype), 0};
 }
 
 int kn_attention_backward_check(const struct kn_attention_bwd_args *a)
@@ -285,12 +286,12 @@ struct dev_cost kn_attention_backward_cost(const struct kn_attention_bwd_args *a
 	if (a->dtype == KN_BF16) { /* recompute P twice: 7 causal-half GEMMs */
 		struct kn_attention_fwd_args f = {
 		    .dtype = a->dtype, .B = a->B, .T = a->T, .C = a->C, .NH = a->NH};
-		return (struct dev_cost){kn_attention_gemm_flops(&f) * 3.5 + 4 * att,
-		                         (3 * btc + 2 * btc + 6 * btc) * 2 +
-		                             8.0 * a->B * a->NH * a->T};
+		return (struct dev_cost){
+		    kn_attention_gemm_flops(&f) * 3.5 + 4 * att,
+		    (3 * btc + 2 * btc + 6 * btc) * 2 + 8.0 * a->B * a->NH * a->T, 1};
 	}
 	return (struct dev_cost){8 * btc * a->T + 4 * att,
-	                         (3 * btc + btc + 6 * btc + 3 * att + 14 * btc) * fsz(a->dtype)};
+	                         (3 * btc + btc + 6 * btc + 3 * att + 14 * btc) * fsz(a->dtype), 0};
 }
 
 /* ---- elementwise ---- */
@@ -310,7 +311,7 @@ int kn_gelu_forward_check(const struct kn_gelu_fwd_args *a)
 
 struct dev_cost kn_gelu_forward_cost(const struct kn_gelu_fwd_args *a)
 {
-	return (struct dev_cost){8.0 * a->N, 2.0 * a->N * fsz(a->dtype)};
+	return (struct dev_cost){8.0 * a->N, 2.0 * a->N * fsz(a->dtype), 0};
 }
 
 int kn_gelu_backward_check(const struct kn_gelu_bwd_args *a)
@@ -324,7 +325,7 @@ int kn_gelu_backward_check(const struct kn_gelu_bwd_args *a)
 
 struct dev_cost kn_gelu_backward_cost(const struct kn_gelu_bwd_args *a)
 {
-	return (struct dev_cost){16.0 * a->N, 4.0 * a->N * fsz(a->dtype)};
+	return (struct dev_cost){16.0 * a->N, 4.0 * a->N * fsz(a->dtype), 0};
 }
 
 int kn_residual_forward_check(const struct kn_residual_fwd_args *a)
@@ -338,7 +339,7 @@ int kn_residual_forward_check(const struct kn_residual_fwd_args *a)
 
 struct dev_cost kn_residual_forward_cost(const struct kn_residual_fwd_args *a)
 {
-	return (struct dev_cost){1.0 * a->N, 3.0 * a->N * fsz(a->dtype)};
+	return (struct dev_cost){1.0 * a->N, 3.0 * a->N * fsz(a->dtype), 0};
 }
 
 int kn_residual_backward_check(const struct kn_residual_bwd_args *a)
@@ -352,7 +353,7 @@ int kn_residual_backward_check(const struct kn_residual_bwd_args *a)
 
 struct dev_cost kn_residual_backward_cost(const struct kn_residual_bwd_args *a)
 {
-	return (struct dev_cost){2.0 * a->N, 5.0 * a->N * fsz(a->dtype)};
+	return (struct dev_cost){2.0 * a->N, 5.0 * a->N * fsz(a->dtype), 0};
 }
 
 /* ---- cross-entropy ---- */
@@ -382,7 +383,7 @@ int kn_crossentropy_forward_check(const struct kn_crossentropy_fwd_args *a)
 struct dev_cost kn_crossentropy_forward_cost(const struct kn_crossentropy_fwd_args *a)
 {
 	double n = (double)a->B * a->T * a->V;
-	return (struct dev_cost){5 * n, 2 * n * fsz(a->dtype) + 8.0 * a->B * a->T};
+	return (struct dev_cost){5 * n, 2 * n * fsz(a->dtype) + 8.0 * a->B * a->T, 0};
 }
 
 int kn_crossentropy_backward_check(const struct kn_crossentropy_bwd_args *a)
@@ -398,7 +399,7 @@ int kn_crossentropy_backward_check(const struct kn_crossentropy_bwd_args *a)
 struct dev_cost kn_crossentropy_backward_cost(const struct kn_crossentropy_bwd_args *a)
 {
 	double n = (double)a->B * a->T * a->V;
-	return (struct dev_cost){3 * n, 3 * n * fsz(a->dtype) + 4.0 * a->B * a->T};
+	return (struct dev_cost){3 * n, 3 * n * fsz(a->dtype) + 4.0 * a->B * a->T, 0};
 }
 
 /* ---- optimizer and gradient buffers ---- */
@@ -424,7 +425,7 @@ int kn_adamw_check(const struct kn_adamw_args *a)
 
 struct dev_cost kn_adamw_cost(const struct kn_adamw_args *a)
 {
-	return (struct dev_cost){12.0 * a->N, a->N * (3 * fsz(a->dtype) + 16.0)};
+	return (struct dev_cost){12.0 * a->N, a->N * (3 * fsz(a->dtype) + 16.0), 0};
 }
 
 int kn_sgd_check(const struct kn_sgd_args *a)
@@ -448,7 +449,7 @@ struct dev_cost kn_sgd_cost(const struct kn_sgd_args *a)
 {
 	int mom = a->buf != NULL;
 	return (struct dev_cost){(mom ? 5.0 : 3.0) * a->N,
-	                         a->N * (3 * fsz(a->dtype) + (mom ? 8.0 : 0.0))};
+	                         a->N * (3 * fsz(a->dtype) + (mom ? 8.0 : 0.0)), 0};
 }
 
 int kn_adamw_mixed_check(const struct kn_adamw_mixed_args *a)
@@ -474,7 +475,7 @@ int kn_adamw_mixed_check(const struct kn_adamw_mixed_args *a)
 /* master, m, v read and written (fp32), grads read and params written (bf16) */
 struct dev_cost kn_adamw_mixed_cost(const struct kn_adamw_mixed_args *a)
 {
-	return (struct dev_cost){12.0 * a->N, a->N * (2 * 2.0 + 24.0)};
+	return (struct dev_cost){12.0 * a->N, a->N * (2 * 2.0 + 24.0), 0};
 }
 
 int kn_sgd_mixed_check(const struct kn_sgd_mixed_args *a)
@@ -499,7 +500,7 @@ struct dev_cost kn_sgd_mixed_cost(const struct kn_sgd_mixed_args *a)
 {
 	int mom = a->buf != NULL;
 	return (struct dev_cost){(mom ? 5.0 : 3.0) * a->N,
-	                         a->N * (2 * 2.0 + 8.0 + (mom ? 8.0 : 0.0))};
+	                         a->N * (2 * 2.0 + 8.0 + (mom ? 8.0 : 0.0)), 0};
 }
 
 int kn_grad_zero_check(const struct kn_grad_zero_args *a)
@@ -511,7 +512,7 @@ int kn_grad_zero_check(const struct kn_grad_zero_args *a)
 
 struct dev_cost kn_grad_zero_cost(const struct kn_grad_zero_args *a)
 {
-	return (struct dev_cost){0, a->N * fsz(a->dtype)};
+	return (struct dev_cost){0, a->N * fsz(a->dtype), 0};
 }
 
 int kn_grad_accumulate_check(const struct kn_grad_accumulate_args *a)
@@ -524,7 +525,7 @@ int kn_grad_accumulate_check(const struct kn_grad_accumulate_args *a)
 
 struct dev_cost kn_grad_accumulate_cost(const struct kn_grad_accumulate_args *a)
 {
-	return (struct dev_cost){1.0 * a->N, 3.0 * a->N * fsz(a->dtype)};
+	return (struct dev_cost){1.0 * a->N, 3.0 * a->N * fsz(a->dtype), 0};
 }
 
 int kn_grad_scale_check(const struct kn_grad_scale_args *a)
@@ -536,7 +537,7 @@ int kn_grad_scale_check(const struct kn_grad_scale_args *a)
 
 struct dev_cost kn_grad_scale_cost(const struct kn_grad_scale_args *a)
 {
-	return (struct dev_cost){1.0 * a->N, 2.0 * a->N * fsz(a->dtype)};
+	return (struct dev_cost){1.0 * a->N, 2.0 * a->N * fsz(a->dtype), 0};
 }
 
 /* ---- dev_kernel tables: {name, cpu entry, cuda entry (NULL without CUDA)} ---- */

@@ -112,7 +112,8 @@ SPILL_API int spill_launch(struct spill_stream *s, void (*cpu)(const void *),
 {
 	SP_CHECK_ARG(s, "spill_launch: NULL stream");
 	struct dev_kernel k = {"user kernel", cpu, cuda};
-	return dev_launch((struct dev_stream *)s, &k, args, size, (struct dev_cost){flops, bytes});
+	return dev_launch((struct dev_stream *)s, &k, args, size,
+	                  (struct dev_cost){flops, bytes, 0});
 }
 
 SPILL_API void *spill_stream_native(struct spill_stream *s)

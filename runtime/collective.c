@@ -115,7 +115,7 @@ static int allreduce_host(struct rt_ctx *rt, struct coll *c, int n, void *const 
 	}
 	double bytes = (double)count * kn_dtype_size(dtype);
 	SP_CHECK(dev_launch(s[0], &host_sum_kernel, &a, sizeof(a),
-	                    (struct dev_cost){(double)count * (n - 1), bytes * 2 * n}));
+	                    (struct dev_cost){(double)count * (n - 1), bytes * 2 * n, 0}));
 	SP_CHECK(dev_event_record(c->ev[0], s[0]));
 	for (int r = 1; r < n; r++)
 		SP_CHECK(dev_stream_wait_event(s[r], c->ev[0]));

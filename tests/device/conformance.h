@@ -60,7 +60,7 @@ static const struct dev_kernel cf_fill_kernel = {"cf_fill", cf_fill_cpu, cf_fill
 static int cf_launch_fill(struct dev_stream *s, void *p, size_t bytes, int value)
 {
 	struct cf_fill f = {p, bytes, value};
-	struct dev_cost c = {0, (double)bytes};
+	struct dev_cost c = {0, (double)bytes, 0};
 	return dev_launch(s, &cf_fill_kernel, &f, sizeof(f), c);
 }
 
@@ -263,7 +263,7 @@ static void cf_copies(struct dev_ctx *ctx, struct dev_stream *s, int data)
 	CHECK(dev_memcpy_async(s, NULL, 0, h1, DEV_HOST, n) == -EINVAL);
 	CHECK(dev_memcpy_async(NULL, d0a, 0, h1, DEV_HOST, n) == -EINVAL);
 	CHECK_OK(dev_memcpy_async(s, d0a, 0, h1, DEV_HOST, 0)); /* nothing to do */
-	CHECK(dev_launch(s, &cf_fill_kernel, NULL, 16, (struct dev_cost){0, 0}) == -EINVAL);
+	CHECK(dev_launch(s, &cf_fill_kernel, NULL, 16, (struct dev_cost){0, 0, 0}) == -EINVAL);
 
 	if (nd > 1)
 		CHECK_OK(dev_mem_free(ctx, 1, d1));
@@ -397,7 +397,7 @@ static void cf_rerecord(struct dev_ctx *ctx, int data, int real_time)
 	struct dev_info in;
 	CHECK_OK(dev_info(ctx, 0, &in));
 	struct cf_fill f = {dflag, 0, 0}; /* no bytes: the cost is what counts */
-	struct dev_cost slow = {0.3 * in.flops, 0};
+	struct dev_cost slow = {0.3 * in.flops, 0, 0};
 	void *dk;
 	CHECK_OK(dev_mem_alloc(ctx, 0, 4096, &dk));
 	f.p = dk;
@@ -472,7 +472,7 @@ static void cf_host_stream(struct dev_ctx *ctx, int data, int real_time)
 		memset(h2, 0, n);
 	double t0 = dev_now(ctx);
 	struct cf_fill f = {h, n, 0x42};
-	struct dev_cost cost = {0, 2e9}; /* 2 GB of CPU memory traffic: 0.1 s at 20 GB/s */
+	struct dev_cost cost = {0, 2e9, 0}; /* 2 GB of CPU memory traffic: 0.1 s at 20 GB/s */
 	CHECK_OK(dev_launch(hs, &cf_fill_kernel, &f, sizeof(f), cost));
 	CHECK_OK(dev_event_record(eh, hs));
 	CHECK_OK(dev_stream_wait_event(ds, eh));
@@ -495,10 +495,10 @@ static void cf_host_stream(struct dev_ctx *ctx, int data, int real_time)
 	CHECK_OK(dev_info(ctx, 0, &in));
 	struct cf_fill k = {d, 0, 0};
 	CHECK_OK(dev_host_callback(hs, cf_slow_store_fn, &slow));
-	CHECK_OK(dev_launch(hs, &cf_fill_kernel, &k, sizeof(k), (struct dev_cost){0, 2e10}));
+	CHECK_OK(dev_launch(hs, &cf_fill_kernel, &k, sizeof(k), (struct dev_cost){0, 2e10, 0}));
 	CHECK_OK(dev_event_record(e_slow, hs));
-	CHECK_OK(
-	    dev_launch(ds, &cf_fill_kernel, &k, sizeof(k), (struct dev_cost){in.flops * 0.01, 0}));
+	CHECK_OK(dev_launch(ds, &cf_fill_kernel, &k, sizeof(k),
+	                    (struct dev_cost){in.flops * 0.01, 0, 0}));
 	CHECK_OK(dev_event_record(e_fast, ds));
 	struct dev_event *both[2] = {e_slow, e_fast};
 	int idx = -1;

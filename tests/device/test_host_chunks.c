@@ -61,7 +61,7 @@ int main(void)
 	struct dev_stream *s;
 	CHECK_OK(dev_stream_create(ctx, 0, &s));
 	struct fill_args fa = {d, n / 4, 1000}; /* a device kernel writes it there */
-	CHECK_OK(dev_launch(s, &fill_kernel, &fa, sizeof(fa), (struct dev_cost){0, (double)n}));
+	CHECK_OK(dev_launch(s, &fill_kernel, &fa, sizeof(fa), (struct dev_cost){0, (double)n, 0}));
 	CHECK_OK(dev_stream_sync(s));
 	CHECK(h[0] == 1000 && h[5] == 1005);
 	/* a copy from the host range into device memory and back */

@@ -67,7 +67,7 @@ static int child(const char *what)
 		CHECK_OK(dev_memcpy_async(s, va, 0, h, DEV_HOST, g));
 	else if (strcmp(what, "kernel") == 0) {
 		static const struct dev_kernel k = {"read", read_kernel, NULL};
-		CHECK_OK(dev_launch(s, &k, &va, sizeof(va), (struct dev_cost){0, 8}));
+		CHECK_OK(dev_launch(s, &k, &va, sizeof(va), (struct dev_cost){0, 8, 0}));
 	}
 	CHECK_OK(dev_stream_sync(s));
 	return 3; /* should have died */
@@ -155,13 +155,13 @@ static const struct dev_kernel fill_kernel = {"fill", fill_kernel_cpu, NULL};
 static void mark(struct dev_stream *s, int slot, int value)
 {
 	struct mark_args m = {&ran[slot], value};
-	CHECK_OK(dev_launch(s, &mark_kernel, &m, sizeof(m), (struct dev_cost){0, 0}));
+	CHECK_OK(dev_launch(s, &mark_kernel, &m, sizeof(m), (struct dev_cost){0, 0, 0}));
 }
 
 static void fill(struct dev_stream *s, void *p, size_t n, int v)
 {
 	struct fill_args f = {p, n, v};
-	CHECK_OK(dev_launch(s, &fill_kernel, &f, sizeof(f), (struct dev_cost){0, (double)n}));
+	CHECK_OK(dev_launch(s, &fill_kernel, &f, sizeof(f), (struct dev_cost){0, (double)n, 0}));
 }
 
 static int all_bytes(const void *p, size_t n, int v)

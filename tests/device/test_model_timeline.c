@@ -7,6 +7,8 @@
 #include "device/device.h"
 #include "tests/test.h"
 
+#include <math.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -47,7 +49,7 @@ static double rec(struct rig *r, struct dev_stream *s)
 static void kernel(struct dev_stream *s, double flops)
 {
 	static const struct dev_kernel k = {"model_only", NULL, NULL};
-	CHECK_OK(dev_launch(s, &k, NULL, 0, (struct dev_cost){flops, 0}));
+	CHECK_OK(dev_launch(s, &k, NULL, 0, (struct dev_cost){flops, 0, 0}));
 }
 
 #define EXPECT_T(got, want) \
@@ -180,5 +182,33 @@ int main(void)
 	for (int i = 0; i < 16; i++)
 		CHECK_MSG(a[i] == b[i], "run 2 differs at %d: %.17g vs %.17g", i, a[i], b[i]);
 	printf("timeline reproduced exactly, twice\n");
+	/* bf16 products run at the profile's bf16_flops; without one, at flops */
+	for (int with = 0; with <= 1; with++) {
+		char text[512];
+		snprintf(text, sizeof(text),
+		         "name = t\ndevice = T\ndevices = 1\nmemory = 1G\nflops = 1 TFLOP/s\n%s"
+		         "mem_bw = 1000 GB/s\nh2d = 10 GB/s\nd2h = 10 GB/s\nhost_link = 10 GB/s\n"
+		         "p2p = 0\ndisk = 1 GB/s\nlaunch_latency = 0 s\n",
+		         with ? "bf16_flops = 8 TFLOP/s\n" : "");
+		struct dev_config cfg = {.backend = DEV_BACKEND_MODEL, .profile_text = text};
+		struct dev_ctx *ctx;
+		struct dev_stream *s;
+		CHECK_OK(dev_open(&cfg, &ctx));
+		CHECK_OK(dev_stream_create(ctx, 0, &s));
+		static const struct dev_kernel k = {"model_only", NULL, NULL};
+		double t0 = dev_now(ctx);
+		CHECK_OK(dev_launch(s, &k, NULL, 0, (struct dev_cost){1e12, 0, 1}));
+		CHECK_OK(dev_stream_sync(s));
+		double t1 = dev_now(ctx);
+		CHECK_OK(dev_launch(s, &k, NULL, 0, (struct dev_cost){1e12, 0, 0}));
+		CHECK_OK(dev_stream_sync(s));
+		double t2 = dev_now(ctx);
+		printf("1 TFLOP as bf16 products: %.3f s, as fp32: %.3f s (%s bf16_flops)\n",
+		       t1 - t0, t2 - t1, with ? "8 TFLOP/s" : "no");
+		CHECK(fabs((t1 - t0) - (with ? 0.125 : 1.0)) < 1e-9 &&
+		      fabs((t2 - t1) - 1.0) < 1e-9);
+		CHECK_OK(dev_stream_destroy(s));
+		dev_close(ctx);
+	}
 	TEST_PASS();
 }

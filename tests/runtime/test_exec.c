@@ -49,7 +49,7 @@ static int add_task(const struct rt_launch *l, void *arg)
 	} else {
 		a.out = l->ptr[1];
 	}
-	return dev_launch(l->s, &add_kernel, &a, sizeof(a), (struct dev_cost){N, 3.0 * OBJ});
+	return dev_launch(l->s, &add_kernel, &a, sizeof(a), (struct dev_cost){N, 3.0 * OBJ, 0});
 }
 
 static struct rt_ctx *open_rt(int ndev, uint64_t budget, int lookahead, int late)

@@ -24,13 +24,13 @@
 static int kfwd(const struct rt_layer_call *c)
 {
 	static const struct dev_kernel k = {"synthetic", NULL, NULL};
-	return dev_launch(c->s, &k, NULL, 0, (struct dev_cost){1e9 * c->B, 3.0 * U});
+	return dev_launch(c->s, &k, NULL, 0, (struct dev_cost){1e9 * c->B, 3.0 * U, 0});
 }
 
 static int kupd(const struct rt_layer_call *c)
 {
 	static const struct dev_kernel k = {"synthetic update", NULL, NULL};
-	return dev_launch(c->s, &k, NULL, 0, (struct dev_cost){1e7, 4.0 * U});
+	return dev_launch(c->s, &k, NULL, 0, (struct dev_cost){1e7, 4.0 * U, 0});
 }
 
 static const struct rt_layer_ops ops = {

@@ -711,7 +711,7 @@ static int op_queue(struct dev_stream *ds, const struct op *op)
 		return dev_memcpy_async(ds, op->dst, op->dst_dev, op->src, op->src_dev, op->bytes);
 	case OP_SET: return dev_memset_async(ds, op->dst, op->dst_dev, op->value, op->bytes);
 	case OP_KERNEL:
-		return dev_launch(ds, op->k, op->args, op->args_size, (struct dev_cost){0, 0});
+		return dev_launch(ds, op->k, op->args, op->args_size, (struct dev_cost){0, 0, 0});
 	case OP_HOSTFN: return dev_host_callback(ds, op->fn, op->arg);
 	case OP_RECORD: return dev_event_record(op->ev, ds);
 	case OP_WAIT: return dev_stream_wait_event(ds, op->ev);

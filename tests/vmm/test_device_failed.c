@@ -892,7 +892,7 @@ static void dev_use(int k, int d, enum vmm_access acc)
 	if (rnd_n(5) == 0) {
 		long ns = 50000 + 50000 * rnd_n(4);
 		CHECK_OK(
-		    dev_launch(rs[d], &delay_kernel, &ns, sizeof(ns), (struct dev_cost){0, 0}));
+		    dev_launch(rs[d], &delay_kernel, &ns, sizeof(ns), (struct dev_cost){0, 0, 0}));
 	}
 	if (acc == VMM_READ) {
 		if (o->seed) {

@@ -126,7 +126,7 @@ int main(int argc, char **argv)
 				version[i]++;
 				struct fill_args a = {p, bytes, byte_of(i, version[i])};
 				CHECK_OK(dev_launch(s, &fill_kernel, &a, sizeof(a),
-				                    (struct dev_cost){0, (double)bytes}));
+				                    (struct dev_cost){0, (double)bytes, 0}));
 			} else {
 				CHECK_OK(dev_memcpy_async(s, staging, DEV_HOST, p, 0, bytes));
 				staged_d2h += bytes;

@@ -98,7 +98,7 @@ int main(void)
 	CHECK_MSG(dev_event_sync(ready) == -EIO, "the P2P from the failed device 0 did not fail");
 	/* the holder launched work on its space: held back until `go` */
 	struct vt_fill_args fa = {p, OBJ / 8, SEED_K};
-	CHECK_OK(dev_launch(s1, &held_fill, &fa, sizeof(fa), (struct dev_cost){0, (double)OBJ}));
+	CHECK_OK(dev_launch(s1, &held_fill, &fa, sizeof(fa), (struct dev_cost){0, (double)OBJ, 0}));
 	CHECK_OK(dev_event_record(done1, s1));
 	uint32_t nlost = 9;
 	CHECK_OK(vmm_device_failed(v, 0, &nlost));

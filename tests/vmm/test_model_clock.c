@@ -55,7 +55,7 @@ int main(void)
 	CHECK_OK(vmm_acquire(v, id[C], 0, VMM_WRITE, &p, &ready));
 	vt_wait_ready(s, ready);
 	CHECK_OK(vmm_sync(v));
-	CHECK_OK(dev_launch(s, &kernel, NULL, 0, (struct dev_cost){1e11, 0})); /* ~9 ms */
+	CHECK_OK(dev_launch(s, &kernel, NULL, 0, (struct dev_cost){1e11, 0, 0})); /* ~9 ms */
 	CHECK_OK(dev_event_record(done, s));
 	CHECK_OK(vmm_release(v, id[C], 0, done));
 

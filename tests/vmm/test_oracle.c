@@ -556,7 +556,7 @@ static void maybe_delay(int d)
 	if (rnd_n(3) == 0) {
 		long ns = 200000 + 100000 * rnd_n(6);
 		CHECK_OK(
-		    dev_launch(st[d], &delay_kernel, &ns, sizeof(ns), (struct dev_cost){0, 0}));
+		    dev_launch(st[d], &delay_kernel, &ns, sizeof(ns), (struct dev_cost){0, 0, 0}));
 	}
 }
 
@@ -1035,7 +1035,7 @@ static void mt_read(struct mt_worker *w, int k, int d)
 	CHECK_OK(mt_acquire(o, d, VMM_READ, &p, &ready));
 	vt_wait_ready(w->s[d], ready);
 	long ns = 100000 + 50000 * (long)(mt_rnd(w) % 8); /* a slow reader */
-	CHECK_OK(dev_launch(w->s[d], &delay_kernel, &ns, sizeof(ns), (struct dev_cost){0, 0}));
+	CHECK_OK(dev_launch(w->s[d], &delay_kernel, &ns, sizeof(ns), (struct dev_cost){0, 0, 0}));
 	w->bad[w->nbad] = -1;
 	w->bad_seed[w->nbad] = o->seed;
 	CHECK_OK(vt_check_async(w->s[d], p, o->bytes, o->seed, &w->bad[w->nbad]));

@@ -130,7 +130,7 @@ static struct result run(struct dev_ctx *ctx, uint64_t budget, int host_waits)
 				vt_wait_ready(s, ready);
 			}
 			CHECK_OK(
-			    dev_launch(s, &layer_kernel, NULL, 0, (struct dev_cost){FLOPS, 0}));
+			    dev_launch(s, &layer_kernel, NULL, 0, (struct dev_cost){FLOPS, 0, 0}));
 			CHECK_OK(dev_event_record(done, s));
 			for (int j = 0; j < k->n; j++) {
 				uint64_t obj = id[k->layer][k->u[j].what];

@@ -82,7 +82,7 @@ static uint64_t read_on_device(struct vmm *v, struct dev_stream *s, struct dev_e
 	if (ready)
 		CHECK_OK(dev_stream_wait_event(s, ready));
 	CHECK_OK(vmm_sync(v)); /* landed: only the kernel reads it when it goes */
-	CHECK_OK(dev_launch(s, &kernel, NULL, 0, (struct dev_cost){1e12, 0}));
+	CHECK_OK(dev_launch(s, &kernel, NULL, 0, (struct dev_cost){1e12, 0, 0}));
 	CHECK_OK(dev_event_record(done, s));
 	CHECK_OK(vmm_release(v, a, 0, done));
 	return a;

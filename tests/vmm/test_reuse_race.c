@@ -54,7 +54,7 @@ static int round_trip(int discard, int use_writeback)
 	CHECK_OK(vmm_acquire(v, a, 0, VMM_READ, &pa, &ready));
 	vt_wait_ready(rd, ready);
 	long ns = 100 * 1000 * 1000;
-	CHECK_OK(dev_launch(rd, &sleep_kernel, &ns, sizeof(ns), (struct dev_cost){0, 0}));
+	CHECK_OK(dev_launch(rd, &sleep_kernel, &ns, sizeof(ns), (struct dev_cost){0, 0, 0}));
 	*bad = -1;
 	CHECK_OK(vt_check_async(rd, pa, OBJ, 101, bad));
 	CHECK_OK(dev_event_record(rd_done, rd));

@@ -156,7 +156,7 @@ static void dev_op(struct worker *w, int k, int write)
 	vt_wait_ready(s, ready);
 	if (rnd_n(w, 8) == 0) {
 		long ns = 20000 + 10000 * rnd_n(w, 10);
-		CHECK_OK(dev_launch(s, &delay_kernel, &ns, sizeof(ns), (struct dev_cost){0, 0}));
+		CHECK_OK(dev_launch(s, &delay_kernel, &ns, sizeof(ns), (struct dev_cost){0, 0, 0}));
 	}
 	if (write) {
 		o->seed = new_seed(w);

@@ -64,7 +64,7 @@ static const struct dev_kernel vt_check_kernel = {"vt_check", vt_check_cpu, NULL
 static inline int vt_fill_async(struct dev_stream *s, void *p, size_t bytes, uint64_t seed)
 {
 	struct vt_fill_args a = {p, bytes / 8, seed};
-	struct dev_cost c = {0, (double)bytes};
+	struct dev_cost c = {0, (double)bytes, 0};
 	return dev_launch(s, &vt_fill_kernel, &a, sizeof(a), c);
 }
 
@@ -72,7 +72,7 @@ static inline int vt_check_async(struct dev_stream *s, const void *p, size_t byt
                                  int *bad)
 {
 	struct vt_check_args a = {p, bytes / 8, seed, bad};
-	struct dev_cost c = {0, (double)bytes};
+	struct dev_cost c = {0, (double)bytes, 0};
 	return dev_launch(s, &vt_check_kernel, &a, sizeof(a), c);
 }
 
