@@ -403,6 +403,33 @@ struct dev_cost kn_crossentropy_backward_cost(const struct kn_crossentropy_bwd_a
 }
 
 /* ---- optimizer and gradient buffers ---- */
+/* The hyper-parameters AdamW (fp32 or mixed) accepts; op names it in the message. */
+static int check_adamw_hparams(const char *op, float beta1, float beta2, float lr, float eps,
+                               float weight_decay)
+{
+	if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
+		return sp_error(-EINVAL, "kn_%s: betas (%g, %g) must be in [0, 1)", op,
+		                (double)beta1, (double)beta2);
+	if (!(lr >= 0) || !(eps >= 0) || !(weight_decay >= 0))
+		return sp_error(-EINVAL, "kn_%s: lr = %g, eps = %g, weight_decay = %g must be >= 0",
+		                op, (double)lr, (double)eps, (double)weight_decay);
+	return 0;
+}
+
+/* The same for SGD: buf is its momentum buffer (NULL: none). */
+static int check_sgd_hparams(const char *op, float lr, float momentum, float weight_decay,
+                             const void *buf)
+{
+	if (!(lr >= 0) || !(momentum >= 0 && momentum < 1) || !(weight_decay >= 0))
+		return sp_error(-EINVAL,
+		                "kn_%s: lr = %g and weight_decay = %g must be >= 0, momentum = %g "
+		                "in [0, 1)",
+		                op, (double)lr, (double)weight_decay, (double)momentum);
+	if (momentum != 0 && !buf)
+		return sp_error(-EINVAL, "kn_%s: momentum %g needs buf", op, (double)momentum);
+	return 0;
+}
+
 int kn_adamw_check(const struct kn_adamw_args *a)
 {
 	const char *op = "adamw";
@@ -413,14 +440,7 @@ int kn_adamw_check(const struct kn_adamw_args *a)
 	KN_PTR(op, a, m);
 	KN_PTR(op, a, v);
 	KN_POS(op, a, t);
-	if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1))
-		return sp_error(-EINVAL, "kn_adamw: betas (%g, %g) must be in [0, 1)",
-		                (double)a->beta1, (double)a->beta2);
-	if (!(a->lr >= 0) || !(a->eps >= 0) || !(a->weight_decay >= 0))
-		return sp_error(-EINVAL,
-		                "kn_adamw: lr = %g, eps = %g, weight_decay = %g must be >= 0",
-		                (double)a->lr, (double)a->eps, (double)a->weight_decay);
-	return 0;
+	return check_adamw_hparams(op, a->beta1, a->beta2, a->lr, a->eps, a->weight_decay);
 }
 
 struct dev_cost kn_adamw_cost(const struct kn_adamw_args *a)
@@ -435,14 +455,7 @@ int kn_sgd_check(const struct kn_sgd_args *a)
 	KN_POS(op, a, N);
 	KN_PTR(op, a, params);
 	KN_PTR(op, a, grads);
-	if (!(a->lr >= 0) || !(a->momentum >= 0 && a->momentum < 1) || !(a->weight_decay >= 0))
-		return sp_error(-EINVAL,
-		                "kn_sgd: lr = %g and weight_decay = %g must be >= 0, momentum = %g "
-		                "in [0, 1)",
-		                (double)a->lr, (double)a->weight_decay, (double)a->momentum);
-	if (a->momentum != 0 && !a->buf)
-		return sp_error(-EINVAL, "kn_sgd: momentum %g needs buf", (double)a->momentum);
-	return 0;
+	return check_sgd_hparams(op, a->lr, a->momentum, a->weight_decay, a->buf);
 }
 
 struct dev_cost kn_sgd_cost(const struct kn_sgd_args *a)
@@ -462,14 +475,7 @@ int kn_adamw_mixed_check(const struct kn_adamw_mixed_args *a)
 	KN_PTR(op, a, m);
 	KN_PTR(op, a, v);
 	KN_POS(op, a, t);
-	if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1))
-		return sp_error(-EINVAL, "kn_adamw_mixed: betas (%g, %g) must be in [0, 1)",
-		                (double)a->beta1, (double)a->beta2);
-	if (!(a->lr >= 0) || !(a->eps >= 0) || !(a->weight_decay >= 0))
-		return sp_error(-EINVAL,
-		                "kn_adamw_mixed: lr = %g, eps = %g, weight_decay = %g must be >= 0",
-		                (double)a->lr, (double)a->eps, (double)a->weight_decay);
-	return 0;
+	return check_adamw_hparams(op, a->beta1, a->beta2, a->lr, a->eps, a->weight_decay);
 }
 
 /* master, m, v read and written (fp32), grads read and params written (bf16) */
@@ -485,15 +491,7 @@ int kn_sgd_mixed_check(const struct kn_sgd_mixed_args *a)
 	KN_PTR(op, a, master);
 	KN_PTR(op, a, params);
 	KN_PTR(op, a, grads);
-	if (!(a->lr >= 0) || !(a->momentum >= 0 && a->momentum < 1) || !(a->weight_decay >= 0))
-		return sp_error(-EINVAL,
-		                "kn_sgd_mixed: lr = %g and weight_decay = %g must be >= 0, "
-		                "momentum = %g in [0, 1)",
-		                (double)a->lr, (double)a->weight_decay, (double)a->momentum);
-	if (a->momentum != 0 && !a->buf)
-		return sp_error(-EINVAL, "kn_sgd_mixed: momentum %g needs buf",
-		                (double)a->momentum);
-	return 0;
+	return check_sgd_hparams(op, a->lr, a->momentum, a->weight_decay, a->buf);
 }
 
 struct dev_cost kn_sgd_mixed_cost(const struct kn_sgd_mixed_args *a)
