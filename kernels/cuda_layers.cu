@@ -398,11 +398,12 @@ extern "C" void kn_crossentropy_backward_cuda(const struct kn_crossentropy_bwd_a
 /* ---- AdamW and gradient buffers ---- */
 __global__ void kn_adamw_update_kernel(float *p, const float *g, float *m, float *v, long n,
                                        float decay, float step, float bc2_sqrt, float b1, float b2,
-                                       float c1, float c2, float eps)
+                                       float c1, float c2, float eps, struct kn_clip clip)
 {
+	float gs = kn_clip_scale(&clip);
 	KN_GRID_STRIDE(i, n)
 	{
-		float gi = g[i];
+		float gi = g[i] * gs;
 		float pi = p[i] * decay;
 		float mi = m[i] * b1 + c1 * gi;
 		float vi = v[i] * b2 + c2 * gi * gi;
@@ -421,16 +422,17 @@ extern "C" void kn_adamw_cuda(const struct kn_adamw_args *a, void *stream)
 	    (float *)a->params, (const float *)a->grads, a->m, a->v, a->N,
 	    (float)(1.0 - (double)a->lr * a->weight_decay), (float)((double)a->lr / bc1),
 	    (float)sqrt(bc2), a->beta1, a->beta2, (float)(1.0 - (double)a->beta1),
-	    (float)(1.0 - (double)a->beta2), a->eps);
+	    (float)(1.0 - (double)a->beta2), a->eps, a->clip);
 	kn_cuda_check_launch("adamw");
 }
 
 __global__ void kn_sgd_update_kernel(float *p, const float *g, float *buf, long n, float lr,
-                                     float mu, float wd)
+                                     float mu, float wd, struct kn_clip clip)
 {
+	float gs = kn_clip_scale(&clip);
 	KN_GRID_STRIDE(i, n)
 	{
-		float d = g[i] + wd * p[i];
+		float d = g[i] * gs + wd * p[i];
 		if (buf) {
 			d = buf[i] * mu + d;
 			buf[i] = d;
@@ -443,7 +445,7 @@ extern "C" void kn_sgd_cuda(const struct kn_sgd_args *a, void *stream)
 {
 	kn_sgd_update_kernel<<<kn_blocks(a->N, 256), 256, 0, (cudaStream_t)stream>>>(
 	    (float *)a->params, (const float *)a->grads, a->buf, a->N, a->lr, a->momentum,
-	    a->weight_decay);
+	    a->weight_decay, a->clip);
 	kn_cuda_check_launch("sgd");
 }
 
@@ -487,4 +489,59 @@ extern "C" void kn_grad_scale_cuda(const struct kn_grad_scale_args *a, void *str
 	kn_scale_kernel<<<kn_blocks(a->N, 256), 256, 0, (cudaStream_t)stream>>>((float *)a->x,
 	                                                                        a->scale, a->N);
 	kn_cuda_check_launch("grad_scale");
+}
+
+/* Sum of squares in a fixed order (kernels.h): block k sums chunk k of x into
+ * parts[k] (strided per thread, then a tree in shared memory), then one thread
+ * adds the parts in order. */
+template <typename T> __device__ double kn_sq(T v);
+template <> __device__ double kn_sq<float>(float v)
+{
+	return (double)v * (double)v;
+}
+template <> __device__ double kn_sq<unsigned short>(unsigned short v)
+{
+	double d = (double)__uint_as_float((unsigned)v << 16);
+	return d * d;
+}
+
+template <typename T>
+__global__ void kn_sumsq_parts_kernel(const T *x, long n, long per, double *parts)
+{
+	__shared__ double sh[256];
+	long lo = (long)blockIdx.x * per, hi = lo + per < n ? lo + per : n;
+	double s = 0;
+	for (long i = lo + threadIdx.x; i < hi; i += blockDim.x)
+		s += kn_sq<T>(x[i]);
+	sh[threadIdx.x] = s;
+	__syncthreads();
+	for (int w = blockDim.x / 2; w > 0; w /= 2) {
+		if ((int)threadIdx.x < w)
+			sh[threadIdx.x] += sh[threadIdx.x + w];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		parts[blockIdx.x] = sh[0];
+}
+
+__global__ void kn_sumsq_total_kernel(const double *parts, double *out)
+{
+	double t = 0;
+	for (int k = 0; k < KN_SUMSQ_PARTS; k++)
+		t += parts[k];
+	*out = t;
+}
+
+extern "C" void kn_grad_sumsq_cuda(const struct kn_grad_sumsq_args *a, void *stream)
+{
+	cudaStream_t s = (cudaStream_t)stream;
+	long per = (a->N + KN_SUMSQ_PARTS - 1) / KN_SUMSQ_PARTS;
+	if (a->dtype == KN_BF16)
+		kn_sumsq_parts_kernel<unsigned short><<<KN_SUMSQ_PARTS, 256, 0, s>>>(
+		    (const unsigned short *)a->x, a->N, per, a->parts);
+	else
+		kn_sumsq_parts_kernel<float>
+		    <<<KN_SUMSQ_PARTS, 256, 0, s>>>((const float *)a->x, a->N, per, a->parts);
+	kn_sumsq_total_kernel<<<1, 1, 0, s>>>(a->parts, a->out);
+	kn_cuda_check_launch("grad_sumsq");
 }

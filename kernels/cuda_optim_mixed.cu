@@ -13,11 +13,13 @@
 
 __global__ void kn_adamw_mixed_gpu(float *p, __nv_bfloat16 *w, const __nv_bfloat16 *g, float *m,
                                    float *v, long n, float decay, float step, float bc2_sqrt,
-                                   float b1, float b2, float c1, float c2, float eps)
+                                   float b1, float b2, float c1, float c2, float eps,
+                                   struct kn_clip clip)
 {
+	float gs = kn_clip_scale(&clip);
 	KN_GRID_STRIDE(i, n)
 	{
-		float gi = __bfloat162float(g[i]);
+		float gi = __bfloat162float(g[i]) * gs;
 		float pi = p[i] * decay;
 		float mi = m[i] * b1 + c1 * gi;
 		float vi = v[i] * b2 + c2 * gi * gi;
@@ -38,16 +40,17 @@ extern "C" void kn_adamw_mixed_cuda(const struct kn_adamw_mixed_args *a, void *s
 	    a->master, (__nv_bfloat16 *)a->params, (const __nv_bfloat16 *)a->grads, a->m, a->v,
 	    a->N, (float)(1.0 - (double)a->lr * a->weight_decay), (float)((double)a->lr / bc1),
 	    (float)sqrt(bc2), a->beta1, a->beta2, (float)(1.0 - (double)a->beta1),
-	    (float)(1.0 - (double)a->beta2), a->eps);
+	    (float)(1.0 - (double)a->beta2), a->eps, a->clip);
 	kn_cuda_check_launch("adamw_mixed");
 }
 
 __global__ void kn_sgd_mixed_gpu(float *p, __nv_bfloat16 *w, const __nv_bfloat16 *g, float *buf,
-                                 long n, float lr, float mu, float wd)
+                                 long n, float lr, float mu, float wd, struct kn_clip clip)
 {
+	float gs = kn_clip_scale(&clip);
 	KN_GRID_STRIDE(i, n)
 	{
-		float d = __bfloat162float(g[i]) + wd * p[i];
+		float d = __bfloat162float(g[i]) * gs + wd * p[i];
 		if (buf) {
 			d = buf[i] * mu + d;
 			buf[i] = d;
@@ -62,6 +65,6 @@ extern "C" void kn_sgd_mixed_cuda(const struct kn_sgd_mixed_args *a, void *strea
 {
 	kn_sgd_mixed_gpu<<<kn_blocks(a->N, 256), 256, 0, (cudaStream_t)stream>>>(
 	    a->master, (__nv_bfloat16 *)a->params, (const __nv_bfloat16 *)a->grads, a->buf, a->N,
-	    a->lr, a->momentum, a->weight_decay);
+	    a->lr, a->momentum, a->weight_decay, a->clip);
 	kn_cuda_check_launch("sgd_mixed");
 }

@@ -93,3 +93,31 @@ void kn_grad_scale_cpu(const struct kn_grad_scale_args *a)
 	for (long i = 0; i < a->N; i++)
 		x[i] *= a->scale;
 }
+
+/* Each part sequentially in double; the parts in order (kernels.h). */
+void kn_grad_sumsq_cpu(const struct kn_grad_sumsq_args *a)
+{
+	long per = (a->N + KN_SUMSQ_PARTS - 1) / KN_SUMSQ_PARTS;
+	for (int k = 0; k < KN_SUMSQ_PARTS; k++) {
+		long lo = k * per, hi = lo + per < a->N ? lo + per : a->N;
+		double s = 0;
+		if (a->dtype == KN_BF16) {
+			const uint16_t *x = a->x;
+			for (long i = lo; i < hi; i++) {
+				double v = kn_bf16_to_f32(x[i]);
+				s += v * v;
+			}
+		} else {
+			const float *x = a->x;
+			for (long i = lo; i < hi; i++) {
+				double v = x[i];
+				s += v * v;
+			}
+		}
+		a->parts[k] = s;
+	}
+	double t = 0;
+	for (int k = 0; k < KN_SUMSQ_PARTS; k++)
+		t += a->parts[k];
+	*a->out = t;
+}

@@ -219,6 +219,34 @@ struct kn_crossentropy_bwd_args {
 	int B, T, V;
 };
 
+/* ---- gradient clipping by global norm (llm.c's, torch's clip_grad_norm_) --------
+ * The optimizers below multiply each gradient element by kn_clip_scale(clip)
+ * before their step: norms are the per-layer sums of squares of every
+ * gradient of the model (kn_grad_sumsq), added in their order in double; with
+ * norm = sqrt(sum), the scale is clip / norm where norm > clip, else 1 (the
+ * same bits as no clipping). norms NULL: no clipping. The norms are read when
+ * the kernel runs, so an earlier kernel may still be writing them at launch. */
+struct kn_clip {
+	const double *norms; /* nnorms doubles on the kernel's place, or NULL */
+	int nnorms;
+	float clip; /* > 0 */
+};
+#ifdef __CUDACC__
+#define KN_HOST_DEVICE __host__ __device__
+#else
+#define KN_HOST_DEVICE
+#endif
+static inline KN_HOST_DEVICE float kn_clip_scale(const struct kn_clip *c)
+{
+	if (!c->norms)
+		return 1.0f;
+	double s = 0;
+	for (int i = 0; i < c->nnorms; i++)
+		s += c->norms[i];
+	double norm = __builtin_sqrt(s);
+	return norm > (double)c->clip ? (float)((double)c->clip / norm) : 1.0f;
+}
+
 /* ---- AdamW (torch.optim.AdamW semantics) -------------------------------------
  * p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  * p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). step t counts from 1.
@@ -232,6 +260,7 @@ struct kn_adamw_args {
 	long N;
 	float lr, beta1, beta2, eps, weight_decay;
 	int t;
+	struct kn_clip clip;
 };
 
 /* ---- SGD (torch.optim.SGD semantics: dampening 0, not Nesterov) ---------------
@@ -245,6 +274,7 @@ struct kn_sgd_args {
 	float *buf; /* fp32 momentum buffer (N floats); NULL when momentum is 0 */
 	long N;
 	float lr, momentum, weight_decay;
+	struct kn_clip clip;
 };
 
 /* ---- mixed precision: fp32 masters, bf16 weights and gradients ------------------
@@ -261,6 +291,7 @@ struct kn_adamw_mixed_args {
 	long N;
 	float lr, beta1, beta2, eps, weight_decay;
 	int t;
+	struct kn_clip clip;
 };
 struct kn_sgd_mixed_args {
 	float *master;     /* fp32 (N), updated */
@@ -269,6 +300,7 @@ struct kn_sgd_mixed_args {
 	float *buf;        /* fp32 momentum buffer; NULL when momentum is 0 */
 	long N;
 	float lr, momentum, weight_decay;
+	struct kn_clip clip;
 };
 
 /* ---- gradient buffers -------------------------------------------------------- */
@@ -288,6 +320,18 @@ struct kn_grad_scale_args { /* x *= scale */
 	void *x;
 	float scale;
 	long N;
+};
+/* *out = the sum of x[i]^2 (N >= 0 elements, widened to double) in a fixed
+ * order: x cut in KN_SUMSQ_PARTS equal chunks, each summed into parts[k] (its
+ * own order per implementation), then parts added in order. Deterministic for
+ * an implementation (CPU, or CUDA on one GPU model), whatever the threads. */
+#define KN_SUMSQ_PARTS 256
+struct kn_grad_sumsq_args {
+	enum kn_dtype dtype;
+	const void *x;
+	long N;
+	double *parts; /* KN_SUMSQ_PARTS doubles of scratch */
+	double *out;
 };
 
 /* The operation list, X(name, args struct). One line each gives, per op:
@@ -322,7 +366,8 @@ struct kn_grad_scale_args { /* x *= scale */
 	X(sgd_mixed, kn_sgd_mixed_args)                    \
 	X(grad_zero, kn_grad_zero_args)                    \
 	X(grad_accumulate, kn_grad_accumulate_args)        \
-	X(grad_scale, kn_grad_scale_args)
+	X(grad_scale, kn_grad_scale_args)                  \
+	X(grad_sumsq, kn_grad_sumsq_args)
 
 #define KN_DECLARE_OP_(name, args)                                 \
 	struct args;                                               \
@@ -489,6 +534,7 @@ struct kn_optim_hparams {
 	int t; /* step, from 1 */
 	enum kn_optimizer kind;
 	float momentum;
+	struct kn_clip clip; /* norms NULL: none */
 };
 int kn_layer_update_cpu(const struct kn_model_config *cfg, enum kn_layer_kind kind,
                         const struct kn_layer_mem *mem,

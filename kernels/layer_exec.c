@@ -556,7 +556,8 @@ int kn_layer_update_run(const struct kn_runner *r, const struct kn_model_config 
 			                         .N = (long)n[i],
 			                         .lr = h->lr,
 			                         .momentum = h->momentum,
-			                         .weight_decay = decay[i] ? h->weight_decay : 0.0f};
+			                         .weight_decay = decay[i] ? h->weight_decay : 0.0f,
+			                         .clip = h->clip};
 			SP_CHECK(kn_sgd_check(&a[i]));
 		}
 		for (int i = 0; i < nt; i++)
@@ -575,7 +576,8 @@ int kn_layer_update_run(const struct kn_runner *r, const struct kn_model_config 
 		                              .beta2 = h->beta2,
 		                              .eps = h->eps,
 		                              .weight_decay = decay[i] ? h->weight_decay : 0.0f,
-		                              .t = h->t};
+		                              .t = h->t,
+		                              .clip = h->clip};
 		SP_CHECK(kn_adamw_check(&a[i]));
 	}
 	for (int i = 0; i < nt; i++)
@@ -618,7 +620,8 @@ int kn_layer_update_mixed_run(const struct kn_runner *r, const struct kn_model_c
 			                                  .lr = h->lr,
 			                                  .momentum = h->momentum,
 			                                  .weight_decay =
-			                                      decay[i] ? h->weight_decay : 0.0f};
+			                                      decay[i] ? h->weight_decay : 0.0f,
+			                                  .clip = h->clip};
 			SP_CHECK(kn_sgd_mixed_check(&a[i]));
 		}
 		for (int i = 0; i < nt; i++)
@@ -639,7 +642,8 @@ int kn_layer_update_mixed_run(const struct kn_runner *r, const struct kn_model_c
 		                                 .beta2 = h->beta2,
 		                                 .eps = h->eps,
 		                                 .weight_decay = decay[i] ? h->weight_decay : 0.0f,
-		                                 .t = h->t};
+		                                 .t = h->t,
+		                                 .clip = h->clip};
 		SP_CHECK(kn_adamw_mixed_check(&a[i]));
 	}
 	for (int i = 0; i < nt; i++)

@@ -403,6 +403,16 @@ struct dev_cost kn_crossentropy_backward_cost(const struct kn_crossentropy_bwd_a
 }
 
 /* ---- optimizer and gradient buffers ---- */
+/* A clip the optimizers can use: none, or norms with a positive threshold. */
+static int check_clip(const char *op, const struct kn_clip *c)
+{
+	if (c->norms && (c->nnorms <= 0 || !(c->clip > 0)))
+		return sp_error(-EINVAL,
+		                "kn_%s: clipping needs norms (%d) and a threshold > 0 (%g)", op,
+		                c->nnorms, (double)c->clip);
+	return 0;
+}
+
 /* The hyper-parameters AdamW (fp32 or mixed) accepts; op names it in the message. */
 static int check_adamw_hparams(const char *op, float beta1, float beta2, float lr, float eps,
                                float weight_decay)
@@ -440,6 +450,7 @@ int kn_adamw_check(const struct kn_adamw_args *a)
 	KN_PTR(op, a, m);
 	KN_PTR(op, a, v);
 	KN_POS(op, a, t);
+	SP_CHECK(check_clip(op, &a->clip));
 	return check_adamw_hparams(op, a->beta1, a->beta2, a->lr, a->eps, a->weight_decay);
 }
 
@@ -455,6 +466,7 @@ int kn_sgd_check(const struct kn_sgd_args *a)
 	KN_POS(op, a, N);
 	KN_PTR(op, a, params);
 	KN_PTR(op, a, grads);
+	SP_CHECK(check_clip(op, &a->clip));
 	return check_sgd_hparams(op, a->lr, a->momentum, a->weight_decay, a->buf);
 }
 
@@ -475,6 +487,7 @@ int kn_adamw_mixed_check(const struct kn_adamw_mixed_args *a)
 	KN_PTR(op, a, m);
 	KN_PTR(op, a, v);
 	KN_POS(op, a, t);
+	SP_CHECK(check_clip(op, &a->clip));
 	return check_adamw_hparams(op, a->beta1, a->beta2, a->lr, a->eps, a->weight_decay);
 }
 
@@ -491,6 +504,7 @@ int kn_sgd_mixed_check(const struct kn_sgd_mixed_args *a)
 	KN_PTR(op, a, master);
 	KN_PTR(op, a, params);
 	KN_PTR(op, a, grads);
+	SP_CHECK(check_clip(op, &a->clip));
 	return check_sgd_hparams(op, a->lr, a->momentum, a->weight_decay, a->buf);
 }
 
@@ -536,6 +550,23 @@ int kn_grad_scale_check(const struct kn_grad_scale_args *a)
 struct dev_cost kn_grad_scale_cost(const struct kn_grad_scale_args *a)
 {
 	return (struct dev_cost){1.0 * a->N, 2.0 * a->N * fsz(a->dtype), 0};
+}
+
+int kn_grad_sumsq_check(const struct kn_grad_sumsq_args *a)
+{
+	SP_CHECK(kn_check_dtype("grad_sumsq", a->dtype));
+	if (a->N < 0)
+		return sp_error(-EINVAL, "kn_grad_sumsq: N = %ld must be >= 0", a->N);
+	if (a->N)
+		KN_PTR("grad_sumsq", a, x);
+	KN_PTR("grad_sumsq", a, parts);
+	KN_PTR("grad_sumsq", a, out);
+	return 0;
+}
+
+struct dev_cost kn_grad_sumsq_cost(const struct kn_grad_sumsq_args *a)
+{
+	return (struct dev_cost){2.0 * a->N, a->N * fsz(a->dtype), 0};
 }
 
 /* ---- dev_kernel tables: {name, cpu entry, cuda entry (NULL without CUDA)} ---- */

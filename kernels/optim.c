@@ -23,9 +23,9 @@ static void adamw_scalar(float *p, const float *g, float *m, float *v, long n,
                          const struct kn_adamw_coef *c)
 {
 	const float decay = c->decay, step = c->step, bc2_sqrt = c->bc2_sqrt, eps = c->eps;
-	const float b1 = c->b1, b2 = c->b2, c1 = c->c1, c2 = c->c2;
+	const float b1 = c->b1, b2 = c->b2, c1 = c->c1, c2 = c->c2, gs = c->gs;
 	for (long i = 0; i < n; i++) {
-		float gi = g[i];
+		float gi = g[i] * gs;
 		float pi = p[i] * decay;
 		float mi = m[i] * b1 + c1 * gi;
 		float vi = v[i] * b2 + c2 * gi * gi;
@@ -38,10 +38,10 @@ static void adamw_scalar(float *p, const float *g, float *m, float *v, long n,
 
 static void sgd_scalar(float *p, const float *g, float *buf, long n, const struct kn_sgd_coef *c)
 {
-	const float lr = c->lr, mu = c->mu, wd = c->wd;
+	const float lr = c->lr, mu = c->mu, wd = c->wd, gs = c->gs;
 	if (buf) {
 		for (long i = 0; i < n; i++) {
-			float d = g[i] + wd * p[i];
+			float d = g[i] * gs + wd * p[i];
 			d = buf[i] * mu + d;
 			buf[i] = d;
 			p[i] = p[i] - lr * d;
@@ -49,7 +49,7 @@ static void sgd_scalar(float *p, const float *g, float *buf, long n, const struc
 		return;
 	}
 	for (long i = 0; i < n; i++) {
-		float d = g[i] + wd * p[i];
+		float d = g[i] * gs + wd * p[i];
 		p[i] = p[i] - lr * d;
 	}
 }
@@ -294,7 +294,8 @@ void kn_adamw_cpu(const struct kn_adamw_args *a)
 	                          .b1 = a->beta1,
 	                          .b2 = a->beta2,
 	                          .c1 = (float)(1.0 - (double)a->beta1),
-	                          .c2 = (float)(1.0 - (double)a->beta2)};
+	                          .c2 = (float)(1.0 - (double)a->beta2),
+	                          .gs = kn_clip_scale(&a->clip)};
 	struct optim_job j = {.path = kn_optim_path_get(),
 	                      .adamw = 1,
 	                      .p = a->params,
@@ -309,7 +310,8 @@ void kn_adamw_cpu(const struct kn_adamw_args *a)
  * then the step. */
 void kn_sgd_cpu(const struct kn_sgd_args *a)
 {
-	struct kn_sgd_coef c = {.lr = a->lr, .mu = a->momentum, .wd = a->weight_decay};
+	struct kn_sgd_coef c = {
+	    .lr = a->lr, .mu = a->momentum, .wd = a->weight_decay, .gs = kn_clip_scale(&a->clip)};
 	struct optim_job j = {.path = kn_optim_path_get(),
 	                      .adamw = 0,
 	                      .p = a->params,
@@ -340,8 +342,9 @@ void kn_adamw_mixed_cpu(const struct kn_adamw_mixed_args *a)
 	float bc2_sqrt = (float)sqrt(bc2);
 	float b1 = a->beta1, b2 = a->beta2, eps = a->eps;
 	float c1 = (float)(1.0 - (double)a->beta1), c2 = (float)(1.0 - (double)a->beta2);
+	float gs = kn_clip_scale(&a->clip);
 	for (long i = 0; i < a->N; i++) {
-		float gi = kn_bf16_to_f32(g[i]);
+		float gi = kn_bf16_to_f32(g[i]) * gs;
 		float pi = p[i] * decay;
 		float mi = m[i] * b1 + c1 * gi;
 		float vi = v[i] * b2 + c2 * gi * gi;
@@ -358,9 +361,9 @@ void kn_sgd_mixed_cpu(const struct kn_sgd_mixed_args *a)
 	float *p = a->master, *buf = a->buf;
 	const uint16_t *g = a->grads;
 	uint16_t *w = a->params;
-	float lr = a->lr, mu = a->momentum, wd = a->weight_decay;
+	float lr = a->lr, mu = a->momentum, wd = a->weight_decay, gs = kn_clip_scale(&a->clip);
 	for (long i = 0; i < a->N; i++) {
-		float d = kn_bf16_to_f32(g[i]) + wd * p[i];
+		float d = kn_bf16_to_f32(g[i]) * gs + wd * p[i];
 		if (buf) {
 			d = buf[i] * mu + d;
 			buf[i] = d;

@@ -11,17 +11,19 @@
 #include "kernels/kernels.h"
 
 /* AdamW's scalars for one step, formed once per call in double then rounded
- * to float (torch's way). Per element:
+ * to float (torch's way). Per element, with g the gradient times gs (the clip
+ * scale, kn_clip_scale; 1 without clipping, which changes no bit):
  *   p' = p*decay; m = m*b1 + c1*g; v = v*b2 + (c2*g)*g;
  *   p = p' - step * (m / (sqrt(v)/bc2_sqrt + eps)). */
 struct kn_adamw_coef {
 	float decay, step, bc2_sqrt, eps;
 	float b1, b2, c1, c2;
+	float gs;
 };
 
-/* SGD's: d = g + wd*p; with buf: d = buf*mu + d, buf = d; p = p - lr*d. */
+/* SGD's: d = g*gs + wd*p; with buf: d = buf*mu + d, buf = d; p = p - lr*d. */
 struct kn_sgd_coef {
-	float lr, mu, wd;
+	float lr, mu, wd, gs;
 };
 
 /* One instruction set's loops over elements [0, n) of the arrays given. */

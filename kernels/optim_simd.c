@@ -20,13 +20,13 @@
 #define KN_PREFETCH(ptr) _mm_prefetch((const char *)(ptr) + KN_PF * sizeof(float), _MM_HINT_T0)
 
 struct adamw_v8 {
-	__m256 decay, step, bc2_sqrt, eps, b1, b2, c1, c2;
+	__m256 decay, step, bc2_sqrt, eps, b1, b2, c1, c2, gs;
 };
 
 __attribute__((target("avx2"), always_inline)) static inline void
 adamw8(float *p, const float *g, float *m, float *v, const struct adamw_v8 *k)
 {
-	__m256 gi = _mm256_loadu_ps(g);
+	__m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g), k->gs);
 	__m256 pi = _mm256_mul_ps(_mm256_loadu_ps(p), k->decay);
 	__m256 mi =
 	    _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(m), k->b1), _mm256_mul_ps(k->c1, gi));
@@ -41,10 +41,10 @@ adamw8(float *p, const float *g, float *m, float *v, const struct adamw_v8 *k)
 __attribute__((target("avx2"))) static void adamw_avx2(float *p, const float *g, float *m, float *v,
                                                        long n, const struct kn_adamw_coef *c)
 {
-	const struct adamw_v8 k = {_mm256_set1_ps(c->decay),    _mm256_set1_ps(c->step),
-	                           _mm256_set1_ps(c->bc2_sqrt), _mm256_set1_ps(c->eps),
-	                           _mm256_set1_ps(c->b1),       _mm256_set1_ps(c->b2),
-	                           _mm256_set1_ps(c->c1),       _mm256_set1_ps(c->c2)};
+	const struct adamw_v8 k = {
+	    _mm256_set1_ps(c->decay), _mm256_set1_ps(c->step), _mm256_set1_ps(c->bc2_sqrt),
+	    _mm256_set1_ps(c->eps),   _mm256_set1_ps(c->b1),   _mm256_set1_ps(c->b2),
+	    _mm256_set1_ps(c->c1),    _mm256_set1_ps(c->c2),   _mm256_set1_ps(c->gs)};
 	long i = 0;
 	for (; i + 16 <= n; i += 16) {
 		KN_PREFETCH(p + i);
@@ -63,7 +63,7 @@ __attribute__((target("avx2"))) static void sgd_avx2(float *p, const float *g, f
                                                      const struct kn_sgd_coef *c)
 {
 	const __m256 lr = _mm256_set1_ps(c->lr), mu = _mm256_set1_ps(c->mu);
-	const __m256 wd = _mm256_set1_ps(c->wd);
+	const __m256 wd = _mm256_set1_ps(c->wd), gs = _mm256_set1_ps(c->gs);
 	long i = 0;
 	if (buf) {
 		for (; i + 8 <= n; i += 8) {
@@ -73,7 +73,8 @@ __attribute__((target("avx2"))) static void sgd_avx2(float *p, const float *g, f
 				KN_PREFETCH(buf + i);
 			}
 			__m256 pi = _mm256_loadu_ps(p + i);
-			__m256 d = _mm256_add_ps(_mm256_loadu_ps(g + i), _mm256_mul_ps(wd, pi));
+			__m256 d = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(g + i), gs),
+			                         _mm256_mul_ps(wd, pi));
 			d = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(buf + i), mu), d);
 			_mm256_storeu_ps(buf + i, d);
 			_mm256_storeu_ps(p + i, _mm256_sub_ps(pi, _mm256_mul_ps(lr, d)));
@@ -85,7 +86,8 @@ __attribute__((target("avx2"))) static void sgd_avx2(float *p, const float *g, f
 				KN_PREFETCH(g + i);
 			}
 			__m256 pi = _mm256_loadu_ps(p + i);
-			__m256 d = _mm256_add_ps(_mm256_loadu_ps(g + i), _mm256_mul_ps(wd, pi));
+			__m256 d = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(g + i), gs),
+			                         _mm256_mul_ps(wd, pi));
 			_mm256_storeu_ps(p + i, _mm256_sub_ps(pi, _mm256_mul_ps(lr, d)));
 		}
 	}
@@ -99,13 +101,14 @@ adamw_avx512(float *p, const float *g, float *m, float *v, long n, const struct 
 	const __m512 bc2_sqrt = _mm512_set1_ps(c->bc2_sqrt), eps = _mm512_set1_ps(c->eps);
 	const __m512 b1 = _mm512_set1_ps(c->b1), b2 = _mm512_set1_ps(c->b2);
 	const __m512 c1 = _mm512_set1_ps(c->c1), c2 = _mm512_set1_ps(c->c2);
+	const __m512 gs = _mm512_set1_ps(c->gs);
 	long i = 0;
 	for (; i + 16 <= n; i += 16) {
 		KN_PREFETCH(p + i);
 		KN_PREFETCH(g + i);
 		KN_PREFETCH(m + i);
 		KN_PREFETCH(v + i);
-		__m512 gi = _mm512_loadu_ps(g + i);
+		__m512 gi = _mm512_mul_ps(_mm512_loadu_ps(g + i), gs);
 		__m512 pi = _mm512_mul_ps(_mm512_loadu_ps(p + i), decay);
 		__m512 mi =
 		    _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(m + i), b1), _mm512_mul_ps(c1, gi));
@@ -124,7 +127,7 @@ __attribute__((target("avx512f"))) static void sgd_avx512(float *p, const float 
                                                           long n, const struct kn_sgd_coef *c)
 {
 	const __m512 lr = _mm512_set1_ps(c->lr), mu = _mm512_set1_ps(c->mu);
-	const __m512 wd = _mm512_set1_ps(c->wd);
+	const __m512 wd = _mm512_set1_ps(c->wd), gs = _mm512_set1_ps(c->gs);
 	long i = 0;
 	if (buf) {
 		for (; i + 16 <= n; i += 16) {
@@ -132,7 +135,8 @@ __attribute__((target("avx512f"))) static void sgd_avx512(float *p, const float 
 			KN_PREFETCH(g + i);
 			KN_PREFETCH(buf + i);
 			__m512 pi = _mm512_loadu_ps(p + i);
-			__m512 d = _mm512_add_ps(_mm512_loadu_ps(g + i), _mm512_mul_ps(wd, pi));
+			__m512 d = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(g + i), gs),
+			                         _mm512_mul_ps(wd, pi));
 			d = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(buf + i), mu), d);
 			_mm512_storeu_ps(buf + i, d);
 			_mm512_storeu_ps(p + i, _mm512_sub_ps(pi, _mm512_mul_ps(lr, d)));
@@ -142,7 +146,8 @@ __attribute__((target("avx512f"))) static void sgd_avx512(float *p, const float 
 			KN_PREFETCH(p + i);
 			KN_PREFETCH(g + i);
 			__m512 pi = _mm512_loadu_ps(p + i);
-			__m512 d = _mm512_add_ps(_mm512_loadu_ps(g + i), _mm512_mul_ps(wd, pi));
+			__m512 d = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(g + i), gs),
+			                         _mm512_mul_ps(wd, pi));
 			_mm512_storeu_ps(p + i, _mm512_sub_ps(pi, _mm512_mul_ps(lr, d)));
 		}
 	}

@@ -50,6 +50,14 @@ static int gpt_backward(const struct rt_layer_call *c)
 	return kn_layer_backward_launch(c->s, &l->gpt, l->kind, c->B, l->T, &m, &io);
 }
 
+/* The kernels' clip for a model's norms (NULL or no threshold: none). */
+static struct kn_clip rt_clip_of(const struct rt_optim *o, const double *norms, int nlayers)
+{
+	if (!norms || !(o->grad_clip > 0))
+		return (struct kn_clip){.norms = NULL, .nnorms = 0, .clip = 0};
+	return (struct kn_clip){.norms = norms, .nnorms = nlayers, .clip = o->grad_clip};
+}
+
 static int gpt_update(const struct rt_layer_call *c)
 {
 	const struct rt_layer *l = c->layer;
@@ -61,7 +69,8 @@ static int gpt_update(const struct rt_layer_call *c)
 	                             .weight_decay = c->opt->weight_decay,
 	                             .t = c->step,
 	                             .kind = c->opt->kind,
-	                             .momentum = c->opt->momentum};
+	                             .momentum = c->opt->momentum,
+	                             .clip = rt_clip_of(c->opt, c->norms, c->nnorms)};
 	if (l->gpt.dtype == KN_BF16)
 		return kn_layer_update_mixed_launch(c->s, &l->gpt, l->kind, &m, &h);
 	return kn_layer_update_launch(c->s, &l->gpt, l->kind, &m, &h);
@@ -334,7 +343,8 @@ void rt_model_tg(const struct rt_model *m, struct tg_layer *layers, struct tg_mo
 	                         .batch = m->batch,
 	                         .in_bytes_per_sample = m->in_per_sample,
 	                         .target_bytes_per_sample = m->target_per_sample,
-	                         .loss_bytes_per_sample = 0};
+	                         .loss_bytes_per_sample = 0,
+	                         .norm_bytes = rt_model_norm_bytes(m)};
 }
 
 void rt_model_tg_timed(const struct rt_model *m, double flops, struct tg_layer *layers,
@@ -388,7 +398,7 @@ int rt_model_profile(struct rt_ctx *rt, struct rt_model *m, int mb)
 		SP_CHECK(l->ops->backward(&c));
 		SP_CHECK(dev_stream_sync(s));
 		double t2 = dev_now(rt->dev);
-		SP_CHECK(rt_layer_update(s, m, i, p, p, (float *)p, 1));
+		SP_CHECK(rt_layer_update(s, m, i, p, p, (float *)p, 1, NULL));
 		SP_CHECK(dev_stream_sync(s));
 		double t3 = dev_now(rt->dev);
 		l->fwd_s_per_sample = (t1 - t0) / mb;
@@ -416,7 +426,7 @@ int rt_layer_add_ties(struct dev_stream *s, const struct rt_model *m, int l, voi
 }
 
 int rt_layer_update(struct dev_stream *s, const struct rt_model *m, int l, void *params,
-                    void *grads, float *optim, int step)
+                    void *grads, float *optim, int step, const double *norms)
 {
 	const struct rt_layer *ly = &m->layers[l];
 	struct rt_layer_call c = {.s = s,
@@ -425,7 +435,10 @@ int rt_layer_update(struct dev_stream *s, const struct rt_model *m, int l, void 
 	                          .grads = grads,
 	                          .optim = optim,
 	                          .step = step,
-	                          .opt = &m->opt};
+	                          .opt = &m->opt,
+	                          .norms = norms,
+	                          .nnorms = norms ? m->nlayers : 0};
+	struct kn_clip clip = rt_clip_of(&m->opt, norms, m->nlayers);
 	if (ly->ops && ly->ops->update)
 		return ly->ops->update(&c);
 	if (!ly->param_bytes)
@@ -439,7 +452,8 @@ int rt_layer_update(struct dev_stream *s, const struct rt_model *m, int l, void 
 		                        .N = n,
 		                        .lr = m->opt.lr,
 		                        .momentum = m->opt.momentum,
-		                        .weight_decay = m->opt.weight_decay};
+		                        .weight_decay = m->opt.weight_decay,
+		                        .clip = clip};
 		return kn_sgd_launch(s, &a);
 	}
 	struct kn_adamw_args a = {.dtype = KN_F32,
@@ -453,8 +467,28 @@ int rt_layer_update(struct dev_stream *s, const struct rt_model *m, int l, void 
 	                          .beta2 = m->opt.beta2,
 	                          .eps = m->opt.eps,
 	                          .weight_decay = m->opt.weight_decay,
-	                          .t = step};
+	                          .t = step,
+	                          .clip = clip};
 	return kn_adamw_launch(s, &a);
+}
+
+uint64_t rt_model_norm_bytes(const struct rt_model *m)
+{
+	if (!(m->opt.grad_clip > 0))
+		return 0;
+	return ((uint64_t)m->nlayers + KN_SUMSQ_PARTS) * sizeof(double);
+}
+
+int rt_layer_norm(struct dev_stream *s, const struct rt_model *m, int l, const void *grads,
+                  double *norms)
+{
+	const struct rt_layer *ly = &m->layers[l];
+	struct kn_grad_sumsq_args a = {.dtype = rt_layer_dtype(ly),
+	                               .x = grads,
+	                               .N = (long)rt_layer_nparams(ly),
+	                               .parts = norms + m->nlayers,
+	                               .out = norms + l};
+	return kn_grad_sumsq_launch(s, &a);
 }
 
 enum kn_dtype rt_layer_dtype(const struct rt_layer *l)

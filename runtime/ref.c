@@ -3,7 +3,9 @@
  * stream (host backend, DEV_HOST) and the reduction order the executor keeps:
  * per replica, microbatches in order, each forward through all layers, then
  * backward; replica gradients summed in rank order (dst += src, as the host
- * all-reduce); tied gradients added to their layer's at the update; losses
+ * all-reduce); tied gradients added to their layer's at the update (with
+ * clipping: every layer's ties and sum of squares first, then the updates,
+ * as the NORM tasks do); losses
  * summed in double in (microbatch, position) order. Transparency tests
  * compare the executor's losses and weights with these, bit for bit, and
  * bench-executor its speed: so the loop is lean too (activations allocated
@@ -44,6 +46,7 @@ void rt_reference_close(struct rt_reference *r)
 	free(r->work);
 	free(r->dbuf[0]);
 	free(r->dbuf[1]);
+	free(r->norms);
 	free(r->params);
 	free(r->optim);
 	free(r->grads);
@@ -125,7 +128,8 @@ int rt_reference_open(const struct rt_model *m, int nrep, int mb, uint64_t seed,
 	r->work = xcalloc(maxwork);
 	r->dbuf[0] = xcalloc(maxout);
 	r->dbuf[1] = xcalloc(maxout);
-	if (!r->in || !r->tg || !r->work || !r->dbuf[0] || !r->dbuf[1]) {
+	r->norms = xcalloc(((uint64_t)m->nlayers + KN_SUMSQ_PARTS) * sizeof(double));
+	if (!r->in || !r->tg || !r->work || !r->dbuf[0] || !r->dbuf[1] || !r->norms) {
 		rc = sp_error(-ENOMEM, "reference: activations");
 		goto fail;
 	}
@@ -218,10 +222,19 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 			kn_grad_accumulate_cpu(&a);
 		}
 	r->step++;
+	const double *norms = NULL;
+	if (m->opt.grad_clip > 0) {
+		for (int l = 0; l < L; l++) {
+			SP_CHECK(rt_layer_add_ties(r->s, m, l, r->grads[0]));
+			SP_CHECK(rt_layer_norm(r->s, m, l, r->grads[0][l], r->norms));
+		}
+		norms = r->norms;
+	}
 	for (int l = 0; l < L; l++) {
-		SP_CHECK(rt_layer_add_ties(r->s, m, l, r->grads[0]));
+		if (!norms)
+			SP_CHECK(rt_layer_add_ties(r->s, m, l, r->grads[0]));
 		SP_CHECK(rt_layer_update(r->s, m, l, r->params[l], r->grads[0][l], r->optim[l],
-		                         r->step));
+		                         r->step, norms));
 	}
 	SP_CHECK(dev_stream_sync(r->s));
 	*loss = sum / ((double)m->batch * m->loss_floats);

@@ -229,6 +229,57 @@ static int loss_task(const struct rt_launch *L, void *arg)
 	return 0;
 }
 
+/* The gradients the update or the norm of pack pk reads: its own and those of
+ * the packs tied to it (NULL for other layers); checks each tie is there. */
+static int pack_grads(const struct rt_launch *L, const struct rt_run *r, int pk, int rep,
+                      void ***out)
+{
+	const struct tg_model_objs *mo = r->mo;
+	const struct rt_model *m = r->m;
+	int P = mo->P;
+	void **grads = calloc((size_t)m->nlayers, sizeof(void *));
+	if (!grads)
+		return sp_error(-ENOMEM, "update: out of memory");
+	for (int l = 0; l < m->nlayers; l++) { /* this pack's, and those of packs tied to it */
+		char *g = ptr_of(L, mo->G[rep * P + r->pack_of[l]]);
+		grads[l] = g ? g + r->goff[l] : NULL;
+	}
+	for (int l = pack_lo(r, pk); l < pack_hi(r, pk); l++)
+		for (int j = 0; j < m->nlayers; j++)
+			if (m->layers[j].tied && m->layers[j].tied_layer == l && !grads[j]) {
+				free(grads);
+				return sp_error(
+				    -EINVAL,
+				    "update of %s: the gradient of %s (tied to it) is not "
+				    "among the task's objects",
+				    m->layers[l].name, m->layers[j].name);
+			}
+	*out = grads;
+	return 0;
+}
+
+/* With clipping: the tied gradients added (which the update does otherwise),
+ * then each layer's sum of squares into the replica's norm object. */
+static int norm_task(const struct rt_launch *L, void *arg)
+{
+	const struct rt_run_task *rt = arg;
+	struct rt_run *r = rt->run;
+	const struct tg_task *t = rt->t;
+	const struct rt_model *m = r->m;
+	int pk = t->pack, rep = t->rep;
+	double *N = ptr_of(L, r->mo->N[rep]);
+	void **grads;
+	SP_CHECK(pack_grads(L, r, pk, rep, &grads));
+	int rc = 0;
+	for (int l = pack_lo(r, pk); l < pack_hi(r, pk) && !rc; l++) {
+		rc = rt_layer_add_ties(L->s, m, l, grads);
+		if (!rc)
+			rc = rt_layer_norm(L->s, m, l, grads[l], N);
+	}
+	free(grads);
+	return rc;
+}
+
 static int upd_task(const struct rt_launch *L, void *arg)
 {
 	const struct rt_run_task *rt = arg;
@@ -239,27 +290,21 @@ static int upd_task(const struct rt_launch *L, void *arg)
 	int P = mo->P, pk = t->pack, rep = t->rep;
 	char *W = ptr_of(L, mo->W[rep * P + pk]), *G = ptr_of(L, mo->G[rep * P + pk]);
 	char *O = ptr_of(L, mo->O[rep * P + pk]);
-	void **grads = calloc((size_t)m->nlayers, sizeof(void *));
-	if (!grads)
-		return sp_error(-ENOMEM, "update: out of memory");
-	for (int l = 0; l < m->nlayers; l++) { /* this pack's, and those of packs tied to it */
-		char *g = ptr_of(L, mo->G[rep * P + r->pack_of[l]]);
-		grads[l] = g ? g + r->goff[l] : NULL;
+	if (mo->N[rep] >= 0) { /* its NORM added the ties */
+		const double *N = ptr_of(L, mo->N[rep]);
+		for (int l = pack_lo(r, pk); l < pack_hi(r, pk); l++)
+			SP_CHECK(rt_layer_update(L->s, m, l, W + r->poff[l], G + r->goff[l],
+			                         O ? (float *)(O + r->ooff[l]) : NULL, r->step, N));
+		return 0;
 	}
+	void **grads;
+	SP_CHECK(pack_grads(L, r, pk, rep, &grads));
 	int rc = 0;
 	for (int l = pack_lo(r, pk); l < pack_hi(r, pk) && !rc; l++) {
-		for (int j = 0; j < m->nlayers && !rc; j++)
-			if (m->layers[j].tied && m->layers[j].tied_layer == l && !grads[j])
-				rc =
-				    sp_error(-EINVAL,
-				             "update of %s: the gradient of %s (tied to it) is not "
-				             "among the task's objects",
-				             m->layers[l].name, m->layers[j].name);
-		if (!rc)
-			rc = rt_layer_add_ties(L->s, m, l, grads);
+		rc = rt_layer_add_ties(L->s, m, l, grads);
 		if (!rc)
 			rc = rt_layer_update(L->s, m, l, W + r->poff[l], G + r->goff[l],
-			                     O ? (float *)(O + r->ooff[l]) : NULL, r->step);
+			                     O ? (float *)(O + r->ooff[l]) : NULL, r->step, NULL);
 	}
 	free(grads);
 	return rc;
@@ -419,13 +464,14 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 		                     .arg = &r->targ[n],
 		                     .flops = t->flops,
 		                     .tg_task = t->id};
-		static const char *const kn[] = {"fwd", "bwd", "upd", "allreduce", "loss"};
+		static const char *const kn[] = {"fwd", "bwd", "upd", "allreduce", "loss", "norm"};
 		snprintf(tk.name, sizeof(tk.name), "%s p%d mb%d+%d r%d", kn[t->kind], t->pack,
 		         t->mb0, t->nmb, t->rep);
 		switch (t->kind) {
 		case TG_FWD: tk.fn = fwd_task; break;
 		case TG_BWD: tk.fn = bwd_task; break;
 		case TG_LOSS: tk.fn = loss_task; break;
+		case TG_NORM: tk.fn = norm_task; break;
 		case TG_UPD:
 			tk.fn = upd_task;
 			tk.flags = RT_TASK_UPDATE;

@@ -273,6 +273,12 @@ struct rt_optim {
 	float lr, beta1, beta2, eps, weight_decay;
 	enum kn_optimizer kind; /* KN_ADAMW (0: the default) or KN_SGD */
 	float momentum;         /* SGD; 0: plain SGD, no state (as Hydra trains) */
+	/* > 0: clip the gradients to this global L2 norm before each update
+	 * (kn_clip: scale = clip / norm where the norm is larger). The norm is
+	 * each layer's sum of squares (rt_layer_norm) added in layer order, so it
+	 * is the same bits under every plan; the updates then wait for the whole
+	 * backward pass (tg_model.norm_bytes). 0: no clipping. */
+	float grad_clip;
 };
 
 struct rt_layer;
@@ -295,6 +301,11 @@ struct rt_layer_call {
 	float dloss;         /* the last layer's backward: d objective / d loss value */
 	int step;            /* update: the step, from 1 */
 	const struct rt_optim *opt;
+	/* update with opt->grad_clip > 0: the model's per-layer sums of squares
+	 * (nnorms = the model's nlayers doubles on the call's place,
+	 * rt_layer_norm), else NULL */
+	const double *norms;
+	int nnorms;
 };
 
 struct rt_layer_ops {
@@ -383,9 +394,20 @@ int rt_gpt_synthetic_data(const struct rt_model *m, void *arg, int iter, int sam
  * stream s; grads[j] are the layers' gradient pointers on s's place. */
 int rt_layer_add_ties(struct dev_stream *s, const struct rt_model *m, int l,
                       void *const *grads) SP_MUST_CHECK;
-/* Launches layer l's update (its op, or AdamW over its params). */
+/* Launches layer l's update (its op, or AdamW over its params). norms: with
+ * m->opt.grad_clip > 0, the model's per-layer sums of squares (nlayers
+ * doubles on s's place, the clip scale formed from them when the kernel
+ * runs); NULL: no clipping. */
 int rt_layer_update(struct dev_stream *s, const struct rt_model *m, int l, void *params,
-                    void *grads, float *optim, int step) SP_MUST_CHECK;
+                    void *grads, float *optim, int step, const double *norms) SP_MUST_CHECK;
+/* Bytes of a model's norm object: m->nlayers sums of squares, then
+ * KN_SUMSQ_PARTS doubles of scratch; 0 without clipping (m->opt.grad_clip). */
+uint64_t rt_model_norm_bytes(const struct rt_model *m);
+/* Launches norms[l] = the sum of squares of layer l's gradient (its
+ * param_bytes, after rt_layer_add_ties), norms being a norm object
+ * (rt_model_norm_bytes) on s's place. */
+int rt_layer_norm(struct dev_stream *s, const struct rt_model *m, int l, const void *grads,
+                  double *norms) SP_MUST_CHECK;
 /* The taskgraph's view of a model's layers (per sample / constant bytes, FLOPs,
  * ties). layers has m->nlayers entries; the model gets batch, input and target
  * bytes. */
@@ -594,6 +616,7 @@ struct rt_reference {
 	void ***grads;        /* [rep][layer] */
 	void **stash, **outp; /* [layer]: one microbatch's activations, kept across steps */
 	void *in, *tg, *work, *dbuf[2]; /* inputs, targets, workspace, ping-pong gradients */
+	double *norms; /* the norm object (clipping; nlayers + KN_SUMSQ_PARTS doubles) */
 	uint64_t seed;
 	int step;
 	struct dev_ctx *dev;

@@ -145,6 +145,8 @@ struct mstate {
 	int *lastF, *lastB, *lastL; /* [k*P+p] or [k] */
 	int *lastBacc;              /* [rep*P+p] last BWD accumulating G */
 	int *lastAR, *lastU;        /* [rep*P+p] */
+	int *lastN;                 /* [rep] the last NORM (norm_bytes > 0), -1: none yet */
+	int *upd_pk, *upd_rep, *upd_dev, nupd; /* with norms: the UPDs owed, in order */
 };
 
 static uint64_t pack_sum(const struct tg_model *m, const struct tg_plan *p, int pk, int what)
@@ -364,8 +366,74 @@ static int emit_ar(struct bld *b, struct mstate *st, int pk, int rep, int dev)
 	return id;
 }
 
+/* Pack pk's gradient on replica rep is final (its chain and all-reduce): the
+ * dependency a reader of it takes. */
+static int final_grad(const struct mstate *st, int i)
+{
+	return st->lastAR[i] >= 0 ? st->lastAR[i] : st->lastBacc[i];
+}
+
+static int emit_norm(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int rep,
+                     int dev)
+{
+	struct tspec s = {.kind = TG_NORM,
+	                  .model = st->m->id,
+	                  .pack = pk,
+	                  .rep = rep,
+	                  .dev = p->upd_cpu ? -1 : dev,
+	                  .constrained = 1,
+	                  .work = -1};
+	int P = st->P, i = rep * P + pk, n = st->mo->N[rep];
+	s.r[s.nr++] = st->G[i];
+	s.w[s.nw++] = st->G[i];
+	s.d[s.nd++] = final_grad(st, i);
+	for (int q = 0; q < P; q++) {
+		int j = rep * P + q;
+		if (q == pk || st->mo->tie_pack[q] != pk)
+			continue;
+		s.r[s.nr++] = st->G[j];
+		s.d[s.nd++] = final_grad(st, j);
+	}
+	if (st->lastN[rep] >= 0) {
+		s.r[s.nr++] = n;
+		s.d[s.nd++] = st->lastN[rep];
+	}
+	s.w[s.nw++] = n;
+	int id = task_add(b, &s);
+	if (id >= 0)
+		st->lastN[rep] = id;
+	return id;
+}
+
+/* With norms, UPD[rep,pk] becomes NORM[rep,pk] here and the UPD is owed until
+ * every NORM of the replica is emitted (emit_owed_upds). */
+static int emit_upd_now(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int rep,
+                        int dev);
 static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int rep,
                     int dev)
+{
+	if (!st->m->norm_bytes)
+		return emit_upd_now(b, st, p, pk, rep, dev);
+	int n = st->nupd++;
+	st->upd_pk[n] = pk;
+	st->upd_rep[n] = rep;
+	st->upd_dev[n] = dev;
+	return emit_norm(b, st, p, pk, rep, dev);
+}
+
+static int emit_owed_upds(struct bld *b, struct mstate *st, const struct tg_plan *p)
+{
+	for (int n = 0; n < st->nupd; n++) {
+		int rc = emit_upd_now(b, st, p, st->upd_pk[n], st->upd_rep[n], st->upd_dev[n]);
+		if (rc < 0)
+			return rc;
+	}
+	st->nupd = 0;
+	return 0;
+}
+
+static int emit_upd_now(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int rep,
+                        int dev)
 {
 	struct tspec s = {.kind = TG_UPD,
 	                  .model = st->m->id,
@@ -383,7 +451,15 @@ static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	s.r[s.nr++] = st->O[i];
 	s.w[s.nw++] = st->W[i];
 	s.w[s.nw++] = st->O[i];
-	s.d[s.nd++] = st->lastAR[i] >= 0 ? st->lastAR[i] : st->lastBacc[i];
+	if (st->m->norm_bytes) { /* its NORM added the tied gradients */
+		s.r[s.nr++] = st->mo->N[rep];
+		s.d[s.nd++] = st->lastN[rep];
+		int id = task_add(b, &s);
+		if (id >= 0)
+			st->lastU[i] = id;
+		return id;
+	}
+	s.d[s.nd++] = final_grad(st, i);
 	/* the packs tied to this one hold its tied gradients: read after their
 	 * accumulation (and all-reduce) ends */
 	for (int q = 0; q < P; q++) {
@@ -391,7 +467,7 @@ static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 		if (q == pk || st->mo->tie_pack[q] != pk)
 			continue;
 		s.r[s.nr++] = st->G[j];
-		s.d[s.nd++] = st->lastAR[j] >= 0 ? st->lastAR[j] : st->lastBacc[j];
+		s.d[s.nd++] = final_grad(st, j);
 	}
 	/* every reader of W this iteration precedes it through the accumulation chain */
 	int id = task_add(b, &s);
@@ -521,10 +597,13 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	b->g->npacks = P;
 	int nrp = nrep * P, nkp = nmb * P;
 	/* the table is the graph's (freed with it from here on); lastX are ours */
-	int *blk =
-	    malloc(((size_t)P + (size_t)nrp * 3 + (size_t)nkp * 3 + (size_t)nmb * 3) * sizeof(int));
-	st.lastF = malloc(((size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3) * sizeof(int));
-	if (!blk || !st.lastF) {
+	int *blk = malloc(
+	    ((size_t)P + (size_t)nrp * 3 + (size_t)nkp * 3 + (size_t)nmb * 3 + (size_t)nrep) *
+	    sizeof(int));
+	st.lastF =
+	    malloc(((size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3 + (size_t)nrep) * sizeof(int));
+	st.upd_pk = malloc((size_t)nrp * 3 * sizeof(int));
+	if (!blk || !st.lastF || !st.upd_pk) {
 		free(blk);
 		rc = sp_error(-ENOMEM, "taskgraph: state for %d packs x %d microbatches", P, nmb);
 		goto out;
@@ -539,7 +618,10 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	mo->X = mo->D + nkp;
 	mo->Y = mo->X + nmb;
 	mo->L = mo->Y + nmb;
+	mo->N = mo->L + nmb;
 	b->g->nmodels++;
+	st.upd_rep = st.upd_pk + nrp;
+	st.upd_dev = st.upd_rep + nrp;
 	st.W = mo->W;
 	st.G = mo->G;
 	st.O = mo->O;
@@ -554,7 +636,8 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	st.lastBacc = st.lastL + nmb;
 	st.lastAR = st.lastBacc + nrp;
 	st.lastU = st.lastAR + nrp;
-	for (size_t i = 0; i < (size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3; i++)
+	st.lastN = st.lastU + nrp;
+	for (size_t i = 0; i < (size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3 + (size_t)nrep; i++)
 		st.lastF[i] = -1;
 	for (int pk = 0, lo = 0; pk < P; lo = p->pack_end[pk++]) {
 		mo->tie_pack[pk] = -1;
@@ -587,6 +670,11 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 		OBJ(st.W[i], TG_O_WEIGHT, pack_sum(m, p, pk, 0));
 		OBJ(st.G[i], TG_O_GRAD, pack_sum(m, p, pk, 1));
 		OBJ(st.O[i], TG_O_OPT, pack_sum(m, p, pk, 2));
+	}
+	for (int r = 0; r < nrep; r++) {
+		mo->N[r] = -1;
+		if (m->norm_bytes)
+			OBJ(mo->N[r], TG_O_GRAD, m->norm_bytes);
 	}
 	uint64_t mb = (uint64_t)p->microbatch;
 	for (int k = 0; k < nmb; k++) {
@@ -657,9 +745,11 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 		break;
 	default: break;
 	}
+	E(emit_owed_upds(b, &st, p));
 #undef E
 out:
 	free(st.lastF);
+	free(st.upd_pk);
 	return rc;
 }
 

@@ -56,6 +56,11 @@ struct tg_model {
 	uint64_t in_bytes_per_sample;     /* input of layer 0 */
 	uint64_t target_bytes_per_sample; /* targets (labels), read by the last pack and LOSS */
 	uint64_t loss_bytes_per_sample;   /* LOSS task workspace (e.g. logits) */
+	/* > 0: the updates need the global gradient norm (clipping): each replica
+	 * gets a norm object of these bytes (TG_O_GRAD), written by one NORM task
+	 * per pack where its UPD runs, and every UPD of the replica waits for all
+	 * of its NORMs (the updates then follow the whole backward pass) */
+	uint64_t norm_bytes;
 };
 
 /* Hardware for predictions, filled by the caller. Bandwidths in bytes/s. */
@@ -71,7 +76,7 @@ struct tg_hw {
 };
 
 enum tg_sched { TG_DP_SWAP, TG_GPIPE, TG_1F1B, TG_HARMONY_DP, TG_HARMONY_PP, TG_NSCHED };
-enum tg_kind { TG_FWD, TG_BWD, TG_UPD, TG_ALLREDUCE, TG_LOSS };
+enum tg_kind { TG_FWD, TG_BWD, TG_UPD, TG_ALLREDUCE, TG_LOSS, TG_NORM };
 enum tg_okind {
 	TG_O_WEIGHT,
 	TG_O_GRAD,
@@ -136,6 +141,14 @@ static inline int tg_recomputes(const struct tg_plan *p, int pk)
  *   UPD        reads  W[r,pk], G[r,pk], O[r,pk], then G[r,q] of every pack q tied
  *              to pk (their tied gradients, after q's chain and ALLREDUCE)
  *              writes W[r,pk], O[r,pk]
+ *              (norm_bytes > 0: reads W[r,pk], G[r,pk], O[r,pk], N[r], after the
+ *              replica's last NORM)
+ *   NORM       (norm_bytes > 0 only) reads G[r,pk], then G[r,q] of every pack q
+ *              tied to pk; N[r] unless it is the replica's first NORM
+ *              writes G[r,pk] (the tied gradients added, as UPD does without
+ *              norms), N[r] (the sums of squares of pk's layers); emitted
+ *              where UPD[r,pk] would be, on its device, each after the
+ *              replica's previous NORM
  * read[0] is always the W (FWD, BWD, UPD) or G (ALLREDUCE) of the task's own pack. */
 struct tg_task {
 	int id, model, kind, pack, mb0, nmb;
@@ -169,6 +182,7 @@ struct tg_model_objs {
 	int *W, *G, *O; /* [rep*P + pk] weights, gradients, optimizer state */
 	int *S, *B, *D; /* [k*P + pk] stash, boundary output, input gradient */
 	int *X, *Y, *L; /* [k] input, target, loss workspace */
+	int *N;         /* [rep] the gradient norm object (norm_bytes > 0), else -1 */
 };
 
 struct tg_graph {

@@ -10,7 +10,12 @@
 
 #define NL (2 + 2) /* embedding, 2 blocks, head */
 
-static const struct kn_optim_hparams HP = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, KN_ADAMW, 0};
+static const struct kn_optim_hparams HP = {.lr = 1e-3f,
+                                           .beta1 = 0.9f,
+                                           .beta2 = 0.95f,
+                                           .eps = 1e-8f,
+                                           .weight_decay = 0.1f,
+                                           .kind = KN_ADAMW};
 
 int main(void)
 {

@@ -75,6 +75,7 @@ static const char *op_name[OP_N] = {"adamw", "sgd momentum", "sgd"};
 struct hp {
 	float lr, b1, b2, eps, wd, mu;
 	int t;
+	struct kn_clip clip; /* norms NULL: none */
 };
 
 static void run_op(enum op op, struct st *s, const struct hp *h)
@@ -91,7 +92,8 @@ static void run_op(enum op op, struct st *s, const struct hp *h)
 		                          .beta2 = h->b2,
 		                          .eps = h->eps,
 		                          .weight_decay = h->wd,
-		                          .t = h->t};
+		                          .t = h->t,
+		                          .clip = h->clip};
 		CHECK_OK(kn_adamw_check(&a));
 		kn_adamw_cpu(&a);
 		return;
@@ -103,7 +105,8 @@ static void run_op(enum op op, struct st *s, const struct hp *h)
 	                        .N = s->n,
 	                        .lr = h->lr,
 	                        .momentum = op == OP_SGD_MOMENTUM ? h->mu : 0.0f,
-	                        .weight_decay = h->wd};
+	                        .weight_decay = h->wd,
+	                        .clip = h->clip};
 	CHECK_OK(kn_sgd_check(&a));
 	kn_sgd_cpu(&a);
 }
@@ -161,7 +164,28 @@ static void check_size(long n, int misalign, const struct hp *h)
 		st_copy(&ref, &in);
 		CHECK_OK(kn_optim_tune(KN_OPTIM_SCALAR, 1, 0));
 		run_op(op, &ref, h);
-		check_fp64(op, &in, &ref, h);
+		if (h->clip.norms) {
+			/* clipped = unclipped on gradients times the scale, bit for bit */
+			struct hp plain = *h;
+			plain.clip.norms = NULL;
+			float gs = kn_clip_scale(&h->clip);
+			CHECK(gs < 1.0f);
+			st_copy(&got, &in);
+			for (long i = 0; i < n; i++)
+				got.a[1][i] *= gs;
+			struct st pre;
+			st_alloc(&pre, n, 0);
+			st_copy(&pre, &got);
+			run_op(op, &got, &plain);
+			for (int k = 0; k < 4; k += 1 + (k == 0))
+				CHECK_MSG(!memcmp(got.a[k], ref.a[k], (size_t)n * sizeof(float)),
+				          "%s n=%ld: clipped differs from prescaled (array %d)",
+				          op_name[op], n, k);
+			check_fp64(op, &pre, &got, &plain);
+			st_free(&pre);
+		} else {
+			check_fp64(op, &in, &ref, h);
+		}
 		for (int k = 0; k < npaths; k++)
 			for (int threads = 1; threads <= 4; threads++)
 				for (int small = 0; small < 2; small++) {
@@ -274,6 +298,62 @@ int main(void)
 		check_size(sizes[k], k % 16, k % 2 ? &h7 : &h1);
 		check_size(sizes[k], (k + 9) % 16, k % 2 ? &h1 : &h7);
 	}
+	/* the sums of squares the norm is made of, against long double */
+	long ns[] = {0, 1, 255, 257, 1000003};
+	for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
+		long n = ns[k];
+		float *xf = malloc((size_t)n * sizeof(float) + 4);
+		uint16_t *xb = malloc((size_t)n * sizeof(uint16_t) + 2);
+		long double ef = 0, eb = 0;
+		for (long i = 0; i < n; i++) {
+			xf[i] = (tk_unif(&rng) * 2 - 1) * powf(10.0f, 3.0f * tk_unif(&rng) - 2);
+			xb[i] = kn_f32_to_bf16(xf[i]);
+			ef += (long double)xf[i] * xf[i];
+			eb += (long double)kn_bf16_to_f32(xb[i]) * kn_bf16_to_f32(xb[i]);
+		}
+		double parts[KN_SUMSQ_PARTS], out = -1, out2 = -2;
+		struct kn_grad_sumsq_args a = {
+		    .dtype = KN_F32, .x = xf, .N = n, .parts = parts, .out = &out};
+		CHECK_OK(kn_grad_sumsq_check(&a));
+		kn_grad_sumsq_cpu(&a);
+		CHECK_MSG(fabsl(out - ef) <= 1e-13L * ef, "sumsq f32 n=%ld: %.17g vs %.17Lg", n,
+		          out, ef);
+		a.out = &out2;
+		kn_grad_sumsq_cpu(&a);
+		CHECK(out == out2); /* deterministic */
+		a.dtype = KN_BF16;
+		a.x = xb;
+		kn_grad_sumsq_cpu(&a);
+		CHECK_MSG(fabsl(out2 - eb) <= 1e-13L * eb, "sumsq bf16 n=%ld: %.17g vs %.17Lg", n,
+		          out2, eb);
+		free(xf);
+		free(xb);
+	}
+	struct kn_grad_sumsq_args bad_sq = {.dtype = KN_F32, .N = -1};
+	CHECK(kn_grad_sumsq_check(&bad_sq) == -EINVAL);
+
+	/* clipping: norm sqrt(1.5 + 2.5 + 0.7) above 0.3, a scale of 0.138... */
+	static const double norms[] = {1.5, 2.5, 0.7};
+	struct hp hc = h7;
+	hc.clip = (struct kn_clip){.norms = norms, .nnorms = 3, .clip = 0.3f};
+	check_size(1000003, 3, &hc);
+	check_size(77, 0, &hc);
+	hc.clip.clip = 3.0f; /* above the norm: scale 1, no change */
+	CHECK(kn_clip_scale(&hc.clip) == 1.0f);
+	hc.clip.clip = 0;
+	float x[4] = {0};
+	struct kn_adamw_args bad = {.dtype = KN_F32,
+	                            .params = x,
+	                            .grads = x,
+	                            .m = x,
+	                            .v = x,
+	                            .N = 1,
+	                            .lr = 1e-3f,
+	                            .beta1 = 0.9f,
+	                            .beta2 = 0.95f,
+	                            .t = 1,
+	                            .clip = hc.clip};
+	CHECK(kn_adamw_check(&bad) == -EINVAL);
 	check_concurrent(&h7);
 	CHECK_OK(kn_optim_tune(-1, 0, 0));
 	TEST_PASS();

@@ -178,6 +178,89 @@ static void sgd_cases(struct rt_model *m, const struct ref_result *adamw_ref)
 	CHECK(rt_model_set_optimizer(m, KN_SGD, 1.0f) == -EINVAL);
 }
 
+/* Clipping by global norm: the NORM tasks and the updates after them give the
+ * reference's bits under every schedule, packing (the norm is per layer, so
+ * packs change no sum), update place and budget; a threshold the norm never
+ * reaches changes no bit at all, one it always exceeds changes the run. */
+static void clip_cases(struct rt_model *m, const struct ref_result *plain, int quick)
+{
+	struct ref_result ref, loose;
+	m->opt.grad_clip = 1e30f;
+	reference(m, 1, 1, &loose);
+	for (int s = 0; s < STEPS; s++)
+		CHECK_MSG(loose.loss[s] == plain->loss[s], "clip 1e30: step %d loss %.9g, not %.9g",
+		          s, loose.loss[s], plain->loss[s]);
+	for (int l = 0; l < m->nlayers; l++) {
+		CHECK(!memcmp(loose.params[l], plain->params[l], m->layers[l].param_bytes));
+		free(loose.params[l]);
+	}
+	static const float clips[] = {0.05f, 1e30f};
+	static const int optims[] = {KN_ADAMW, KN_SGD};
+	int cases = 0;
+	for (int ci = 0; ci < 2; ci++)
+		for (int oi = 0; oi < 2; oi++) {
+			if (quick && ci == 1)
+				continue;
+			CHECK_OK(
+			    rt_model_set_optimizer(m, optims[oi], optims[oi] == KN_SGD ? 0.9f : 0));
+			m->opt.lr = optims[oi] == KN_SGD ? 0.05f : 3e-4f;
+			m->opt.grad_clip = clips[ci];
+			for (int s = 0; s < TG_NSCHED; s++) {
+				int dp = s == TG_DP_SWAP || s == TG_HARMONY_DP,
+				    nd = s == TG_GPIPE ? 4 : 2;
+				struct tg_plan p = {
+				    .sched = s, .ndev = nd, .microbatch = 1, .group = 1};
+				if (s == TG_HARMONY_DP || s == TG_HARMONY_PP)
+					p.group = 2;
+				/* packs of 1 and 2 layers, the tied head alone */
+				p.npacks = 0;
+				for (int l = 0; l < m->nlayers;)
+					l = p.pack_end[p.npacks++] = l + (l == 1 ? 2 : 1);
+				reference(m, dp ? nd : 1, 1, &ref);
+				if (ci == 0 && s == 0) {
+					struct ref_result unclipped;
+					m->opt.grad_clip = 0;
+					reference(m, 1, 1, &unclipped);
+					m->opt.grad_clip = clips[ci];
+					CHECK_MSG(unclipped.loss[1] != ref.loss[1],
+					          "clip %g did not change step 2 (%.9g)",
+					          (double)clips[ci], ref.loss[1]);
+					for (int l = 0; l < m->nlayers; l++)
+						free(unclipped.params[l]);
+				}
+				struct tg_layer tl[16];
+				struct tg_model tm;
+				rt_model_tg(m, tl, &tm);
+				CHECK(tm.norm_bytes > 0);
+				for (int v = 0; v <= 2; v++) {
+					struct tg_plan q = p;
+					q.recompute = v == 1;
+					q.upd_cpu = v == 2;
+					struct tg_graph g;
+					CHECK_OK(tg_graph_build(&tm, 1, &q, &g));
+					CHECK_OK(tg_graph_validate(&g));
+					uint64_t ws = tg_graph_min_capacity(&g, NULL);
+					int norms = 0;
+					for (int t = 0; t < g.ntask; t++)
+						norms += g.task[t].kind == TG_NORM;
+					CHECK_MSG(norms == q.npacks * (dp ? nd : 1),
+					          "%d NORM tasks", norms);
+					tg_graph_free(&g);
+					int64_t ev = 0;
+					CHECK_OK(run(m, &q, ws * 3 / 2, &ref, &ev));
+					CHECK_OK(run(m, &q, ws * 64, &ref, &ev));
+					cases += 2;
+				}
+				for (int l = 0; l < m->nlayers; l++)
+					free(ref.params[l]);
+			}
+		}
+	m->opt.grad_clip = 0;
+	CHECK_OK(rt_model_set_optimizer(m, KN_ADAMW, 0));
+	m->opt.lr = 3e-4f;
+	printf("clipping: %d cases bit-identical to the reference\n", cases);
+}
+
 /* Adversarial timing (DESIGN §9.1: late binding and timing change no bit):
  * one emulated device's kernels start up to 0.8 ms late at random (seeded,
  * SPILL_HOST_JITTER), so late binding hands its microbatches to the others in
@@ -310,6 +393,7 @@ int main(int argc, char **argv)
 	jitter_cases(quick);
 	struct ref_result adamw;
 	reference(&m, 1, 1, &adamw);
+	clip_cases(&m, &adamw, quick);
 	for (int l = 0; l < m.nlayers; l++)
 		free(adamw.params[l]);
 	sgd_cases(&m, &adamw);
