@@ -168,6 +168,13 @@ struct spill_layer_call {
 	void *arg;
 	const char *optimizer; /* update: the model's, "adamw" or "sgd" */
 	float momentum;        /* update: SGD's */
+	/* update with the model's grad_clip > 0: every layer's gradient sum of
+	 * squares (nnorms doubles on the call's place, ready when the work you
+	 * queue runs); scale your gradient by grad_clip / sqrt(their sum) where
+	 * that is below 1, as the built-in optimizers do. NULL without clipping. */
+	const double *norms;
+	int nnorms;
+	float grad_clip;
 };
 
 typedef int (*spill_layer_fn)(const struct spill_layer_call *c);
@@ -202,6 +209,10 @@ struct spill_model_desc {
 	spill_data_fn data;
 	void *data_arg;
 	float lr, beta1, beta2, eps, weight_decay; /* 0: 3e-4, 0.9, 0.95, 1e-8, 0 */
+	/* > 0: clip the gradients to this global L2 norm before each update (the
+	 * norm is per layer, added in layer order: the same under every plan; the
+	 * updates then wait for the whole backward pass). 0: none. */
+	float grad_clip;
 	uint64_t seed;
 	const char *optimizer; /* NULL or "adamw"; "sgd" (torch.optim.SGD, dampening 0) */
 	float momentum;        /* SGD: 0 (none, no state) to < 1 */
@@ -219,6 +230,8 @@ struct spill_gpt_config {
 	/* NULL or "fp32"; "bf16": mixed precision (bf16 weights, activations and
 	 * gradients; fp32 master weights and optimizer state; fp32 loss) */
 	const char *precision;
+	float weight_decay; /* AdamW's decoupled decay on the matrices and embeddings */
+	float grad_clip;    /* as spill_model_desc's */
 };
 
 struct spill_plan {
@@ -246,6 +259,9 @@ SPILL_API int spill_model_plan(struct spill_model *m, const struct spill_plan *p
 SPILL_API const char *spill_model_plan_name(struct spill_model *m);
 /* One training step; *loss (may be NULL) gets the mean loss (NAN on model). */
 SPILL_API int spill_model_step(struct spill_model *m, double *loss);
+/* The learning rate of the following steps (> 0; a schedule calls it before
+ * each step). Returns 0 or -EINVAL. */
+SPILL_API int spill_model_set_lr(struct spill_model *m, float lr);
 /* The model's layers (GPT-2: the embedding, the blocks, the head) and the
  * bytes of layer l's parameters as spill_model_read_params gives them (0 for
  * a bad layer): fp32, in a bf16 model its fp32 master weights. */

@@ -367,6 +367,9 @@ static void to_user_call(const struct rt_layer_call *c, const struct rt_optim *o
 		u->weight_decay = opt->weight_decay;
 		u->optimizer = rt_optimizer_name(opt->kind);
 		u->momentum = opt->momentum;
+		u->norms = c->norms;
+		u->nnorms = c->nnorms;
+		u->grad_clip = c->norms ? opt->grad_clip : 0;
 	}
 }
 
@@ -481,6 +484,12 @@ SPILL_API int spill_model_create(struct spill_ctx *ctx, const struct spill_model
 	sm->m.target_per_sample = d->target_per_sample;
 	sm->m.loss_floats = d->loss_floats;
 	default_opt(&sm->m.opt, d->lr, d->beta1, d->beta2, d->eps, d->weight_decay);
+	if (!(d->grad_clip >= 0)) {
+		spill_model_destroy(sm);
+		return sp_error(-EINVAL, "spill_model_create: grad_clip %g must be >= 0",
+		                (double)d->grad_clip);
+	}
+	sm->m.opt.grad_clip = d->grad_clip;
 	enum kn_optimizer kind;
 	int rc = rt_optimizer_parse(d->optimizer, &kind);
 	if (rc == 0)
@@ -521,6 +530,15 @@ SPILL_API int spill_model_gpt(struct spill_ctx *ctx, const struct spill_gpt_conf
 	sm->seed = cfg->seed;
 	if (cfg->lr > 0)
 		sm->m.opt.lr = cfg->lr;
+	if (!(cfg->grad_clip >= 0) || !(cfg->weight_decay >= 0)) {
+		rt_model_free(&sm->m);
+		free(sm);
+		return sp_error(-EINVAL,
+		                "spill_model_gpt: grad_clip %g and weight_decay %g must be >= 0",
+		                (double)cfg->grad_clip, (double)cfg->weight_decay);
+	}
+	sm->m.opt.grad_clip = cfg->grad_clip;
+	sm->m.opt.weight_decay = cfg->weight_decay;
 	enum kn_optimizer kind;
 	rc = rt_optimizer_parse(cfg->optimizer, &kind);
 	if (rc == 0)
@@ -578,6 +596,14 @@ SPILL_API int spill_model_plan(struct spill_model *m, const struct spill_plan *p
 SPILL_API const char *spill_model_plan_name(struct spill_model *m)
 {
 	return m && m->run ? m->plan_name : "";
+}
+
+SPILL_API int spill_model_set_lr(struct spill_model *m, float lr)
+{
+	SP_CHECK_ARG(m, "spill_model_set_lr: NULL model");
+	SP_CHECK_ARG(lr > 0 && lr < 1e30f, "spill_model_set_lr: lr %g must be > 0", (double)lr);
+	m->m.opt.lr = lr;
+	return 0;
 }
 
 SPILL_API int spill_model_step(struct spill_model *m, double *loss)

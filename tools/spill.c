@@ -289,6 +289,10 @@ static const char train_help[] =
     "run:     --steps N --lr X --seed N --data PATH (llm.c shards, a directory of\n"
     "         them, or text) --eval-every N --eval-batches N\n"
     "         --optim adamw|sgd (default adamw) --momentum X (sgd; default 0)\n"
+    "         --weight-decay X (default 0) --grad-clip X (global norm; default 1, 0: off)\n"
+    "         --lr-schedule cosine|linear|constant (default cosine, to --lr-min X of\n"
+    "         --lr, default 0.1) --warmup N (steps; default steps/10, constant: 0)\n"
+    "         --total-batch TOKENS (sets --batch to TOKENS / seq)\n"
     "         --precision fp32|bf16 (default fp32; bf16: bf16 weights, activations and\n"
     "         gradients, fp32 master weights and optimizer state, fp32 loss)\n"
     "         --checkpoint DIR --checkpoint-every N --resume\n"
@@ -315,10 +319,13 @@ static int parse_int(const char *cmd, const char *flag, const char *v, int *out)
 	return 0;
 }
 
-/* Is name --lr, --momentum, --seed (or tune's --reserve)? */
+/* Is name --lr, --momentum, --seed, a training-only one (--weight-decay,
+ * --grad-clip, --lr-min) or tune's --reserve? */
 static int is_number_flag(const char *name, int tune)
 {
 	return !strcmp(name, "--lr") || !strcmp(name, "--momentum") || !strcmp(name, "--seed") ||
+	       (!tune && (!strcmp(name, "--weight-decay") || !strcmp(name, "--grad-clip") ||
+	                  !strcmp(name, "--lr-min"))) ||
 	       (tune && !strcmp(name, "--reserve"));
 }
 
@@ -328,7 +335,9 @@ static int number_flag(const char *cmd, const char *name, const char *val, struc
                        double *reserve)
 {
 	int lr = !strcmp(name, "--lr"), mom = !strcmp(name, "--momentum");
-	int seed = !strcmp(name, "--seed"); /* else --reserve */
+	int seed = !strcmp(name, "--seed");
+	int wd = !strcmp(name, "--weight-decay"), clip = !strcmp(name, "--grad-clip");
+	int lr_min = !strcmp(name, "--lr-min"); /* else --reserve */
 	unsigned long long seed_val = 0;
 	char *end;
 	errno = 0;
@@ -343,6 +352,11 @@ static int number_flag(const char *cmd, const char *name, const char *val, struc
 		seed_val = strtoull(val, &end, 10); /* exact to 2^64 - 1, unlike x */
 		ok = !errno && end != val && !*end && val[strspn(val, " \t")] != '-';
 		want = "an integer >= 0";
+	} else if (wd || clip) {
+		want = "a number >= 0";
+	} else if (lr_min) {
+		ok &= x <= 1;
+		want = "a fraction of --lr in [0, 1]";
 	} else {
 		ok &= x < 1;
 	}
@@ -357,6 +371,12 @@ static int number_flag(const char *cmd, const char *name, const char *val, struc
 		c->momentum = (float)x;
 	else if (seed)
 		c->seed = seed_val;
+	else if (wd)
+		c->weight_decay = (float)x;
+	else if (clip)
+		c->grad_clip = (float)x;
+	else if (lr_min)
+		c->lr_min = (float)x;
 	else
 		*reserve = x;
 	return 0;
@@ -414,6 +434,9 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 	    {"--tune-after", &c.tune_after, NULL, NULL, 0},
 	    {"--optim", NULL, &c.optim, NULL, 0},
 	    {"--precision", NULL, &c.precision, NULL, 0},
+	    {"--lr-schedule", NULL, &c.lr_schedule, NULL, 0},
+	    {"--warmup", &c.warmup, NULL, NULL, 0},
+	    {"--total-batch", &c.total_batch, NULL, NULL, 0},
 	};
 	for (int i = 1; i < argc; i++) {
 		char *a = argv[i], *val = NULL, *eq = strchr(a, '=');
@@ -456,7 +479,8 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 		int *must = opts[k].i; /* flags where 0 would read as the default */
 		if (must && !*must &&
 		    (must == &c.steps || must == &c.batch || must == &c.layers ||
-		     must == &c.channels || must == &c.heads || must == &c.seq || must == &c.vocab))
+		     must == &c.total_batch || must == &c.channels || must == &c.heads ||
+		     must == &c.seq || must == &c.vocab))
 			return bad_flag(cmd, "0 would read as the default: give at least 1 to",
 			                name);
 	}

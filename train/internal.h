@@ -31,7 +31,9 @@ struct run {
 	struct kn_model_config kc;
 	const char *preset;
 	int T, batch, steps;
-	float lr;
+	float lr;   /* the peak learning rate (tr_lr_at gives each step's) */
+	int warmup; /* resolved from the config */
+	int sched;  /* TR_LR_COSINE, TR_LR_LINEAR, TR_LR_CONSTANT */
 	uint64_t synth_seed;
 	uint64_t state; /* training state bytes (training_state) */
 	int quarter;    /* the budget is the host default: a quarter of the state */
@@ -76,6 +78,10 @@ struct run {
  * budget / devices, or budget with r->per_device); the bytes of a model's training state; the data
  * callbacks (arg: the struct run). */
 int tr_shape(struct run *r) SP_MUST_CHECK;
+enum { TR_LR_COSINE, TR_LR_LINEAR, TR_LR_CONSTANT };
+/* The learning rate of step (from 0) of the run's schedule. */
+float tr_lr_at(const struct run *r, int step);
+const char *tr_lr_schedule_name(int sched);
 /* The model's optimizer from c->optim and c->momentum (after rt_model_gpt). */
 int tr_set_optimizer(const struct tr_config *c, struct rt_model *m) SP_MUST_CHECK;
 int tr_open_context(struct run *r, uint64_t budget) SP_MUST_CHECK;

@@ -26,6 +26,31 @@ void tr_config_defaults(struct tr_config *c)
 	c->eval_batches = 4;
 	c->tune = 1;
 	c->seed = 1337;
+	c->warmup = -1;
+	c->lr_min = 0.1f;
+	c->grad_clip = 1.0f;
+}
+
+const char *tr_lr_schedule_name(int sched)
+{
+	return sched == TR_LR_LINEAR ? "linear" : sched == TR_LR_CONSTANT ? "constant" : "cosine";
+}
+
+/* llm.c's shape: a linear warmup, then the decay over the steps left. In double,
+ * rounded once, so it is the same float on every machine. */
+float tr_lr_at(const struct run *r, int step)
+{
+	double lr = r->lr, lo = lr * r->c.lr_min;
+	if (step < r->warmup)
+		return (float)(lr * (step + 1) / r->warmup);
+	if (r->sched == TR_LR_CONSTANT || r->steps <= r->warmup + 1)
+		return (float)lr;
+	double frac = (double)(step - r->warmup) / (r->steps - r->warmup - 1);
+	if (frac > 1)
+		frac = 1;
+	if (r->sched == TR_LR_LINEAR)
+		return (float)(lr - frac * (lr - lo));
+	return (float)(lo + 0.5 * (1 + cos(M_PI * frac)) * (lr - lo));
 }
 
 /* ---- presets ----------------------------------------------------------------------- */
@@ -37,7 +62,7 @@ struct preset {
 };
 
 static const struct preset presets[] = {
-    {"tiny", 4, 128, 4, 64, 16, 200, 1e-3f},
+    {"tiny", 4, 128, 4, 64, 16, 200, 2e-3f},
     {"gpt2", 12, 768, 12, 1024, 8, 20, 3e-4f},
     {"gpt2-medium", 24, 1024, 16, 1024, 8, 10, 3e-4f},
     {"gpt2-xl", 48, 1600, 25, 1024, 16, 5, 3e-4f},
@@ -106,6 +131,42 @@ int tr_shape(struct run *r)
 	r->batch = c->batch > 0 ? c->batch : p->batch;
 	r->steps = c->steps > 0 ? c->steps : p->steps;
 	r->lr = c->lr > 0 ? c->lr : p->lr;
+	if (!c->lr_schedule || !strcmp(c->lr_schedule, "cosine"))
+		r->sched = TR_LR_COSINE;
+	else if (!strcmp(c->lr_schedule, "linear"))
+		r->sched = TR_LR_LINEAR;
+	else if (!strcmp(c->lr_schedule, "constant"))
+		r->sched = TR_LR_CONSTANT;
+	else
+		return sp_error(-EINVAL, "--lr-schedule %s: wants cosine, linear or constant",
+		                c->lr_schedule);
+	if (!(c->lr_min >= 0 && c->lr_min <= 1))
+		return sp_error(-EINVAL, "--lr-min %g: wants a fraction of --lr in [0, 1]",
+		                (double)c->lr_min);
+	if (!(c->grad_clip >= 0) || !(c->weight_decay >= 0))
+		return sp_error(-EINVAL, "--grad-clip %g, --weight-decay %g: want numbers >= 0",
+		                (double)c->grad_clip, (double)c->weight_decay);
+	if (c->total_batch < 0)
+		return sp_error(-EINVAL, "--total-batch %d: wants tokens > 0", c->total_batch);
+	if (c->total_batch > 0) {
+		if (c->batch > 0 && c->batch * r->T != c->total_batch)
+			return sp_error(-EINVAL,
+			                "--total-batch %d and --batch %d disagree: %d sequences of "
+			                "%d tokens are %d tokens",
+			                c->total_batch, c->batch, c->batch, r->T, c->batch * r->T);
+		if (c->total_batch % r->T)
+			return sp_error(-EINVAL,
+			                "--total-batch %d is not a multiple of the sequence length "
+			                "%d (try %d)",
+			                c->total_batch, r->T,
+			                (c->total_batch / r->T > 0 ? c->total_batch / r->T : 1) *
+			                    r->T);
+		r->batch = c->total_batch / r->T;
+	}
+	r->warmup = c->warmup >= 0               ? c->warmup
+	            : r->sched == TR_LR_CONSTANT ? 0
+	            : r->steps / 10 < 2000       ? r->steps / 10
+	                                         : 2000;
 	int dv = r->data ? tr_data_vocab(r->data) : 0;
 	if (c->vocab > 0 && dv && c->vocab < dv)
 		return sp_error(-EINVAL, "--vocab %d is smaller than the corpus's %d tokens",
@@ -378,7 +439,9 @@ static int setup(struct run *r)
 		                tr_data_describe(r->data),
 		                (unsigned long long)tr_data_tokens(r->data, TR_TRAIN), r->T);
 	SP_CHECK(rt_model_gpt(&r->kc, r->T, r->batch, &r->m));
-	r->m.opt.lr = r->lr;
+	r->m.opt.lr = tr_lr_at(r, 0);
+	r->m.opt.weight_decay = c->weight_decay;
+	r->m.opt.grad_clip = c->grad_clip;
 	SP_CHECK(tr_set_optimizer(c, &r->m));
 	if (r->data) {
 		r->m.data = tr_data_train;
@@ -492,6 +555,7 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 	}
 	for (int step = r->start; step < r->steps; step++) {
 		double t0 = dev_now(r->rt->dev), loss;
+		r->m.opt.lr = tr_lr_at(r, step);
 		rc = rt_run_step(r->run, &loss);
 		if (rc < 0) {
 			rc = sp_error(rc, "step %d: %s", step + 1, sp_last_error());

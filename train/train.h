@@ -126,6 +126,18 @@ struct tr_config {
 	float lr;          /* 0: 3e-4 (tiny: 1e-3) */
 	const char *optim; /* NULL or "adamw"; "sgd" (Hydra's) */
 	float momentum;    /* SGD: 0 (plain, no optimizer state) to < 1 */
+	/* the learning rate of step s (from 0): lr x (s + 1) / warmup over the
+	 * first warmup steps, then lr_schedule from lr down to lr_min x lr at the
+	 * last step: "cosine" (NULL), "linear" or "constant" (lr throughout, no
+	 * warmup unless given). Defaults (tr_config_defaults): warmup -1 (steps /
+	 * 10, at most 2000; 0 for constant), lr_min 0.1. A function of the step and
+	 * these alone, so a resumed run continues bit for bit. */
+	const char *lr_schedule;
+	int warmup;
+	float lr_min;
+	float weight_decay; /* AdamW's decoupled decay, SGD's L2 (default 0) */
+	float grad_clip;    /* clip the gradients to this global norm (default 1; 0: none) */
+	int total_batch;    /* tokens per step (0: batch x seq): sets batch = total_batch / seq */
 	/* NULL or "fp32"; "bf16": mixed precision (bf16 weights, activations and
 	 * gradients on the devices; fp32 master weights and optimizer state where
 	 * the update runs; fp32 loss) */

@@ -153,6 +153,29 @@ static void models(void)
 	printf("plain SGD through the API: loss %.4f -> %.4f\n", l0, l1);
 	CHECK(l1 < l0);
 	spill_model_destroy(m);
+	/* clipping and a learning rate set per step: two plans, the same bits; a
+	 * threshold far below the gradients' norm changes the run */
+	struct spill_gpt_config cc = gc;
+	cc.grad_clip = -1;
+	EXPECT(spill_model_gpt(c, &cc, &m), -EINVAL, "grad_clip");
+	double losses[3][6];
+	for (int v = 0; v < 3; v++) {
+		cc.grad_clip = v < 2 ? 0.01f : 0;
+		cc.weight_decay = 0.1f;
+		CHECK_OK(spill_model_gpt(c, &cc, &m));
+		p = (struct spill_plan){.schedule = v == 1 ? "1f1b" : "gpipe", .microbatch = 1};
+		CHECK_OK(spill_model_plan(m, &p));
+		EXPECT(spill_model_set_lr(m, 0), -EINVAL, "lr");
+		for (int s = 0; s < 6; s++) {
+			CHECK_OK(spill_model_set_lr(m, 1e-3f * (s + 1)));
+			CHECK_OK(spill_model_step(m, &losses[v][s]));
+		}
+		spill_model_destroy(m);
+	}
+	CHECK(!memcmp(losses[0], losses[1], sizeof(losses[0])));
+	CHECK_MSG(losses[0][5] != losses[2][5], "clip 0.01 changed nothing (%.9g)", losses[0][5]);
+	printf("clip 0.01, lr warming up through the API: loss %.4f -> %.4f, the same on 2 plans\n",
+	       losses[0][0], losses[0][5]);
 	/* bf16 mixed precision by name: the parameters read are the fp32 masters */
 	struct spill_gpt_config bc = gc;
 	bc.precision = "fp16";

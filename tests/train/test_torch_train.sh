@@ -3,7 +3,10 @@
 # host backend 2 emulated GPUs, on a GPU machine cuda and 1 GPU); from spill's
 # step-1 checkpoint, PyTorch (fp32, CPU: Debian's python3-torch here;
 # tests/train/torch_train.py) trains 20 steps on the same batches with AdamW
-# loaded with spill's moments. Every step's loss agrees within 1e-4 relative
+# loaded with spill's moments, and the same recipe: a warmup, then cosine
+# decay, gradients clipped by global norm (clip_grad_norm_; torch's
+# coefficient is clip / (norm + 1e-6), spill's clip / norm), weight decay on
+# the matrices and embeddings. Every step's loss agrees within 1e-4 relative
 # (on an H100: 1.41e-07 at worst). Then --precision bf16 from its own step-1
 # checkpoint (fp32 masters) against the same fp32 PyTorch: within 5e-3.
 set -u
@@ -24,11 +27,13 @@ open(sys.argv[1], "w").write("".join(" ".join(random.choice(words) for _ in rang
 PY
 "$spill" prepare "$work/text.txt" -o "$work/data" --name t >/dev/null || exit 1
 run=(--layers 2 --channels 64 --heads 4 --seq 32 --batch 4 --data "$work/data" --schedule harmony-pp
-	--microbatch 1 --lr 1e-3 --seed 5)
+	--microbatch 1 --lr 1e-3 --seed 5 --warmup 3 --lr-schedule cosine --lr-min 0.1
+	--grad-clip 0.5 --weight-decay 0.1)
+recipe=(21 3 cosine 0.1 0.5 0.1)
 "$spill" train "${run[@]}" --steps 1 --checkpoint "$work/ck" >/dev/null 2>&1 || { echo "FAIL: step 1"; exit 1; }
 "$spill" train "${run[@]}" --steps 21 --stats-json "$work/run.json" >"$work/run.out" 2>&1 ||
 	{ cat "$work/run.out"; echo "FAIL: 21 steps"; exit 1; }
-"$py" "$here/torch_train.py" "$work/ck/step_00000001.safetensors" "$work/data" 20 >"$work/torch.txt"
+"$py" "$here/torch_train.py" "$work/ck/step_00000001.safetensors" "$work/data" 20 "${recipe[@]}" >"$work/torch.txt"
 rc=$?
 [ $rc -eq 77 ] && exit 77
 [ $rc -eq 0 ] || { cat "$work/torch.txt"; echo "FAIL: torch_train.py exit $rc"; exit 1; }
@@ -61,7 +66,7 @@ PY
 	{ echo "FAIL: bf16 step 1"; exit 1; }
 "$spill" train "${run[@]}" --precision bf16 --steps 21 --stats-json "$work/runb.json" >"$work/runb.out" 2>&1 ||
 	{ cat "$work/runb.out"; echo "FAIL: bf16 21 steps"; exit 1; }
-"$py" "$here/torch_train.py" "$work/ckb/step_00000001.safetensors" "$work/data" 20 >"$work/torchb.txt" ||
+"$py" "$here/torch_train.py" "$work/ckb/step_00000001.safetensors" "$work/data" 20 "${recipe[@]}" >"$work/torchb.txt" ||
 	{ cat "$work/torchb.txt"; echo "FAIL: torch_train.py on the bf16 checkpoint"; exit 1; }
 "$py" - "$work/runb.json" "$work/torchb.txt" <<'PY'
 import json, sys

@@ -2,7 +2,13 @@
 """tests/train/torch_train.py — a PyTorch (CPU, fp32) GPT-2 trained from a spill
 checkpoint on the batches spill draws, for tests/train/test_torch_train.sh.
 
-Usage: torch_train.py CKPT SHARD_DIR STEPS. Reads the spill checkpoint (only
+Usage: torch_train.py CKPT SHARD_DIR STEPS [TOTAL WARMUP SCHEDULE LR_MIN CLIP WD].
+The optional recipe is spill train's: TOTAL steps in the run, WARMUP steps
+of linear warmup, then SCHEDULE (cosine, linear, constant) down to LR_MIN x
+lr, gradients clipped to the global norm CLIP (0: none;
+torch.nn.utils.clip_grad_norm_), AdamW weight decay WD on the matrices and
+embeddings (spill's groups). Without it: constant lr, no clipping, no decay.
+Reads the spill checkpoint (only
 json and numpy: the safetensors header, llm.c's tensor names and shapes, the
 AdamW moments adam_m.* / adam_v.*, the step and config in __metadata__), the
 llm.c token shards of SHARD_DIR (train shards, header int 3 = vocab), and runs
@@ -13,6 +19,7 @@ Prints one loss per line. Exits 77 when torch or numpy is missing.
 """
 import glob
 import json
+import math
 import os
 import struct
 import sys
@@ -65,8 +72,22 @@ def read_train_tokens(d):
     return np.concatenate(toks).astype(np.int64)
 
 
+def lr_at(step, lr, total, warmup, sched, lr_min):
+    """train.c's tr_lr_at."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if sched == "constant" or total <= warmup + 1:
+        return lr
+    frac = min(1.0, (step - warmup) / (total - warmup - 1))
+    lo = lr * lr_min
+    if sched == "linear":
+        return lr - frac * (lr - lo)
+    return lo + 0.5 * (1 + math.cos(math.pi * frac)) * (lr - lo)
+
+
 def main():
     ckpt, shards, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    recipe = sys.argv[4:10]
     torch.set_num_threads(1)
     t, meta = read_ckpt(ckpt)
     cfg = json.loads(meta["config"])
@@ -74,7 +95,15 @@ def main():
     seed, lr, step0 = cfg["seed"], cfg["lr"], int(meta["step"])
     names = ["wte", "wpe"] + ["h.%d.%s" % (l, b) for l in range(L) for b in BLOCK] + ["lnfw", "lnfb"]
     params = [torch.tensor(t[n], requires_grad=True) for n in names]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
+    total, warmup, sched, lr_min, clip, wd = steps + step0, 0, "constant", 1.0, 0.0, 0.0
+    if recipe:
+        total, warmup, sched = int(recipe[0]), int(recipe[1]), recipe[2]
+        lr_min, clip, wd = float(recipe[3]), float(recipe[4]), float(recipe[5])
+    decayed = lambda n: n in ("wte", "wpe") or n.split(".")[-1] in ("qkvw", "attprojw", "fcw", "fcprojw")
+    opt = torch.optim.AdamW(
+        [{"params": [p for n, p in zip(names, params) if decayed(n)], "weight_decay": wd},
+         {"params": [p for n, p in zip(names, params) if not decayed(n)], "weight_decay": 0.0}],
+        lr=lr, betas=(0.9, 0.95), eps=1e-8)
     for n, p in zip(names, params):  # spill's moments and step count
         opt.state[p] = {"step": torch.tensor(float(step0)),
                         "exp_avg": torch.tensor(t["adam_m." + n]),
@@ -94,6 +123,11 @@ def main():
         h = F.layer_norm(h, (C,), params[-2], params[-1], eps=1e-5)
         loss = F.cross_entropy((h @ wte.t()).view(-1, V), y.view(-1))
         loss.backward()
+        if clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(params, clip)
+            print("step %d: gradient norm %.4f%s" % (i + 1, norm, " (clipped)" if norm > clip else ""), file=sys.stderr)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(i, lr, total, warmup, sched, lr_min)
         opt.step()
         print("%.9g" % loss.item())
     return 0
