@@ -11,6 +11,7 @@
  *                               or a preloaded program's (spill run --stats-json)
  *   spill run [flags] -- CMD    run an unmodified CUDA program with the preload shim
  *   spill prepare TEXT... -o DIR   llm.c token shards of text files (bytes as tokens)
+ *   spill eval|sample|export WEIGHTS   pretrained weights: loss, generation, conversion
  *   spill version
  * Every error is one line on stderr and a non-zero exit.
  */
@@ -296,6 +297,8 @@ static const char train_help[] =
     "         --precision fp32|bf16 (default fp32; bf16: bf16 weights, activations and\n"
     "         gradients, fp32 master weights and optimizer state, fp32 loss)\n"
     "         --checkpoint DIR --checkpoint-every N --resume\n"
+    "         --init FILE (start from pretrained weights: a spill checkpoint, llm.c's\n"
+    "         model .bin, or a Hugging Face GPT-2 directory; the shape comes from it)\n"
     "         --trace FILE (Chrome/Perfetto trace) --stats-json FILE\n"
     "Flags override the SPILL_* variables. With no flags: a small GPT on the default\n"
     "corpus (Debian's bible-kjv), on the emulated GPUs when there is no GPU, with a\n"
@@ -437,6 +440,7 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 	    {"--lr-schedule", NULL, &c.lr_schedule, NULL, 0},
 	    {"--warmup", &c.warmup, NULL, NULL, 0},
 	    {"--total-batch", &c.total_batch, NULL, NULL, 0},
+	    {"--init", NULL, &c.init, NULL, 0},
 	};
 	for (int i = 1; i < argc; i++) {
 		char *a = argv[i], *val = NULL, *eq = strchr(a, '=');
@@ -1121,6 +1125,195 @@ static int cmd_prepare(int argc, char **argv)
 	return 0;
 }
 
+/* ---- eval, sample, export: pretrained weights (train/convert.c, sample.c) ---------- */
+
+static const char eval_help[] =
+    "usage: spill eval WEIGHTS [--data PATH] [--batches N] [--batch B] [--seq T] [--seed S]\n"
+    "  the validation loss of WEIGHTS (a spill checkpoint, llm.c's model .bin, or a\n"
+    "  Hugging Face GPT-2 directory; the model comes from it) on N batches (default 4)\n"
+    "  of B x T tokens of the corpus's validation split, forward only, as the\n"
+    "  training's --eval-every: a checkpoint's own batch, seq and seed are the\n"
+    "  defaults, so it prints the loss its run printed (else batch 16, every position,\n"
+    "  seed 1337). --data as spill train's (default: the default corpus).\n";
+
+static const char sample_help[] =
+    "usage: spill sample WEIGHTS [--prompt TEXT] [--tokens N] [--temperature T]\n"
+    "                    [--top-k K] [--seed S]\n"
+    "  generates N tokens (default 64) after the prompt from WEIGHTS (as spill eval's),\n"
+    "  drawn from the softmax of the logits / T (default 1; 0: the likeliest token)\n"
+    "  over the K likeliest (default 40; 0: all) with the seed (default 1337): the\n"
+    "  same seed gives the same text. Vocab 256: tokens are bytes (the prompt is text,\n"
+    "  the output text). Any other vocabulary (GPT-2's): spill has no BPE tokenizer,\n"
+    "  so the prompt is token ids (\"464 2068 7586\") and the output is ids too (decode\n"
+    "  them with tiktoken or transformers' GPT2Tokenizer). CPU, fp32, no KV cache:\n"
+    "  each token runs the whole context (up to the model's positions) forward.\n";
+
+static const char export_help[] =
+    "usage: spill export --format hf|llmc WEIGHTS DIR\n"
+    "  writes WEIGHTS (as spill eval's) into DIR (created if missing): hf:\n"
+    "  model.safetensors and config.json, for transformers'\n"
+    "  GPT2LMHeadModel.from_pretrained(DIR); llmc: model.bin, llm.c's model file\n"
+    "  (version 3, fp32), which spill train --init reads back too.\n";
+
+static int cmd_eval(int argc, char **argv)
+{
+	struct tr_config c;
+	tr_config_defaults(&c);
+	c.tty = 0;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			fputs(eval_help, stdout);
+			return 0;
+		}
+		if (a[0] != '-') {
+			if (c.init)
+				return bad_flag("eval", "one WEIGHTS only, not also", a);
+			c.init = a;
+			continue;
+		}
+		if (!v)
+			return bad_flag("eval", "missing value for", a);
+		i++;
+		int *n = !strcmp(a, "--batches") ? &c.eval_batches
+		         : !strcmp(a, "--batch") ? &c.batch
+		         : !strcmp(a, "--seq")   ? &c.seq
+		                                 : NULL;
+		if (!strcmp(a, "--data")) {
+			c.data = v;
+		} else if (!strcmp(a, "--seed")) {
+			if (number_flag("eval", a, v, &c, NULL))
+				return 2;
+			c.seed_given = 1;
+		} else if (!n) {
+			return bad_flag("eval", "unknown flag", a);
+		} else if (parse_int("eval", a, v, n)) {
+			return 2;
+		} else if (!*n) {
+			return bad_flag("eval", "0 would read as the default: give at least 1 to",
+			                a);
+		}
+	}
+	if (!c.init) {
+		fputs(eval_help, stderr);
+		return 2;
+	}
+	double loss;
+	if (tr_eval(&c, &loss) < 0) {
+		fflush(stdout);
+		fprintf(stderr, "spill eval: %s\n", sp_last_error());
+		return 1;
+	}
+	return 0;
+}
+
+static int cmd_sample(int argc, char **argv)
+{
+	struct sp_params p;
+	if (load_params(&p) < 0)
+		return 1;
+	struct tr_sample_config c = {
+	    .tokens = 64, .temperature = 1.0, .top_k = 40, .seed = 1337, .threads = (int)p.threads};
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			fputs(sample_help, stdout);
+			return 0;
+		}
+		if (a[0] != '-') {
+			if (c.path)
+				return bad_flag("sample", "one WEIGHTS only, not also", a);
+			c.path = a;
+			continue;
+		}
+		if (!v)
+			return bad_flag("sample", "missing value for", a);
+		i++;
+		char *end;
+		errno = 0;
+		if (!strcmp(a, "--prompt")) {
+			c.prompt = v;
+		} else if (!strcmp(a, "--tokens") || !strcmp(a, "--top-k")) {
+			int *n = !strcmp(a, "--tokens") ? &c.tokens : &c.top_k;
+			if (parse_int("sample", a, v, n))
+				return 2;
+			if (n == &c.tokens && !*n)
+				return bad_flag("sample", "at least 1 for", a);
+		} else if (!strcmp(a, "--temperature")) {
+			c.temperature = strtod(v, &end);
+			if (errno || end == v || *end || !(c.temperature >= 0) ||
+			    c.temperature > 1e6)
+				return bad_flag("sample", "a number >= 0 for", a);
+		} else if (!strcmp(a, "--seed")) {
+			c.seed = strtoull(v, &end, 10);
+			if (errno || end == v || *end || v[strspn(v, " \t")] == '-')
+				return bad_flag("sample", "an integer >= 0 for", a);
+		} else {
+			return bad_flag("sample", "unknown flag", a);
+		}
+	}
+	if (!c.path) {
+		fputs(sample_help, stderr);
+		return 2;
+	}
+	if (tr_sample(&c) < 0) {
+		fflush(stdout);
+		fprintf(stderr, "spill sample: %s\n", sp_last_error());
+		return 1;
+	}
+	return 0;
+}
+
+static int cmd_export(int argc, char **argv)
+{
+	const char *format = NULL, *pos[2] = {NULL, NULL};
+	int npos = 0;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			fputs(export_help, stdout);
+			return 0;
+		}
+		if (!strcmp(a, "--format")) {
+			if (i + 1 >= argc)
+				return bad_flag("export", "missing value for", a);
+			format = argv[++i];
+			if (strcmp(format, "hf") && strcmp(format, "llmc")) {
+				fprintf(stderr, "spill export: --format %s: wants hf or llmc\n",
+				        format);
+				return 2;
+			}
+		} else if (a[0] == '-') {
+			return bad_flag("export", "unknown flag", a);
+		} else if (npos < 2) {
+			pos[npos++] = a;
+		} else {
+			return bad_flag("export", "one WEIGHTS and one DIR only, not also", a);
+		}
+	}
+	if (!format || npos != 2) {
+		fputs(export_help, stderr);
+		return 2;
+	}
+	struct tr_weights w;
+	if (tr_weights_load(pos[0], &w) < 0) {
+		fprintf(stderr, "spill export: %s\n", sp_last_error());
+		return 1;
+	}
+	int rc = tr_weights_export(&w, format, pos[1]);
+	if (rc == 0)
+		printf("%s (%s: %d layers, %d channels, %d heads, vocab %d, %d positions) -> "
+		       "%s/%s\n",
+		       pos[0], w.kind, w.layers, w.channels, w.heads, w.vocab, w.positions, pos[1],
+		       !strcmp(format, "hf") ? "model.safetensors, config.json" : "model.bin");
+	tr_weights_free(&w);
+	if (rc < 0) {
+		fprintf(stderr, "spill export: %s\n", sp_last_error());
+		return 1;
+	}
+	return 0;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -1135,6 +1328,9 @@ static void usage(FILE *f)
 	        "  plan --largest [flags]  the largest GPT that trains on given resources\n"
 	        "  run [flags] -- CMD   run a CUDA program with the preload shim (run --help)\n"
 	        "  prepare TEXT... -o DIR  llm.c token shards of text files\n"
+	        "  eval WEIGHTS [flags] the validation loss of a checkpoint or pretrained model\n"
+	        "  sample WEIGHTS [flags]  generate tokens from it (sample --help)\n"
+	        "  export --format hf|llmc WEIGHTS DIR  write it for transformers or llm.c\n"
 	        "  version              print the version\n");
 }
 
@@ -1161,6 +1357,12 @@ int main(int argc, char **argv)
 		return cmd_plan(argc - 1, argv + 1);
 	if (strcmp(cmd, "prepare") == 0)
 		return cmd_prepare(argc - 1, argv + 1);
+	if (strcmp(cmd, "eval") == 0)
+		return cmd_eval(argc - 1, argv + 1);
+	if (strcmp(cmd, "sample") == 0)
+		return cmd_sample(argc - 1, argv + 1);
+	if (strcmp(cmd, "export") == 0)
+		return cmd_export(argc - 1, argv + 1);
 	if (strcmp(cmd, "run") == 0)
 		return cmd_run(argc - 1, argv + 1);
 	if (strcmp(cmd, "version") == 0) {

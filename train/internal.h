@@ -23,11 +23,24 @@ struct tr_trace {
 	double t0; /* the context's clock at open */
 };
 
+/* A block's parameter tensors in kn_block_param_sizes order (llm.c's): the
+ * name spill's checkpoints use (under h.<i>.), Hugging Face's (under
+ * transformer.h.<i>.), the shape in units of C (rows x cols; cols 0: one
+ * dimension). Hugging Face stores the 2-D ones transposed (Conv1D). */
+struct tr_block_tensor {
+	const char *name, *hf;
+	int rows, cols;
+};
+extern const struct tr_block_tensor tr_block_tensors[KN_BLOCK_NPARAMS];
+/* The format state.c's checkpoints carry in their metadata. */
+#define TR_CKPT_FORMAT "spill-train-1"
+
 struct run {
 	struct tr_config c;
 	FILE *out;
 	/* data and model */
 	struct tr_data *data;
+	struct tr_weights init; /* --init's weights (init.p NULL: none) */
 	struct kn_model_config kc;
 	const char *preset;
 	int T, batch, steps;
@@ -99,6 +112,9 @@ void tr_account_step(struct run *r, double t0, double t1);
 /* Notes the bytes moved so far, at the end of the run's first (cold) step. */
 void tr_account_cold(struct run *r);
 int tr_report(struct run *r) SP_MUST_CHECK;
+/* convert.c: writes the weights into every layer of the run (after
+ * rt_run_open; optimizer state untouched). -EINVAL when the shapes differ. */
+int tr_weights_put(struct run *r, const struct tr_weights *w) SP_MUST_CHECK;
 /* state.c: checkpoints (DIR/step_NNNNNNNN.safetensors) and resume. */
 int tr_checkpoint(struct run *r, int step) SP_MUST_CHECK;
 int tr_resume(struct run *r) SP_MUST_CHECK;

@@ -22,17 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define FORMAT "spill-train-1"
-
-/* A block's tensors in kn_block_param_sizes order: name, shape in units of C
- * (rows x cols; cols 0: one dimension). */
-static const struct {
-	const char *name;
-	int rows, cols;
-} block_tensors[KN_BLOCK_NPARAMS] = {{"ln1w", 1, 0}, {"ln1b", 1, 0},     {"qkvw", 3, 1},
-                                     {"qkvb", 3, 0}, {"attprojw", 1, 1}, {"attprojb", 1, 0},
-                                     {"ln2w", 1, 0}, {"ln2b", 1, 0},     {"fcw", 4, 1},
-                                     {"fcb", 4, 0},  {"fcprojw", 1, 4},  {"fcprojb", 1, 0}};
+#define FORMAT TR_CKPT_FORMAT
 
 struct pt { /* one parameter tensor of a layer */
 	char name[48];
@@ -55,13 +45,14 @@ static int layer_tensors(const struct run *r, int l, struct pt *t)
 		kn_block_param_sizes(C, sz);
 		for (int i = 0; i < KN_BLOCK_NPARAMS; i++) {
 			struct pt *p = &t[k++];
-			snprintf(p->name, sizeof(p->name), "h.%d.%s", l - 1, block_tensors[i].name);
+			snprintf(p->name, sizeof(p->name), "h.%d.%s", l - 1,
+			         tr_block_tensors[i].name);
 			p->off = off;
 			p->n = sz[i];
 			off += sz[i];
-			p->ndim = block_tensors[i].cols ? 2 : 1;
-			p->shape[0] = (int64_t)block_tensors[i].rows * C;
-			p->shape[1] = (int64_t)block_tensors[i].cols * C;
+			p->ndim = tr_block_tensors[i].cols ? 2 : 1;
+			p->shape[0] = (int64_t)tr_block_tensors[i].rows * C;
+			p->shape[1] = (int64_t)tr_block_tensors[i].cols * C;
 			if ((uint64_t)(p->shape[0] * (p->ndim == 2 ? p->shape[1] : 1)) != p->n)
 				return sp_error(
 				    -EINVAL, "checkpoint: %s has %zu elements, not %lld x %lld",

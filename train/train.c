@@ -108,9 +108,51 @@ int tr_set_optimizer(const struct tr_config *c, struct rt_model *m)
 	return rt_model_set_optimizer(m, kind, c->momentum);
 }
 
+/* The shape of --init's weights: flags that say otherwise are refused; seq
+ * and batch default to a spill checkpoint's run, else to every position and
+ * the preset's batch. */
+static int shape_from_init(struct run *r, const struct tr_weights *w, const struct preset *p,
+                           int dv)
+{
+	const struct tr_config *c = &r->c;
+	const struct {
+		const char *flag;
+		int given, file;
+	} f[] = {{"--layers", c->layers, w->layers},
+	         {"--channels", c->channels, w->channels},
+	         {"--heads", c->heads, w->heads},
+	         {"--vocab", c->vocab, w->vocab}};
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+		if (f[i].given > 0 && f[i].given != f[i].file)
+			return sp_error(-EINVAL, "%s %d contradicts --init %s (%s: %d)", f[i].flag,
+			                f[i].given, c->init, f[i].flag + 2, f[i].file);
+	if (c->seq > w->positions)
+		return sp_error(-EINVAL, "--seq %d: --init %s has %d positions", c->seq, c->init,
+		                w->positions);
+	if (dv > w->vocab)
+		return sp_error(-EINVAL,
+		                "the corpus %s has tokens up to %d, beyond the vocabulary %d of "
+		                "--init %s",
+		                tr_data_describe(r->data), dv - 1, w->vocab, c->init);
+	struct kn_model_config *k = &r->kc;
+	k->L = w->layers;
+	k->C = w->channels;
+	k->NH = w->heads;
+	k->V = w->vocab;
+	k->maxT = w->positions;
+	r->T = c->seq > 0 ? c->seq : w->has_run && w->seq <= w->positions ? w->seq : w->positions;
+	r->batch = c->batch > 0 ? c->batch : w->has_run ? w->batch : p->batch;
+	r->preset = c->init;
+	return 0;
+}
+
 int tr_shape(struct run *r)
 {
 	const struct tr_config *c = &r->c;
+	const struct tr_weights *w = r->init.p ? &r->init : NULL;
+	if (w && c->model)
+		return sp_error(-EINVAL, "--model %s: the model comes from --init %s", c->model,
+		                c->init);
 	const char *name = c->model ? c->model : "tiny";
 	const struct preset *p = preset_find(name);
 	if (!p)
@@ -175,6 +217,8 @@ int tr_shape(struct run *r)
 	if (c->layers < 0 || c->channels < 0 || c->heads < 0 || c->seq < 0 || c->batch < 0 ||
 	    c->steps < 0)
 		return sp_error(-EINVAL, "sizes and steps must be positive");
+	if (w)
+		SP_CHECK(shape_from_init(r, w, p, dv));
 	if (kn_model_config_check(k) < 0)
 		return sp_error(-EINVAL, "model: %s", sp_last_error());
 	return 0;
@@ -351,6 +395,7 @@ static void run_free(struct run *r)
 		rt_model_free(&r->m);
 	rt_close(r->rt);
 	tr_data_close(r->data);
+	tr_weights_free(&r->init);
 	tr_trace_free(&r->trace);
 	free(r->t_start);
 	free(r->t_end);
@@ -431,6 +476,8 @@ static int setup(struct run *r)
 		                         "not be negative");
 	if (!c->synthetic)
 		SP_CHECK(tr_data_open(c->data, &r->data));
+	if (c->init)
+		SP_CHECK(tr_weights_load(c->init, &r->init));
 	SP_CHECK(tr_shape(r));
 	if (r->data && tr_data_tokens(r->data, TR_TRAIN) < (uint64_t)r->T + 1)
 		return sp_error(-EINVAL,
@@ -486,6 +533,8 @@ static int setup(struct run *r)
 	if (r->grown)
 		r->quarter = 0;
 	SP_CHECK(open_run(r, &plan, &r->run));
+	if (r->init.p)
+		SP_CHECK(tr_weights_put(r, &r->init));
 	if (c->trace_file)
 		SP_CHECK(tr_trace_init(&r->trace, r->rt));
 	return 0;
@@ -612,6 +661,45 @@ out:
 			r->res.evictions = (uint64_t)st.evictions.total;
 		}
 		*res = r->res;
+	}
+	char msg[SP_ERROR_MSG_MAX];
+	snprintf(msg, sizeof(msg), "%s", sp_last_error());
+	run_free(r);
+	free(r);
+	return rc < 0 ? sp_error(rc, "%s", msg) : 0;
+}
+
+int tr_eval(const struct tr_config *cfg, double *loss)
+{
+	SP_CHECK_ARG(cfg && cfg->init && loss, "tr_eval: no weights to evaluate");
+	struct run *r = calloc(1, sizeof(*r));
+	if (!r)
+		return sp_error(-ENOMEM, "eval: out of memory");
+	r->c = *cfg;
+	r->c.tune = 0;
+	r->out = cfg->out ? cfg->out : stdout;
+	int rc = setup(r);
+	if (rc == 0 && !r->m.eval_data)
+		rc = sp_error(-EINVAL,
+		              "corpus %s: its validation split has %llu tokens, not more than a "
+		              "sequence of %d",
+		              tr_data_describe(r->data),
+		              (unsigned long long)tr_data_tokens(r->data, TR_VAL), r->T);
+	double l = 0;
+	if (rc == 0) {
+		/* the batches the training drew: a checkpoint's seed unless asked */
+		if (r->init.has_run && !cfg->seed_given)
+			r->c.seed = r->init.seed;
+		rc = evaluate(r, &l);
+	}
+	if (rc == 0) {
+		int n = r->c.eval_batches > 0 ? r->c.eval_batches : 4;
+		fprintf(r->out,
+		        "eval %s (%s: %d layers, %d channels, %d heads, vocab %d): validation loss "
+		        "%.4f (%.9g) on %d batches of %d x %d tokens, seed %llu, of %s\n",
+		        cfg->init, r->init.kind, r->kc.L, r->kc.C, r->kc.NH, r->kc.V, l, l, n,
+		        r->batch, r->T, (unsigned long long)r->c.seed, tr_data_describe(r->data));
+		*loss = l;
 	}
 	char msg[SP_ERROR_MSG_MAX];
 	snprintf(msg, sizeof(msg), "%s", sp_last_error());

@@ -100,6 +100,74 @@ int tr_ckpt_find(const struct tr_ckpt *c, const char *name, struct tr_tensor *ou
 /* A metadata value, or NULL. */
 const char *tr_ckpt_meta(const struct tr_ckpt *c, const char *key);
 
+/* ---- pretrained weights in and out (convert.c) -------------------------------------
+ * A GPT-2's parameters, whichever file they came from, in spill's layout: the
+ * parameters of each of rt_model_gpt's L + 2 layers in turn, fp32 — the
+ * embedding's wte (V,C) then wpe (positions,C); each block's 12 tensors in
+ * llm.c's order (kn_block_param_sizes); the head's lnfw, lnfb. Files read:
+ *  - a spill checkpoint (state.c's safetensors; its run config comes along);
+ *  - llm.c's model file (gpt2_124M.bin: 256 x int32 header, magic 20240326,
+ *    version 3 fp32 or 5 bf16, [2] maxT [3] V [4] L [5] NH [6] C [7] padded
+ *    vocab Vp; then every layer's ln1w, every layer's ln1b, ...: wte has Vp
+ *    rows, the V..Vp-1 ones padding that is dropped), or a directory holding
+ *    model.bin;
+ *  - a Hugging Face GPT-2 (a directory, or its model.safetensors, with
+ *    config.json beside it): names transformer.wte.weight, ...h.<i>.attn.c_attn
+ *    .weight (Conv1D: stored transposed, [C,3C]), with or without the
+ *    "transformer." prefix; F32 tensors only; the head tied to wte.
+ * Conversions are exact (copies, transposes; bf16 widened). */
+struct tr_weights {
+	int layers, channels, heads, vocab, positions; /* positions: wpe's rows (maxT) */
+	float *p;                                      /* n parameters, the layout above */
+	uint64_t n;
+	const char *kind; /* "spill checkpoint", "llm.c model", "Hugging Face GPT-2" */
+	/* a spill checkpoint's run (its config metadata): has_run 1, else 0 */
+	int has_run, seq, batch;
+	uint64_t seed;
+};
+/* Reads path (any of the above, told apart by content). Returns 0, -ENOENT, or
+ * -EINVAL naming the file and the fault (bad magic or version, a size the
+ * header's model does not match, a missing or misshapen tensor, a config
+ * spill's GPT-2 cannot hold); a truncated or foreign file never crashes. */
+int tr_weights_load(const char *path, struct tr_weights *out) SP_MUST_CHECK;
+void tr_weights_free(struct tr_weights *w);
+/* Where layer l's parameters start in w->p (0: embedding, 1..L: blocks,
+ * L + 1: head); *n gets their count. */
+uint64_t tr_weights_layer(const struct tr_weights *w, int l, uint64_t *n);
+/* Writes w into dir (created if missing): format "hf": model.safetensors
+ * (metadata format "pt") and config.json for transformers'
+ * GPT2LMHeadModel.from_pretrained; "llmc": model.bin, llm.c's version 3
+ * (fp32, the vocabulary padded to a multiple of 128 with zero rows). Each file
+ * is written atomically. Returns 0, -EINVAL for another format, -errno naming
+ * the file. */
+int tr_weights_export(const struct tr_weights *w, const char *format,
+                      const char *dir) SP_MUST_CHECK;
+
+/* ---- generation: `spill sample` (sample.c) ----------------------------------------
+ * Loads weights (tr_weights_load) and generates tokens one at a time: each
+ * step runs the whole context (the last `positions` tokens at most) forward
+ * through the kernels on the CPU (fp32, batch 1, no KV cache: a token costs a
+ * full forward of the context, O(tokens x T x params)), takes the last
+ * position's logits (final layernorm, then wte), divides them by the
+ * temperature, keeps the top k and draws from their softmax with splitmix64
+ * from the seed: the same seed, weights and thread count give the same tokens.
+ * Vocab 256: tokens are bytes (the prompt's bytes in, bytes out); any other:
+ * token ids (the prompt is ids separated by spaces or commas; printed as ids,
+ * spill having no BPE tokenizer). */
+struct tr_sample_config {
+	const char *path;   /* the weights */
+	const char *prompt; /* NULL or "": a newline (bytes), else token 50256 or 0 */
+	int tokens;         /* to generate (> 0) */
+	double temperature; /* 0: greedy (the largest logit) */
+	int top_k;          /* 0: the whole vocabulary */
+	uint64_t seed;
+	int threads; /* CPU kernel threads (kn_cpu_set_threads; 0: every core) */
+	FILE *out;   /* NULL: stdout */
+};
+/* Prints the prompt, then the tokens as they come. Returns 0, -EINVAL naming
+ * a bad prompt token or setting, or tr_weights_load's error. */
+int tr_sample(const struct tr_sample_config *c) SP_MUST_CHECK;
+
 /* ---- the trainer (train.c) --------------------------------------------------------
  * A GPT-2 of the kernels' layers trained through the executor on one context:
  * batches from a corpus, progress lines, evaluation, safetensors checkpoints
@@ -143,6 +211,8 @@ struct tr_config {
 	 * the update runs; fp32 loss) */
 	const char *precision;
 	uint64_t seed;
+	int seed_given;   /* tr_eval: 1 when seed was asked for (else a checkpoint's own) */
+	const char *init; /* weights to start from (tr_weights_load); NULL: random */
 	const char *data; /* NULL: the default corpus (tr_data_open) */
 	int synthetic;    /* 1: no corpus, rt_gpt_synthetic_data (the model backend's runs) */
 	int eval_every, eval_batches;
@@ -203,6 +273,13 @@ int tr_profile_read(const char *path, struct tr_profile *p) SP_MUST_CHECK;
  * corrupt or mismatched checkpoint, contradicting options; nothing is
  * overwritten by a run that fails before its first checkpoint. */
 int tr_train(const struct tr_config *c, struct tr_result *res) SP_MUST_CHECK;
+/* `spill eval`: the validation loss of the weights c->init (required) on
+ * c->eval_batches batches of the corpus (c->data), forward only, through the
+ * executor as the training's evaluation (the same batches for the same
+ * seed, batch and seq; a spill checkpoint's own are the defaults). Prints one
+ * line and sets *loss. Returns 0, or -errno with one line (no validation
+ * split, a corpus the vocabulary cannot hold, tr_train's errors). */
+int tr_eval(const struct tr_config *c, double *loss) SP_MUST_CHECK;
 
 /* ---- many models at once: `spill tune` (multi.c) ------------------------------------
  * Model selection: every preset in models (none: base.model) times the grid's
