@@ -528,6 +528,7 @@ static const char tune_help[] =
     "devices: --backend cuda|host|model --devices N --device-mem SIZE --budget SIZE\n"
     "         --profile NAME --sim (the model backend, virtual time, synthetic data)\n"
     "run:     --steps N --seed N --data PATH --eval-batches N\n"
+    "         --save-best DIR (the best-ranked model's checkpoint, as spill train's)\n"
     "Ends with the ranking by validation loss. With no flags: 4 tiny GPTs (lr 1e-3,\n"
     "3e-4 x batch 8, 16; --lr or --batch without --grid fixes that axis) on the default\n"
     "corpus, on emulated GPUs when there is no GPU, each device's budget half of the\n"
@@ -582,6 +583,7 @@ static int cmd_tune(int argc, char **argv)
 	    {"--eval-batches", &c.base.eval_batches, NULL, NULL},
 	    {"--optim", NULL, &c.base.optim, NULL},
 	    {"--precision", NULL, &c.base.precision, NULL},
+	    {"--save-best", NULL, &c.save_best, NULL},
 	};
 	int grid_given = 0, rc = 0;
 	for (int i = 1; i < argc && !rc; i++) {

@@ -462,6 +462,22 @@ int tr_tune_models(const struct tr_tune_config *c)
 				        t.stopped[k] ? "  (stopped early)" : "");
 		}
 	}
+	if (c->save_best && t.rt->data && !(have_val && !t.v[order[0]]->m.eval_data)) {
+		struct run *v = t.v[order[0]];
+		v->c.checkpoint_dir = c->save_best;
+		v->run = t.runs[order[0]];
+		v->out = t.out;
+		fprintf(t.out, "best model: %s\n", t.label[order[0]]);
+		int e = tr_checkpoint(v, t.done[order[0]]);
+		v->run = NULL; /* tune_free closes t.runs */
+		if (e < 0) {
+			tune_free(&t);
+			return e;
+		}
+	} else if (c->save_best) {
+		fprintf(t.out, "--save-best %s: no model ranked (no data), nothing saved\n",
+		        c->save_best);
+	}
 	tune_free(&t);
 	return 0;
 }

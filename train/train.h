@@ -303,6 +303,10 @@ struct tr_tune_config {
 	 * more fit a device (tg_pack_greedy); negative: the default, 0.15 */
 	double reserve;
 	int halving; /* successive halving: a rung every this many steps (0: off) */
+	/* a directory: the best-ranked model's checkpoint goes there at the end
+	 * (DIR/step_N.safetensors, as spill train writes them: spill eval, sample,
+	 * export and train --init read it); NULL: none */
+	const char *save_best;
 };
 /* Returns 0, or -errno with one line: an empty or malformed grid, an unknown
  * policy or preset, a model that cannot fit one layer per shard (naming the

@@ -1,7 +1,8 @@
 # `spill tune` end to end: many models trained together under SHARP.
 #  - host backend, default corpus, a 2x2 grid of tiny GPTs with a device budget
 #    below one model's state: a progress table, every model done, a ranking of
-#    all four by validation loss, the loss falls;
+#    all four by validation loss, the loss falls; --save-best writes the first
+#    one's checkpoint, which spill eval scores as the ranking did;
 #  - successive halving stops at least one model of four (and ranks it too);
 #  - a device killed mid-run (SPILL_HOST_FAIL) with --recover: every model
 #    finishes with the same ranking and losses as without the fault; without
@@ -25,12 +26,19 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 export SPILL_THREADS=1 SPILL_BACKEND=host
 command -v bible >/dev/null 2>&1 || { echo "SKIP: no bible-kjv (make deps)"; exit 77; }
 
-"$spill" tune --steps 6 --seq 32 --grid lr=3e-3,1e-3 batch=4,8 >"$work/out" 2>&1 ||
-	fail "tune: $(tail -3 "$work/out")"
+"$spill" tune --steps 6 --seq 32 --grid lr=3e-3,1e-3 batch=4,8 --save-best "$work/best" \
+	>"$work/out" 2>&1 || fail "tune: $(tail -3 "$work/out")"
 cat "$work/out" | grep -v '^\[' | sed 's/^/    /'
 grep -q 'spill tune: 4 models on 2 host' "$work/out" || fail "no banner"
 [ "$(grep -c ' 6/6 .*done' "$work/out")" -eq 4 ] || fail "not every model did its 6 steps"
 [ "$(grep -cE '^ +[1-4]\. tiny lr=' "$work/out")" -eq 4 ] || fail "no ranking of 4 models"
+# --save-best: the first-ranked model's checkpoint, whose validation loss
+# spill eval gives back to the last digit the ranking printed
+best=$(sed -n 's/^ *1\. .* \([0-9.]*\)$/\1/p' "$work/out")
+ck=$(ls "$work"/best/step_*.safetensors 2>/dev/null)
+[ -n "$ck" ] || fail "--save-best wrote no checkpoint"
+ev=$("$spill" eval "$ck" 2>&1 | sed -n 's/.*validation loss \([0-9.]*\) .*/\1/p')
+[ -n "$best" ] && [ "$ev" = "$best" ] || fail "--save-best: eval gives '$ev', the ranking '$best'"
 SPILL_HOST_FAIL=1:200 "$spill" tune --recover --steps 6 --seq 32 --grid lr=3e-3,1e-3 batch=4,8 \
 	>"$work/rec" 2>&1 || fail "recover: $(tail -3 "$work/rec")"
 grep -q 'recovered from 1 failed device' "$work/rec" || fail "recover: no failure recovered"
