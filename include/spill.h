@@ -208,6 +208,7 @@ struct spill_model_desc {
 	int loss_floats; /* fp32 losses per sample the last layer outputs */
 	spill_data_fn data;
 	void *data_arg;
+	spill_data_fn eval_data; /* validation batches (spill_model_eval), with data_arg */
 	float lr, beta1, beta2, eps, weight_decay; /* 0: 3e-4, 0.9, 0.95, 1e-8, 0 */
 	/* > 0: clip the gradients to this global L2 norm before each update (the
 	 * norm is per layer, added in layer order: the same under every plan; the
@@ -223,6 +224,7 @@ struct spill_gpt_config {
 	int batch;                                        /* sequences per step */
 	spill_data_fn data;                               /* NULL: synthetic learnable sequences */
 	void *data_arg;
+	spill_data_fn eval_data; /* validation batches (spill_model_eval), with data_arg */
 	float lr;
 	uint64_t seed;
 	const char *optimizer; /* NULL or "adamw"; "sgd" */
@@ -269,6 +271,25 @@ SPILL_API int spill_model_layers(const struct spill_model *m);
 SPILL_API size_t spill_model_param_bytes(const struct spill_model *m, int layer);
 /* Copies layer l's parameters (bytes = spill_model_param_bytes) to host memory. */
 SPILL_API int spill_model_read_params(struct spill_model *m, int layer, void *dst, size_t bytes);
+/* A layer's training state, for checkpoints and pretrained weights: its
+ * parameters (as spill_model_read_params gives them) or its optimizer state
+ * (AdamW: m then v; SGD: its momentum buffer; fp32). Read from wherever the
+ * current copy is; written into every replica (in bf16 the masters, and the
+ * bf16 weights rounded from them). bytes must be spill_model_state_bytes.
+ * Plans the model ("auto") first if it has no plan. Returns 0 or -EINVAL. */
+enum spill_state { SPILL_STATE_PARAMS, SPILL_STATE_OPTIM };
+SPILL_API size_t spill_model_state_bytes(const struct spill_model *m, int layer,
+                                         enum spill_state which);
+SPILL_API int spill_model_read_state(struct spill_model *m, int layer, enum spill_state which,
+                                     void *dst, size_t bytes);
+SPILL_API int spill_model_write_state(struct spill_model *m, int layer, enum spill_state which,
+                                      const void *src, size_t bytes);
+/* Steps done (the optimizer's step count and the data position of the next
+ * step): set it after writing a checkpoint's state to resume it. */
+SPILL_API int spill_model_set_step(struct spill_model *m, int step);
+/* Forward only on validation batch index (the model's eval_data): its mean
+ * loss; nothing of the training state changes. -EINVAL without eval_data. */
+SPILL_API int spill_model_eval(struct spill_model *m, int index, double *loss);
 SPILL_API void spill_model_destroy(struct spill_model *m);
 
 /* ---- accounting ------------------------------------------------------------------- */

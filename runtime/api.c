@@ -336,7 +336,7 @@ struct spill_model {
 	struct rt_run *run;
 	uint64_t seed;
 	char plan_name[160];
-	spill_data_fn udata;
+	spill_data_fn udata, ueval;
 	void *udata_arg;
 };
 
@@ -415,6 +415,13 @@ static int user_data(const struct rt_model *m, void *arg, int iter, int s0, int 
 {
 	struct spill_model *sm = arg;
 	return sm->udata(sm->udata_arg, iter, s0, n, in, tg);
+}
+
+static int user_eval(const struct rt_model *m, void *arg, int iter, int s0, int n, void *in,
+                     void *tg)
+{
+	struct spill_model *sm = arg;
+	return sm->ueval(sm->udata_arg, iter, s0, n, in, tg);
 }
 
 static void default_opt(struct rt_optim *o, float lr, float b1, float b2, float eps, float wd)
@@ -503,6 +510,8 @@ SPILL_API int spill_model_create(struct spill_ctx *ctx, const struct spill_model
 	sm->udata_arg = d->data_arg;
 	sm->m.data = user_data;
 	sm->m.data_arg = sm;
+	sm->ueval = d->eval_data;
+	sm->m.eval_data = d->eval_data ? user_eval : NULL;
 	sm->seed = d->seed;
 	*out = sm;
 	return 0;
@@ -553,6 +562,13 @@ SPILL_API int spill_model_gpt(struct spill_ctx *ctx, const struct spill_gpt_conf
 		sm->udata_arg = cfg->data_arg;
 		sm->m.data = user_data;
 		sm->m.data_arg = sm;
+		sm->ueval = cfg->eval_data;
+		sm->m.eval_data = cfg->eval_data ? user_eval : NULL;
+	} else if (cfg->eval_data) {
+		rt_model_free(&sm->m);
+		free(sm);
+		return sp_error(-EINVAL, "spill_model_gpt: eval_data needs data (the synthetic "
+		                         "sequences have no validation split)");
 	}
 	*out = sm;
 	return 0;
@@ -640,6 +656,70 @@ SPILL_API int spill_model_read_params(struct spill_model *m, int layer, void *ds
 	if (!m->run)
 		SP_CHECK(spill_model_plan(m, NULL));
 	return rt_run_read_params(m->run, layer, dst);
+}
+
+SPILL_API size_t spill_model_state_bytes(const struct spill_model *m, int layer,
+                                         enum spill_state which)
+{
+	if (!m || layer < 0 || layer >= m->m.nlayers)
+		return 0;
+	const struct rt_layer *l = &m->m.layers[layer];
+	if (which == SPILL_STATE_PARAMS)
+		return param_read_bytes(l);
+	return which == SPILL_STATE_OPTIM ? l->optim_bytes - l->master_bytes : 0;
+}
+
+/* Checks a state call and plans the model if it has no plan yet. */
+static int state_args(struct spill_model *m, int layer, enum spill_state which, const void *p,
+                      size_t bytes, const char *fn)
+{
+	SP_CHECK_ARG(m && p && layer >= 0 && layer < m->m.nlayers &&
+	                 (which == SPILL_STATE_PARAMS || which == SPILL_STATE_OPTIM),
+	             "%s: bad arguments", fn);
+	size_t want = spill_model_state_bytes(m, layer, which);
+	SP_CHECK_ARG(bytes == want, "%s: layer %d has %zu bytes of %s, not %zu", fn, layer, want,
+	             which == SPILL_STATE_PARAMS ? "parameters" : "optimizer state", bytes);
+	if (!m->run)
+		SP_CHECK(spill_model_plan(m, NULL));
+	return 0;
+}
+
+SPILL_API int spill_model_read_state(struct spill_model *m, int layer, enum spill_state which,
+                                     void *dst, size_t bytes)
+{
+	SP_CHECK(state_args(m, layer, which, dst, bytes, "spill_model_read_state"));
+	if (!bytes)
+		return 0;
+	return rt_run_read_state(m->run, layer, which == SPILL_STATE_PARAMS ? RT_PARAMS : RT_OPTIM,
+	                         dst);
+}
+
+SPILL_API int spill_model_write_state(struct spill_model *m, int layer, enum spill_state which,
+                                      const void *src, size_t bytes)
+{
+	SP_CHECK(state_args(m, layer, which, src, bytes, "spill_model_write_state"));
+	if (!bytes)
+		return 0;
+	return rt_run_write_state(m->run, layer, which == SPILL_STATE_PARAMS ? RT_PARAMS : RT_OPTIM,
+	                          src);
+}
+
+SPILL_API int spill_model_set_step(struct spill_model *m, int step)
+{
+	SP_CHECK_ARG(m && step >= 0, "spill_model_set_step: bad arguments");
+	if (!m->run)
+		SP_CHECK(spill_model_plan(m, NULL));
+	rt_run_set_step(m->run, step);
+	return 0;
+}
+
+SPILL_API int spill_model_eval(struct spill_model *m, int index, double *loss)
+{
+	SP_CHECK_ARG(m && loss && index >= 0, "spill_model_eval: bad arguments");
+	SP_CHECK_ARG(m->m.eval_data, "spill_model_eval: the model has no eval_data");
+	if (!m->run)
+		SP_CHECK(spill_model_plan(m, NULL));
+	return rt_run_eval(m->run, index, loss);
 }
 
 /* ---- accounting ---------------------------------------------------------------------- */
