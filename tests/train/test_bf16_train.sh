@@ -1,13 +1,12 @@
 # `spill train --precision bf16` against `--precision fp32` on the default
 # corpus (Debian's bible-kjv, the demo's), the tiny model under the same plan
 # (gpipe, 3 packs, microbatch 4, 2 emulated devices, update on the CPU, a
-# fixed budget, no tuner, seed BF16_SEED), BF16_STEPS steps (default 60;
-# bench/bf16_compare.sh runs 200). The seed is 2, not the default: with the
-# default seed the bf16 run meets a batch at step 20 on which its loss spikes
-# (fp32's spikes at step 10 on another and recovers; single batches of this
-# corpus swing either precision by 1-2 nats), then lags fp32 by ~7% at 200
-# steps; with seeds 2 and 3 bf16 is within 0.4% of fp32 at 60 steps, and the
-# reference loop on the same corpus with other batches within 0.5% at 60:
+# fixed budget, no tuner, seed BF16_SEED: default the trainer's, 1337),
+# BF16_STEPS steps (default 60; bench/bf16_compare.sh runs 200). Until the
+# trainer warmed up, decayed and clipped (2026-11-27), the default seed's bf16
+# run met a batch at step 20 on which its loss spiked and lagged fp32 by ~7%
+# at 200 steps, so this test ran seed 2; with the recipe the 200-step runs end
+# within 0.10% (final loss 2.2376 fp32, 2.2399 bf16; validation -0.01%):
 #  - the final loss (the mean of the last 10 steps' losses: single batches of
 #    this corpus spike by up to 2 nats in either precision) and the validation
 #    loss at the end are within 2% of fp32's;
@@ -25,7 +24,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export SPILL_THREADS=1
 steps=${BF16_STEPS:-60}
-plan=(--seed "${BF16_SEED:-2}" --schedule gpipe --packs 3 --microbatch 4 --update-on-cpu --budget 64M --no-tune
+plan=(--seed "${BF16_SEED:-1337}" --schedule gpipe --packs 3 --microbatch 4 --update-on-cpu --budget 64M --no-tune
 	--steps "$steps" --eval-every "$steps" --eval-batches 8)
 for p in fp32 bf16; do
 	"$spill" train "${plan[@]}" --precision "$p" --stats-json "$work/$p.json" >"$work/$p.out" 2>&1 ||
