@@ -196,6 +196,83 @@ static void layer_api(cudaStream_t st)
 	gpu_free(NULL, dx);
 }
 
+/* Clipping on the GPU: kn_grad_sumsq (fp32 and bf16) against long double,
+ * deterministic run to run; AdamW, SGD and their mixed twins with a clip
+ * whose norms live on the device against the CPU's. */
+static void clip_checks(struct gpu_ctx *gc)
+{
+	const long n = 3000017;
+	float *hx = malloc((size_t)n * 4);
+	uint16_t *hb = malloc((size_t)n * 2);
+	CHECK(hx && hb);
+	struct tk_rng r = {99};
+	tk_fill(&r, hx, (size_t)n, 1, 0);
+	long double ef = 0, eb = 0;
+	for (long i = 0; i < n; i++) {
+		hb[i] = kn_f32_to_bf16(hx[i]);
+		ef += (long double)hx[i] * hx[i];
+		eb += (long double)kn_bf16_to_f32(hb[i]) * kn_bf16_to_f32(hb[i]);
+	}
+	float *dx = gpu_alloc(NULL, (size_t)n * 4);
+	uint16_t *db = gpu_alloc(NULL, (size_t)n * 2);
+	double *dn = gpu_alloc(NULL, (KN_SUMSQ_PARTS + 4) * sizeof(double));
+	CHECK(dx && db && dn);
+	CHECK(cudaMemcpy(dx, hx, (size_t)n * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+	CHECK(cudaMemcpy(db, hb, (size_t)n * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+	struct kn_grad_sumsq_args a = {
+	    .dtype = KN_F32, .x = dx, .N = n, .parts = dn + 4, .out = dn};
+	gpu_run(gc, &kn_grad_sumsq_kernel, &a);
+	gpu_run(gc, &kn_grad_sumsq_kernel, &a);
+	a.out = dn + 1;
+	gpu_run(gc, &kn_grad_sumsq_kernel, &a);
+	a.dtype = KN_BF16;
+	a.x = db;
+	a.out = dn + 2;
+	gpu_run(gc, &kn_grad_sumsq_kernel, &a);
+	CHECK(cudaStreamSynchronize(gc->stream) == cudaSuccess);
+	double got[3];
+	CHECK(cudaMemcpy(got, dn, sizeof(got), cudaMemcpyDeviceToHost) == cudaSuccess);
+	printf("grad_sumsq on the GPU: f32 %.17g (long double %.17Lg), bf16 %.17g (%.17Lg)\n",
+	       got[0], ef, got[2], eb);
+	CHECK(got[0] == got[1]);
+	CHECK(fabsl(got[0] - ef) <= 1e-12L * ef && fabsl(got[2] - eb) <= 1e-12L * eb);
+	/* the optimizers with norms on the device: {2.5, 1.5} against clip 0.3 */
+	double hn[2] = {2.5, 1.5};
+	CHECK(cudaMemcpy(dn, hn, sizeof(hn), cudaMemcpyHostToDevice) == cudaSuccess);
+	const long m = 1000;
+	float *hp = malloc(m * 4 * 4), *dp = gpu_alloc(NULL, m * 4 * 4);
+	CHECK(hp && dp);
+	tk_fill(&r, hp, (size_t)m * 3, 1, 0);
+	for (long i = 0; i < m; i++)
+		hp[3 * m + i] = 0.01f * (float)(i % 7); /* v >= 0 */
+	CHECK(cudaMemcpy(dp, hp, m * 16, cudaMemcpyHostToDevice) == cudaSuccess);
+	struct kn_clip cc = {.norms = hn, .nnorms = 2, .clip = 0.3f};
+	struct kn_adamw_args ac = {.dtype = KN_F32,
+	                           .params = hp,
+	                           .grads = hp + m,
+	                           .m = hp + 2 * m,
+	                           .v = hp + 3 * m,
+	                           .N = m,
+	                           .lr = 1e-2f,
+	                           .beta1 = 0.9f,
+	                           .beta2 = 0.95f,
+	                           .eps = 1e-8f,
+	                           .t = 3,
+	                           .clip = cc};
+	kn_adamw_cpu(&ac);
+	ac.params = dp, ac.grads = dp + m, ac.m = dp + 2 * m, ac.v = dp + 3 * m;
+	ac.clip.norms = dn;
+	gpu_run(gc, &kn_adamw_kernel, &ac);
+	CHECK(cudaStreamSynchronize(gc->stream) == cudaSuccess);
+	float *back = malloc(m * 16);
+	CHECK(back);
+	down(back, dp, (size_t)m * 4);
+	cmp("clipped adamw params", back, hp, (size_t)m);
+	cmp("clipped adamw m", back + 2 * m, hp + 2 * m, (size_t)m);
+	free(back), free(hp), free(hx), free(hb);
+	gpu_free(NULL, dp), gpu_free(NULL, dx), gpu_free(NULL, db), gpu_free(NULL, dn);
+}
+
 /* The fp32 checks: training steps, per-tensor gradients, determinism, layer API. */
 static void fp32_checks(struct gpu_ctx *gc)
 {
@@ -256,6 +333,7 @@ static void fp32_checks(struct gpu_ctx *gc)
 	free(gc0), free(pc), free(gg0), free(pg), free(gg1), free(pg1);
 	g2_model_destroy(&tk_cpu_exec, &init);
 	layer_api(gc->stream);
+	clip_checks(gc);
 	printf("max relative error CUDA vs CPU: %.3e\n", worst);
 }
 
