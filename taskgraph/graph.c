@@ -13,7 +13,8 @@
 
 const char *tg_sched_name(enum tg_sched s)
 {
-	static const char *n[] = {"dp-swap", "gpipe", "1f1b", "harmony-dp", "harmony-pp"};
+	static const char *n[] = {"dp-swap",    "gpipe",      "1f1b",
+	                          "harmony-dp", "harmony-pp", "interleaved"};
 	return s < TG_NSCHED ? n[s] : "?";
 }
 
@@ -539,6 +540,110 @@ static int emit_pipeline(struct bld *b, struct mstate *st, const struct tg_plan 
 	return rc;
 }
 
+/* Interleaved 1F1B: device d's sequence (Megatron-LM's
+ * forward_backward_pipelining_with_interleaving): forwards walk the
+ * microbatches in groups of ndev, each group through chunk 0, 1, ..., v-1
+ * (chunk c of device d is pack c * ndev + d); backwards the same groups
+ * through the chunks in reverse; the first (ndev - d - 1) * 2 + (v - 1) *
+ * ndev forwards run alone (warm-up), then forward and backward alternate,
+ * then the last backwards. Megatron needs packs and microbatches that are
+ * multiples of the devices; here the order is built for the model padded to
+ * v * ndev packs and the microbatches to whole groups, then the padding is
+ * dropped: the padded schedule is deadlock-free and every dependency between
+ * real tasks holds there too (padding only lengthens chains), so the real
+ * tasks in that order are a valid order. (Dropping the padding first and
+ * counting the warm-up in real tasks deadlocked: 6 packs on 4 devices.) The
+ * devices' sequences are emitted by a sweep that takes each device's next
+ * task once its inputs exist, as emit_pipeline does per pack. */
+struct ilv_item {
+	int fwd, pk, k;
+};
+
+/* Device d's sequence into out (room for 6 * v * ndev * mpad items: the
+ * result, then scratch); returns its length. */
+static int ilv_order(const struct tg_plan *p, int P, int m, int d, struct ilv_item *out)
+{
+	int nd = p->ndev, v = (P + nd - 1) / nd, mpad = (m + nd - 1) / nd * nd;
+	size_t cap = (size_t)v * nd * mpad;
+	struct ilv_item *f = out + 2 * cap, *bw = out + 3 * cap, *seq = out + 4 * cap;
+	int nf = 0, nb = 0, n = 0;
+	for (int g = 0; g < mpad; g += nd)
+		for (int c = 0; c < v; c++)
+			for (int k = g; k < g + nd; k++) {
+				f[nf++] = (struct ilv_item){1, c * nd + d, k};
+				bw[nb++] = (struct ilv_item){0, (v - 1 - c) * nd + d, k};
+			}
+	int warm = (nd - d - 1) * 2 + (v - 1) * nd, i = 0, j = 0;
+	if (warm > nf)
+		warm = nf;
+	for (; i < warm; i++)
+		seq[n++] = f[i];
+	while (i < nf || j < nb) {
+		if (i < nf)
+			seq[n++] = f[i++];
+		if (j < nb)
+			seq[n++] = bw[j++];
+	}
+	int real = 0;
+	for (int x = 0; x < n; x++)
+		if (seq[x].pk < P && seq[x].k < m)
+			out[real++] = seq[x];
+	return real;
+}
+
+static int emit_interleaved(struct bld *b, struct mstate *st, const struct tg_plan *p)
+{
+	int P = st->P, m = st->mo->mper, nd = p->ndev, rc = 0, total = 0, done = 0;
+	int v = (P + nd - 1) / nd, mpad = (m + nd - 1) / nd * nd;
+	size_t per = (size_t)6 * v * nd * mpad; /* ilv_order's room */
+	struct ilv_item *seq = malloc((size_t)nd * per * sizeof(*seq));
+	int *len = calloc((size_t)nd, sizeof(int)), *pos = calloc((size_t)nd, sizeof(int));
+	if (!seq || !len || !pos) {
+		rc = sp_error(-ENOMEM, "taskgraph: interleaved order of %d packs x %d microbatches",
+		              P, m);
+		goto out;
+	}
+	for (int d = 0; d < nd; d++)
+		total += len[d] = ilv_order(p, P, m, d, seq + (size_t)d * per);
+	while (done < total && !rc) {
+		int progressed = 0;
+		for (int d = 0; d < nd && !rc; d++) {
+			if (pos[d] >= len[d])
+				continue;
+			const struct ilv_item *it = &seq[(size_t)d * per + (size_t)pos[d]];
+			int k = it->k, pk = it->pk;
+			int ok = it->fwd ? (pk == 0 || st->lastF[k * P + pk - 1] >= 0)
+			                 : (st->lastF[k * P + pk] >= 0 &&
+			                    (pk == P - 1 ? st->lastL[k] >= 0
+			                                 : st->lastB[k * P + pk + 1] >= 0));
+			if (!ok)
+				continue;
+			rc = it->fwd ? emit_fwd(b, st, p, pk, k, 1, 0, d, 1)
+			             : emit_bwd(b, st, p, pk, k, 1, 0, d, 1);
+			if (rc >= 0 && it->fwd && pk == P - 1)
+				rc = emit_loss(b, st, p, k, 1, 0, d, 1);
+			rc = rc < 0 ? rc : 0;
+			pos[d]++;
+			done++;
+			progressed = 1;
+		}
+		if (!rc && !progressed)
+			rc = sp_error(-EINVAL,
+			              "taskgraph: interleaved order deadlocks (%d of %d emitted; "
+			              "%d packs, %d devices, %d microbatches)",
+			              done, total, P, nd, m);
+	}
+	for (int pk = 0; pk < P && !rc; pk++) {
+		rc = emit_upd(b, st, p, pk, 0, stage_dev(p, pk));
+		rc = rc < 0 ? rc : 0;
+	}
+out:
+	free(seq);
+	free(len);
+	free(pos);
+	return rc;
+}
+
 static int validate_input(const struct tg_model *models, int nmodels, const struct tg_plan *p)
 {
 	SP_CHECK_ARG(models && nmodels > 0, "taskgraph: no models (nmodels = %d)", nmodels);
@@ -738,6 +843,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 		break;
 	case TG_GPIPE:
 	case TG_1F1B: E(emit_pipeline(b, &st, p, 1, 0)); break;
+	case TG_INTERLEAVED: E(emit_interleaved(b, &st, p)); break;
 	case TG_HARMONY_PP:
 		/* the same pipeline with groups as its units (weights come in once per
 		 * group) and each pack's update just in time */

@@ -187,7 +187,8 @@ int tg_plan_candidates(const struct tg_model *m, const struct tg_hw *hw, int max
 	SP_CHECK_ARG(hw->ndev > 0, "taskgraph: devices = %d, need at least 1", hw->ndev);
 	SP_CHECK_ARG(m->nlayers > 0, "taskgraph: model %d has zero layers", m->id);
 	static const int mbs[] = {1, 2, 4, 8};
-	static const int scheds[] = {TG_DP_SWAP, TG_GPIPE, TG_1F1B, TG_HARMONY_DP, TG_HARMONY_PP};
+	static const int scheds[] = {TG_DP_SWAP,    TG_GPIPE,      TG_1F1B,
+	                             TG_HARMONY_DP, TG_HARMONY_PP, TG_INTERLEAVED};
 	*n = 0;
 	int over = 0; /* candidates that fit the devices but not the whole store */
 	for (size_t a = 0; a < SP_ARRAY_SIZE(mbs); a++)

@@ -75,7 +75,22 @@ struct tg_hw {
 	uint64_t store;
 };
 
-enum tg_sched { TG_DP_SWAP, TG_GPIPE, TG_1F1B, TG_HARMONY_DP, TG_HARMONY_PP, TG_NSCHED };
+/* TG_INTERLEAVED: Narayanan's interleaved 1F1B (PTD-P, thesis ch. 7): pack pk
+ * on device pk mod ndev, so each device holds v = ceil(npacks / ndev) model
+ * chunks; each device runs Megatron's order (forwards of a group of ndev
+ * microbatches chunk by chunk, (ndev - d - 1) * 2 + (v - 1) * ndev warm-up
+ * forwards on device d, then one forward / one backward, then the
+ * cool-down), updates at the flush. Bubble (1/v)(ndev - 1)/m with equal
+ * chunks, communication v times 1F1B's. */
+enum tg_sched {
+	TG_DP_SWAP,
+	TG_GPIPE,
+	TG_1F1B,
+	TG_HARMONY_DP,
+	TG_HARMONY_PP,
+	TG_INTERLEAVED,
+	TG_NSCHED
+};
 enum tg_kind { TG_FWD, TG_BWD, TG_UPD, TG_ALLREDUCE, TG_LOSS, TG_NORM };
 enum tg_okind {
 	TG_O_WEIGHT,
