@@ -9,6 +9,8 @@ LDLIBS += $(if $(HAVE_CUDA),-lcublasLt)
 # The optimizer loops promise the same bits on every path (scalar, AVX2, AVX-512):
 # no compiler may fuse a multiply and an add into an FMA there, whatever its default.
 $(O)/obj/kernels/optim.c.o $(O)/obj/kernels/optim_simd.c.o: CFLAGS += -ffp-contract=off
+# The same promise for GELU's scalar and AVX2 loops (gelu_impl.h).
+$(O)/obj/kernels/elementwise.c.o $(O)/obj/kernels/elementwise_simd.c.o: CFLAGS += -ffp-contract=off
 
 # ---- benches -------------------------------------------------------------------
 # make bench-gemm: CPU GEMM through kn_ vs cblas_sgemm direct -> bench/results/gemm.json
