@@ -11,6 +11,14 @@ LDLIBS += $(if $(HAVE_CUDA),-lcublasLt)
 $(O)/obj/kernels/optim.c.o $(O)/obj/kernels/optim_simd.c.o: CFLAGS += -ffp-contract=off
 # The same promise for GELU's scalar and AVX2 loops (gelu_impl.h).
 $(O)/obj/kernels/elementwise.c.o $(O)/obj/kernels/elementwise_simd.c.o: CFLAGS += -ffp-contract=off
+# The fp32 CPU layer loops (residuals, bias sums, layernorm's elementwise passes, ...):
+# -O2's "very cheap" vectorizer leaves every loop whose arrays might overlap scalar;
+# the dynamic cost model vectorizes them behind a run-time overlap check. It never
+# reorders a reduction (no -ffast-math) nor fuses into FMA, so the bits are those of
+# the scalar loops (test_determinism, and the same parameters after 3 bench steps).
+KN_CPU_F32_OBJS := $(patsubst %,$(O)/obj/kernels/%.c.o,elementwise layernorm matmul attention \
+	crossentropy encoder)
+$(KN_CPU_F32_OBJS): CFLAGS += -fvect-cost-model=dynamic -ffp-contract=off
 
 # ---- benches -------------------------------------------------------------------
 # make bench-gemm: CPU GEMM through kn_ vs cblas_sgemm direct -> bench/results/gemm.json
