@@ -5,8 +5,8 @@ training step (forward, backward, torch.optim.AdamW) on the CPU at one thread.
 Usage: cpu_step_torch.py B T C NH V L. Builds the model spill's bench times (the
 same shapes, tied LM head, pre-LN blocks from tests/kernels/torch_ref.py with GELU
 approximate='tanh', AdamW weight decay 0.1 on the matrices and embeddings, eps
-1e-8), prints "ready", then answers each line "N" on stdin with "torch_s S": the
-seconds N more steps took. Prints "skip <why>" and exits 0 without torch.
+1e-8), prints "ready", then answers each line "N" on stdin with "torch_s S P": the
+seconds N more steps took, wall clock (S) and process CPU time (P). Prints "skip <why>" and exits 0 without torch.
 """
 import os
 import sys
@@ -64,10 +64,11 @@ def main():
     print("ready", flush=True)
     for line in sys.stdin:
         n = int(line)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(n):
             step()
-        print("torch_s %.9f" % (time.perf_counter() - t0), flush=True)
+        print("torch_s %.9f %.9f" % (time.perf_counter() - t0, time.process_time() - c0),
+              flush=True)
     return 0
 
 
