@@ -65,7 +65,10 @@ int tr_data_prepare(const char *const *texts, int n, const char *dir, const char
  * The format of Hugging Face's safetensors: an 8-byte little-endian header
  * length N, N bytes of JSON {"name": {"dtype": "F32", "shape": [..],
  * "data_offsets": [begin, end]}, ..., "__metadata__": {"key": "value", ...}}
- * (offsets into the data that follows the header), then the data. */
+ * (offsets into the data that follows the header), then the data.
+ * Checksums, in the metadata: "crc32c.<name>" per tensor (of its data bytes)
+ * and "crc32c.__metadata__" (of every other pair, sorted by key, as key NUL
+ * value NUL), each CRC-32C (tr_crc32c) as 8 hex digits. */
 enum tr_dtype { TR_F32, TR_I32, TR_U8 };
 
 struct tr_tensor {
@@ -76,11 +79,18 @@ struct tr_tensor {
 	const void *data; /* product(shape) elements */
 };
 
+/* CRC-32C (Castagnoli: reflected polynomial 0x82f63b78, ~0 in and out;
+ * "123456789" -> 0xe3069283) of n bytes, continuing crc (0 to start):
+ * tr_crc32c(tr_crc32c(0, a), b) is the CRC of a then b. Thread-safe. */
+uint32_t tr_crc32c(uint32_t crc, const void *data, size_t n);
+
 /* Writes the tensors (data laid out in order, 8-byte aligned header) and the
- * metadata (nmeta key/value pairs: meta[2i], meta[2i+1]) to path atomically: a
- * temporary file in the same directory, fsync, rename over path, fsync of the
- * directory. On any failure path is untouched and the temporary removed.
- * Returns 0, -EINVAL for a bad tensor or key, or -errno naming the file. */
+ * metadata (nmeta key/value pairs: meta[2i], meta[2i+1]), followed by the
+ * checksums above, to path atomically: a temporary file in the same
+ * directory, fsync, rename over path, fsync of the directory. On any failure
+ * path is untouched and the temporary removed. Returns 0, -EINVAL for a bad
+ * tensor or key (keys starting with "crc32c." are the writer's), or -errno
+ * naming the file. */
 int tr_ckpt_write(const char *path, const struct tr_tensor *t, int n, const char *const *meta,
                   int nmeta) SP_MUST_CHECK;
 
@@ -88,8 +98,12 @@ struct tr_ckpt;
 /* Opens and validates path: the header length inside the file and under 100
  * MB, well-formed JSON of the shape above, known dtypes, every tensor's byte
  * range = product(shape) x dtype size, ranges inside the data and not
- * overlapping, metadata values strings. Returns 0, -ENOENT, or -EINVAL naming
- * the file and the first fault (a corrupt or truncated file never crashes). */
+ * overlapping, metadata values strings, and the checksums when the file has
+ * any: then every tensor and the metadata must have one and match (a file
+ * with none, written before them or by another tool, is read unverified).
+ * Returns 0, -ENOENT, or -EINVAL naming the file and the first fault (a
+ * checksum mismatch names the tensor; a corrupt or truncated file never
+ * crashes). */
 int tr_ckpt_open(const char *path, struct tr_ckpt **out) SP_MUST_CHECK;
 void tr_ckpt_close(struct tr_ckpt *c);
 int tr_ckpt_count(const struct tr_ckpt *c);
@@ -99,6 +113,9 @@ int tr_ckpt_get(const struct tr_ckpt *c, int i, struct tr_tensor *out) SP_MUST_C
 int tr_ckpt_find(const struct tr_ckpt *c, const char *name, struct tr_tensor *out) SP_MUST_CHECK;
 /* A metadata value, or NULL. */
 const char *tr_ckpt_meta(const struct tr_ckpt *c, const char *key);
+/* 1 when the file carried checksums (they all matched: tr_ckpt_open checked
+ * them), 0 when it had none. */
+int tr_ckpt_verified(const struct tr_ckpt *c);
 
 /* ---- the trainer (train.c) --------------------------------------------------------
  * A GPT-2 of the kernels' layers trained through the executor on one context:
