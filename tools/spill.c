@@ -291,7 +291,8 @@ static const char train_help[] =
     "         --optim adamw|sgd (default adamw) --momentum X (sgd; default 0)\n"
     "         --precision fp32|bf16 (default fp32; bf16: bf16 weights, activations and\n"
     "         gradients, fp32 master weights and optimizer state, fp32 loss)\n"
-    "         --checkpoint DIR --checkpoint-every N --resume\n"
+    "         --checkpoint DIR --checkpoint-every N --keep N (the newest N)\n"
+    "         --resume [FILE] (FILE, else DIR's newest) --overwrite (DIR's old ones)\n"
     "         --trace FILE (Chrome/Perfetto trace) --stats-json FILE\n"
     "Flags override the SPILL_* variables. With no flags: a small GPT on the default\n"
     "corpus (Debian's bible-kjv), on the emulated GPUs when there is no GPU, with a\n"
@@ -408,7 +409,8 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 	    {"--eval-batches", &c.eval_batches, NULL, NULL, 0},
 	    {"--checkpoint", NULL, &c.checkpoint_dir, NULL, 0},
 	    {"--checkpoint-every", &c.checkpoint_every, NULL, NULL, 0},
-	    {"--resume", &c.resume, NULL, NULL, 1},
+	    {"--keep", &c.keep, NULL, NULL, 0},
+	    {"--overwrite", &c.overwrite, NULL, NULL, 1},
 	    {"--trace", NULL, &c.trace_file, NULL, 0},
 	    {"--stats-json", NULL, &c.stats_json, NULL, 0},
 	    {"--tune-after", &c.tune_after, NULL, NULL, 0},
@@ -433,6 +435,14 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 				return bad_flag(cmd, "missing value for", name);
 			if (number_flag(cmd, name, val, &c, NULL))
 				return 2;
+			continue;
+		}
+		if (!strcmp(name, "--resume")) { /* --resume [FILE]: train takes no operands */
+			c.resume = 1;
+			if (eq && !eq[1])
+				return bad_flag(cmd, "missing value for", name);
+			if (eq || (i + 1 < argc && argv[i + 1][0] != '-'))
+				c.resume_file = eq ? eq + 1 : argv[++i];
 			continue;
 		}
 		size_t k = 0;

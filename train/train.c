@@ -6,6 +6,8 @@
  * checkpoints (ckpt.c's safetensors, in report.c's naming), the tuner after the
  * first steps, and the report at the end (report.c). Everything a run
  * measures goes through struct run so that report.c and the tuner see it.
+ * A run stops early, with the report, on a non-finite loss or state
+ * (diverged, -ERANGE).
  */
 #include "train/internal.h"
 
@@ -350,11 +352,36 @@ static int check_output(const char *flag, const char *path, int dir)
 	return 0;
 }
 
+/* --resume FILE without --checkpoint: the run goes on in FILE's directory. */
+static void resume_dir(struct run *r)
+{
+	const char *f = r->c.resume_file, *slash = strrchr(f, '/');
+	if (!slash)
+		snprintf(r->ckdir, sizeof(r->ckdir), ".");
+	else
+		snprintf(r->ckdir, sizeof(r->ckdir), "%.*s", slash == f ? 1 : (int)(slash - f), f);
+	r->c.checkpoint_dir = r->ckdir;
+}
+
 static int setup(struct run *r)
 {
-	const struct tr_config *c = &r->c;
+	struct tr_config *c = &r->c;
+	if (c->resume_file)
+		c->resume = 1;
+	if (c->resume_file && !c->checkpoint_dir)
+		resume_dir(r);
+	if (c->overwrite && !c->checkpoint_dir)
+		return sp_error(-EINVAL, "--overwrite needs --checkpoint DIR");
+	if (c->overwrite && c->resume && !c->resume_file)
+		return sp_error(-EINVAL, "--overwrite and --resume (the newest checkpoint) "
+		                         "contradict each other (--resume FILE --overwrite drops "
+		                         "the checkpoints after FILE)");
+	if (c->keep < 0 || (c->keep && !c->checkpoint_dir))
+		return sp_error(-EINVAL, "--keep %d: wants N >= 0 and --checkpoint DIR", c->keep);
 	if (c->checkpoint_dir)
 		SP_CHECK(check_output("--checkpoint", c->checkpoint_dir, 1));
+	if (c->checkpoint_dir && !c->resume)
+		SP_CHECK(tr_claim_dir(r, 0)); /* before the work of opening anything */
 	if (c->trace_file)
 		SP_CHECK(check_output("--trace", c->trace_file, 0));
 	if (c->stats_json)
@@ -472,8 +499,13 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 	r->c = *cfg;
 	r->out = cfg->out ? cfg->out : stdout;
 	int rc = setup(r);
-	if (rc == 0 && cfg->resume)
+	if (rc == 0 && r->c.resume)
 		rc = tr_resume(r);
+	/* the directory is this run's from here on: --overwrite removes the
+	 * checkpoints of the run it replaces (a resumed run only those of a
+	 * resumed file's abandoned later steps) */
+	if (rc == 0 && r->c.checkpoint_dir && (!r->c.resume || r->c.resume_file))
+		rc = tr_claim_dir(r, 1);
 	if (rc < 0)
 		goto out;
 	banner(r);
@@ -509,7 +541,19 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 		r->times[step] = t1 - t0;
 		r->res.last_loss = loss;
 		r->res.steps++;
-		progress(r, step + 1, loss, t1, step + 1 == r->steps);
+		/* the model backend moves no data: its loss is always NaN */
+		int diverged = !isfinite(loss) && dev_backend(r->rt->dev) != DEV_BACKEND_MODEL;
+		progress(r, step + 1, loss, t1, step + 1 == r->steps || diverged);
+		if (diverged) {
+			r->diverged = 1;
+			rc = sp_error(-ERANGE,
+			              "diverged at step %d: the loss is %s (lower --lr?); %s%s",
+			              step + 1, isnan(loss) ? "nan" : "inf",
+			              r->last_ckpt[0] ? "the last good checkpoint is "
+			                              : "no checkpoint was written",
+			              r->last_ckpt);
+			break;
+		}
 		if (r->c.eval_every && (step + 1) % r->c.eval_every == 0 && r->m.eval_data) {
 			double el;
 			if ((rc = evaluate(r, &el)) < 0)
@@ -531,8 +575,14 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 		    step + 1 < r->steps && (rc = tr_tune_verify(r)) < 0)
 			break;
 	}
-	if (rc == 0)
+	if (rc == 0) {
 		rc = tr_report(r);
+	} else if (r->diverged) { /* what it did until then, the NaN included */
+		char why[SP_ERROR_MSG_MAX];
+		snprintf(why, sizeof(why), "%s", sp_last_error());
+		(void)!tr_report(r);
+		sp_error(rc, "%s", why);
+	}
 	if (rc == 0 && r->c.trace_file)
 		rc = tr_trace_write(&r->trace, r, r->c.trace_file);
 out:

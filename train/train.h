@@ -151,8 +151,19 @@ struct tr_config {
 	const char *data; /* NULL: the default corpus (tr_data_open) */
 	int synthetic;    /* 1: no corpus, rt_gpt_synthetic_data (the model backend's runs) */
 	int eval_every, eval_batches;
+	/* checkpoints (state.c): checkpoint_dir/step_NNNNNNNN.safetensors every
+	 * checkpoint_every steps and at the last. A fresh run (resume 0) refuses a
+	 * directory that holds checkpoints (another run's) unless overwrite, which
+	 * removes them before the first step. resume: from resume_file when set
+	 * (its directory is checkpoint_dir when that is NULL; checkpoints there
+	 * after its step are refused unless overwrite, which removes them), else
+	 * from the newest usable checkpoint of checkpoint_dir (a corrupt newer one
+	 * is reported with one line and skipped). keep > 0: after each checkpoint
+	 * is durably written, older ones beyond the newest keep are deleted. */
 	const char *checkpoint_dir;
 	int checkpoint_every, resume;
+	const char *resume_file;
+	int overwrite, keep;
 	const char *trace_file, *stats_json;
 	int tune;       /* 1: the online tuner */
 	int tune_after; /* steps it measures before re-planning (0: 3) */
@@ -205,8 +216,14 @@ int tr_profile_read(const char *path, struct tr_profile *p) SP_MUST_CHECK;
 /* Runs the training the config describes. Returns 0, or -errno with one line
  * in sp_last_error(): a budget too small for any plan (naming the smallest
  * that would fit), an unknown schedule or model, a missing or empty corpus, a
- * corrupt or mismatched checkpoint, contradicting options; nothing is
- * overwritten by a run that fails before its first checkpoint. */
+ * corrupt or mismatched checkpoint, a checkpoint directory holding another
+ * run's checkpoints (-EEXIST), contradicting options; nothing is overwritten
+ * by a run that fails before its first step (--overwrite removes files only
+ * once the run has started). -ERANGE: the run diverged ("diverged at step N":
+ * a non-finite loss, or a non-finite value in the state it was about to
+ * save); no checkpoint holding one is written, the last good one stays, and
+ * the report and --stats-json are written. A changed learning rate on resume is a warning line, not an error (the run
+ * then no longer matches an uninterrupted one). */
 int tr_train(const struct tr_config *c, struct tr_result *res) SP_MUST_CHECK;
 
 /* ---- many models at once: `spill tune` (multi.c) ------------------------------------
