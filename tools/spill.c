@@ -375,6 +375,7 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 		c.model = "gpt2";
 	}
 	c.tty = isatty(STDOUT_FILENO);
+	c.catch_signals = 1; /* Ctrl-C: a checkpoint, the stats, exit 130 */
 	struct {
 		const char *name;
 		int *i;
@@ -481,10 +482,11 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 		return bad_flag(cmd, "the model backend holds no state to save:", "--checkpoint");
 	struct tr_result res;
 	double t0 = sp_now_s();
-	if (tr_train(&c, &res) < 0) {
+	int rc = tr_train(&c, &res);
+	if (rc < 0) {
 		fflush(stdout);
 		fprintf(stderr, "spill %s: %s\n", cmd, sp_last_error());
-		return 1;
+		return rc == -EINTR ? 130 : 1; /* 128 + SIGINT, as a shell reports Ctrl-C */
 	}
 	if (sim) /* the figures above are virtual time; this is what they cost */
 		printf("simulated in %.2f s of wall time\n", sp_now_s() - t0);

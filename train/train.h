@@ -171,6 +171,11 @@ struct tr_config {
 	 * line rewrites itself (\r) instead of one line per second */
 	FILE *out;
 	int tty;
+	/* 1: SIGINT and SIGTERM stop the run after the current step, with a
+	 * checkpoint and the --stats-json file, and tr_train returns -EINTR; a
+	 * second signal kills at once (the default action). The handlers are the
+	 * process's: set by one tr_train at a time, restored when it returns. */
+	int catch_signals;
 };
 void tr_config_defaults(struct tr_config *c);
 
@@ -222,7 +227,10 @@ int tr_profile_read(const char *path, struct tr_profile *p) SP_MUST_CHECK;
  * once the run has started). -ERANGE: the run diverged ("diverged at step N":
  * a non-finite loss, or a non-finite value in the state it was about to
  * save); no checkpoint holding one is written, the last good one stays, and
- * the report and --stats-json are written. A changed learning rate on resume is a warning line, not an error (the run
+ * the report and --stats-json are written. -EINTR: stopped by SIGINT or
+ * SIGTERM (catch_signals), after writing a checkpoint of the last step done
+ * (with checkpoint_dir) and the report; the message names the files. A
+ * changed learning rate on resume is a warning line, not an error (the run
  * then no longer matches an uninterrupted one). */
 int tr_train(const struct tr_config *c, struct tr_result *res) SP_MUST_CHECK;
 

@@ -18,6 +18,8 @@
 #    --resume FILE continues bit for bit (refusing later checkpoints in its
 #    directory without --overwrite); --keep 2 keeps 2; the optimizer's
 #    hyper-parameters are in the metadata; another --lr on resume warns;
+#  - SIGINT and SIGTERM mid-run: exit 130, a checkpoint of the last step and
+#    the stats file, and the run resumed from it matches an uninterrupted one;
 #  - the tuner: the host backend throttled to links 10000x slower than the
 #    profile the planner assumed; the tuner switches plans and the steps after
 #    the switch are faster than those before;
@@ -259,6 +261,45 @@ for k, v in want.items():
 assert abs(b["lr"] - 5e-4) < 1e-9, b["lr"]
 print("optimizer in the metadata:", {k: a[k] for k in want})
 PY
+
+# 2c. SIGINT and SIGTERM: exit 130, a checkpoint and the stats; resuming from
+#     it matches an uninterrupted run bit for bit
+kmax=0
+for sig in INT TERM; do
+	d="$work/sig$sig"
+	"$spill" train "${small[@]}" --steps 100000 --checkpoint "$d" --checkpoint-every 3 --no-tune \
+		--stats-json "$d.json" >"$d.out" 2>"$d.err" &
+	pid=$!
+	for _ in $(seq 600); do grep -q "step_00000003" "$d.out" && break; sleep 0.05; done
+	kill -$sig $pid
+	wait $pid
+	rc=$?
+	[ $rc -eq 130 ] || fail "SIG$sig: exit $rc, not 130: $(cat "$d.err")"
+	k=$(sed -n "s/.*interrupted by SIG$sig after step \([0-9]*\) of 100000: checkpoint .*, stats .* written$/\1/p" "$d.err")
+	one_line "$d.err" "interrupted by SIG$sig" && [ -n "$k" ] || { fail "SIG$sig: $(cat "$d.err")"; continue; }
+	[ -f "$d/$(printf step_%08d.safetensors "$k")" ] || fail "SIG$sig: no checkpoint of step $k"
+	"$spill" train "${small[@]}" --steps $((k + 2)) --checkpoint "$d" --resume --no-tune \
+		--stats-json "$d.resumed.json" >"$d.resumed.out" 2>&1 || { cat "$d.resumed.out"; fail "SIG$sig: resume"; }
+	eval "k$sig=$k"
+	[ "$k" -gt "$kmax" ] && kmax=$k
+done
+"$spill" train "${small[@]}" --steps $((kmax + 2)) --checkpoint "$work/sigref" --checkpoint-every 1 --no-tune \
+	--stats-json "$work/sigref.json" >/dev/null 2>&1 || fail "uninterrupted reference run"
+for sig in INT TERM; do
+	d="$work/sig$sig"
+	eval "k=\${k$sig:-}"
+	[ -n "$k" ] || continue
+	cmp "$d/$(printf step_%08d.safetensors $((k + 2)))" "$work/sigref/$(printf step_%08d.safetensors $((k + 2)))" ||
+		fail "SIG$sig: the resumed run's step-$((k + 2)) checkpoint differs"
+	"$py" - "$work/sigref.json" "$d.json" "$d.resumed.json" "$k" <<'PY' || fail "SIG$sig: losses"
+import json, sys
+ref, cut, res = (json.load(open(p)) for p in sys.argv[1:4])
+k = int(sys.argv[4])
+assert cut["steps"] == k and cut["losses"] == ref["losses"][:k], (cut["losses"], ref["losses"])
+assert res["first_step"] == k + 1 and res["losses"] == ref["losses"][k:k + 2], (res["losses"], ref["losses"])
+print("interrupted after step %d; resumed losses equal:" % k, res["losses"])
+PY
+done
 
 # 3. bad input: one line, non-zero, nothing overwritten
 before=$(md5sum "$work"/b/*.safetensors)
