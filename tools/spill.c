@@ -296,7 +296,8 @@ static const char train_help[] =
     "         --total-batch TOKENS (sets --batch to TOKENS / seq)\n"
     "         --precision fp32|bf16 (default fp32; bf16: bf16 weights, activations and\n"
     "         gradients, fp32 master weights and optimizer state, fp32 loss)\n"
-    "         --checkpoint DIR --checkpoint-every N --resume\n"
+    "         --checkpoint DIR --checkpoint-every N --keep N (the newest N)\n"
+    "         --resume [FILE] (FILE, else DIR's newest) --overwrite (DIR's old ones)\n"
     "         --init FILE (start from pretrained weights: a spill checkpoint, llm.c's\n"
     "         model .bin, or a Hugging Face GPT-2 directory; the shape comes from it)\n"
     "         --trace FILE (Chrome/Perfetto trace) --stats-json FILE\n"
@@ -397,6 +398,7 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 		c.model = "gpt2";
 	}
 	c.tty = isatty(STDOUT_FILENO);
+	c.catch_signals = 1; /* Ctrl-C: a checkpoint, the stats, exit 130 */
 	struct {
 		const char *name;
 		int *i;
@@ -431,7 +433,8 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 	    {"--eval-batches", &c.eval_batches, NULL, NULL, 0},
 	    {"--checkpoint", NULL, &c.checkpoint_dir, NULL, 0},
 	    {"--checkpoint-every", &c.checkpoint_every, NULL, NULL, 0},
-	    {"--resume", &c.resume, NULL, NULL, 1},
+	    {"--keep", &c.keep, NULL, NULL, 0},
+	    {"--overwrite", &c.overwrite, NULL, NULL, 1},
 	    {"--trace", NULL, &c.trace_file, NULL, 0},
 	    {"--stats-json", NULL, &c.stats_json, NULL, 0},
 	    {"--tune-after", &c.tune_after, NULL, NULL, 0},
@@ -460,6 +463,14 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 				return bad_flag(cmd, "missing value for", name);
 			if (number_flag(cmd, name, val, &c, NULL))
 				return 2;
+			continue;
+		}
+		if (!strcmp(name, "--resume")) { /* --resume [FILE]: train takes no operands */
+			c.resume = 1;
+			if (eq && !eq[1])
+				return bad_flag(cmd, "missing value for", name);
+			if (eq || (i + 1 < argc && argv[i + 1][0] != '-'))
+				c.resume_file = eq ? eq + 1 : argv[++i];
 			continue;
 		}
 		size_t k = 0;
@@ -499,10 +510,11 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 		return bad_flag(cmd, "the model backend holds no state to save:", "--checkpoint");
 	struct tr_result res;
 	double t0 = sp_now_s();
-	if (tr_train(&c, &res) < 0) {
+	int rc = tr_train(&c, &res);
+	if (rc < 0) {
 		fflush(stdout);
 		fprintf(stderr, "spill %s: %s\n", cmd, sp_last_error());
-		return 1;
+		return rc == -EINTR ? 130 : 1; /* 128 + SIGINT, as a shell reports Ctrl-C */
 	}
 	if (sim) /* the figures above are virtual time; this is what they cost */
 		printf("simulated in %.2f s of wall time\n", sp_now_s() - t0);

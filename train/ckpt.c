@@ -10,6 +10,12 @@
  * Every range is checked against the data before a pointer is formed.
  * Invariant after tr_ckpt_open: every tensor's data lies inside c->data (or its
  * copy in c->moved) and is aligned to its element size.
+ * Checksums: the writer adds "crc32c.<tensor>" per tensor and
+ * "crc32c.__metadata__" (over the other pairs) to the metadata, CRC-32C in 8
+ * hex digits; the reader verifies them all when the file has any, so that a
+ * flipped byte anywhere in the data or the metadata is refused, naming the
+ * tensor. A file with none (written before them, or by another tool) is read
+ * unverified, and tr_ckpt_verified says so.
  */
 #include "train/train.h"
 
@@ -17,6 +23,7 @@
 
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -29,6 +36,8 @@
 #define CKPT_HEADER_MAX 100000000ull /* the official reader's limit, 100 MB */
 #define JSON_DEPTH_MAX  8            /* the format itself nests 3 deep */
 #define META_KEY        "__metadata__"
+#define CRC_PREFIX      "crc32c."
+#define CRC_META        CRC_PREFIX META_KEY /* the metadata's own checksum */
 
 static const struct {
 	const char *name;
@@ -94,6 +103,90 @@ static bool utf8_valid(const char *s)
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* ---- CRC-32C ----------------------------------------------------------------------
+ * CRC-32C (Castagnoli; iSCSI's, ext4's and Btrfs's): the reflected polynomial
+ * 0x82f63b78, initial value and final xor 0xffffffff ("123456789" gives
+ * 0xe3069283). SSE4.2's crc32 instruction computes it where the CPU has one
+ * (about 8 bytes a cycle), else a byte-wise table. */
+#define CRC32C_POLY 0x82f63b78u
+
+static uint32_t crc32c_table[256];
+static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;
+
+static void crc32c_init(void)
+{
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t c = i;
+		for (int k = 0; k < 8; k++)
+			c = c >> 1 ^ (CRC32C_POLY & (0u - (c & 1)));
+		crc32c_table[i] = c;
+	}
+}
+
+static uint32_t crc32c_sw(uint32_t c, const unsigned char *p, size_t n)
+{
+	pthread_once(&crc32c_once, crc32c_init);
+	for (; n; n--)
+		c = crc32c_table[(c ^ *p++) & 0xff] ^ c >> 8;
+	return c;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t c, const unsigned char *p,
+                                                            size_t n)
+{
+	for (; n && (uintptr_t)p % 8; n--)
+		c = __builtin_ia32_crc32qi(c, *p++);
+	uint64_t c64 = c;
+	for (; n >= 8; n -= 8, p += 8) {
+		uint64_t w;
+		memcpy(&w, p, 8);
+		c64 = __builtin_ia32_crc32di(c64, w);
+	}
+	c = (uint32_t)c64;
+	for (; n; n--)
+		c = __builtin_ia32_crc32qi(c, *p++);
+	return c;
+}
+#endif
+
+uint32_t tr_crc32c(uint32_t crc, const void *data, size_t n)
+{
+#if defined(__x86_64__)
+	if (__builtin_cpu_supports("sse4.2"))
+		return ~crc32c_hw(~crc, data, n);
+#endif
+	return ~crc32c_sw(~crc, data, n);
+}
+
+struct ckpt_meta {
+	const char *key, *value;
+};
+
+static int cmp_meta(const void *a, const void *b)
+{
+	return strcmp(((const struct ckpt_meta *)a)->key, ((const struct ckpt_meta *)b)->key);
+}
+
+static bool is_crc_key(const char *key)
+{
+	return strncmp(key, CRC_PREFIX, strlen(CRC_PREFIX)) == 0;
+}
+
+/* The metadata's checksum, one rule for the writer and the reader: CRC-32C of
+ * every pair but the checksums, sorted by key (strcmp), as key NUL value NUL. */
+static uint32_t meta_crc(const struct ckpt_meta *sorted, int n)
+{
+	uint32_t c = 0;
+	for (int i = 0; i < n; i++) {
+		if (is_crc_key(sorted[i].key))
+			continue;
+		c = tr_crc32c(c, sorted[i].key, strlen(sorted[i].key) + 1);
+		c = tr_crc32c(c, sorted[i].value, strlen(sorted[i].value) + 1);
+	}
+	return c;
 }
 
 /* ---- writing ---------------------------------------------------------------------- */
@@ -162,6 +255,11 @@ static int check_inputs(const char *path, const struct tr_tensor *t, int n, cons
 		/* the header must be UTF-8; other bytes could only be stored altered */
 		if (!utf8_valid(k) || !utf8_valid(v))
 			return sp_error(-EINVAL, "checkpoint %s: metadata '%.80s': not valid UTF-8",
+			                path, k);
+		if (is_crc_key(k))
+			return sp_error(-EINVAL,
+			                "checkpoint %s: metadata '%.80s': keys starting with "
+			                "'" CRC_PREFIX "' are the checksums the writer adds",
 			                path, k);
 	}
 	/* + 1: malloc(0) may return NULL */
@@ -356,6 +454,47 @@ fail_dir:
 	return rc;
 }
 
+/* The caller's metadata pairs, then "crc32c.<name>" per tensor and
+ * "crc32c.__metadata__", each 8 lowercase hex digits: *all (2 (nmeta + n + 1)
+ * pointers) points into the caller's strings and *strings; the caller frees both. */
+static int add_checksums(const char *path, const struct tr_tensor *t, int n,
+                         const char *const *meta, int nmeta, const char ***all, char **strings)
+{
+	size_t bytes = sizeof(CRC_META) + 9, plen = strlen(CRC_PREFIX);
+	for (int i = 0; i < n; i++)
+		bytes += plen + strlen(t[i].name) + 1 + 9;
+	const char **a = malloc(sizeof(*a) * 2 * (size_t)(nmeta + n + 1));
+	struct ckpt_meta *sorted = malloc(sizeof(*sorted) * (size_t)nmeta + 1);
+	char *s = malloc(bytes), *w = s;
+	if (!a || !sorted || !s) {
+		free(a);
+		free(sorted);
+		free(s);
+		return sp_error(-ENOMEM, "checkpoint %s: out of memory", path);
+	}
+	for (int i = 0; i < nmeta; i++) {
+		a[2 * i] = meta[2 * i];
+		a[2 * i + 1] = meta[2 * i + 1];
+		sorted[i] = (struct ckpt_meta){meta[2 * i], meta[2 * i + 1]};
+	}
+	if (nmeta)
+		qsort(sorted, (size_t)nmeta, sizeof(*sorted), cmp_meta);
+	for (int i = 0; i <= n; i++) {
+		uint64_t size = 0;
+		if (i < n)
+			shape_bytes(t[i].shape, t[i].ndim, dtypes[t[i].dtype].size, &size);
+		uint32_t crc = i < n ? tr_crc32c(0, t[i].data, size) : meta_crc(sorted, nmeta);
+		a[2 * (nmeta + i)] = w;
+		w += sprintf(w, "%s%s", CRC_PREFIX, i < n ? t[i].name : META_KEY) + 1;
+		a[2 * (nmeta + i) + 1] = w;
+		w += sprintf(w, "%08" PRIx32, crc) + 1;
+	}
+	free(sorted);
+	*all = a;
+	*strings = s;
+	return 0;
+}
+
 int tr_ckpt_write(const char *path, const struct tr_tensor *t, int n, const char *const *meta,
                   int nmeta)
 {
@@ -365,11 +504,17 @@ int tr_ckpt_write(const char *path, const struct tr_tensor *t, int n, const char
 	SP_CHECK_ARG(nmeta >= 0 && (meta || nmeta == 0), "checkpoint %s: %d metadata pairs at %p",
 	             path, nmeta, (const void *)meta);
 	SP_CHECK(check_inputs(path, t, n, meta, nmeta));
-	char *header = NULL;
+	const char **all = NULL;
+	char *strings = NULL, *header = NULL;
 	size_t hlen = 0;
-	SP_CHECK(build_header(path, t, n, meta, nmeta, &header, &hlen));
-	int rc = write_atomic(path, header, hlen, t, n);
+	int rc;
+	SP_CHECK(add_checksums(path, t, n, meta, nmeta, &all, &strings));
+	SP_CHECK_GOTO(build_header(path, t, n, all, nmeta + n + 1, &header, &hlen), rc, out);
+	rc = write_atomic(path, header, hlen, t, n);
 	free(header);
+out:
+	free(all);
+	free(strings);
 	return rc;
 }
 
@@ -384,10 +529,6 @@ struct ckpt_entry {
 	const void *data;
 };
 
-struct ckpt_meta {
-	const char *key, *value; /* decoded in place in the header */
-};
-
 struct tr_ckpt {
 	char *path;
 	char *header;        /* the header's text, decoded in place */
@@ -397,8 +538,9 @@ struct tr_ckpt {
 	struct ckpt_entry *t; /* file order */
 	struct ckpt_entry **by_name;
 	int n, cap;
-	struct ckpt_meta *meta; /* sorted by key */
+	struct ckpt_meta *meta; /* sorted by key; decoded in place in the header */
 	int nmeta, metacap;
+	bool verified; /* it had checksums, and they matched */
 };
 
 static int ckpt_fail(const char *path, const char *fmt, ...) SP_PRINTF(2, 3);
@@ -938,11 +1080,6 @@ static int cmp_entry_offset(const void *a, const void *b)
 	return x->end < y->end ? -1 : x->end > y->end;
 }
 
-static int cmp_meta(const void *a, const void *b)
-{
-	return strcmp(((const struct ckpt_meta *)a)->key, ((const struct ckpt_meta *)b)->key);
-}
-
 /* The ranges sorted by offset must tile the data exactly. Overlaps would alias
  * tensors; the official format also forbids holes and a tail, and so do we: a
  * byte no tensor owns is a sign of a corrupt or hand-edited file, and this way
@@ -1035,6 +1172,83 @@ out:
 	return rc;
 }
 
+/* 8 lowercase or uppercase hex digits, exactly. */
+static bool parse_crc(const char *s, uint32_t *out)
+{
+	uint32_t v = 0;
+	int k = 0;
+	for (; k < 8 && s[k]; k++) {
+		char ch = s[k];
+		int d = is_digit(ch)             ? ch - '0'
+		        : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+		        : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+		                                 : -1;
+		if (d < 0)
+			return false;
+		v = v << 4 | (uint32_t)d;
+	}
+	*out = v;
+	return k == 8 && !s[k];
+}
+
+/* With any checksum in the metadata, all of them: each names a tensor of the
+ * file (or the metadata), every tensor and the metadata have one, and each
+ * matches. Without any the file is accepted unverified. */
+static int check_checksums(struct tr_ckpt *c, const char *path)
+{
+	int ncrc = 0;
+	size_t longest = 0;
+	for (int i = 0; i < c->nmeta; i++)
+		ncrc += is_crc_key(c->meta[i].key);
+	if (!ncrc)
+		return 0;
+	for (int i = 0; i < c->nmeta; i++) {
+		const char *k = c->meta[i].key, *name = k + strlen(CRC_PREFIX);
+		uint32_t v;
+		struct tr_tensor x;
+		if (!is_crc_key(k))
+			continue;
+		if (strcmp(name, META_KEY) != 0 && tr_ckpt_find(c, name, &x) < 0)
+			return ckpt_fail(path,
+			                 "checksum '%.80s' of a tensor the file does not hold", k);
+		if (!parse_crc(c->meta[i].value, &v))
+			return ckpt_fail(path, "checksum '%.80s' = '%.16s' is not 8 hex digits", k,
+			                 c->meta[i].value);
+	}
+	for (int i = 0; i < c->n; i++)
+		if (strlen(c->t[i].name) > longest)
+			longest = strlen(c->t[i].name);
+	char *key = malloc(sizeof(CRC_META) + longest);
+	if (!key)
+		return sp_error(-ENOMEM, "checkpoint %s: out of memory", path);
+	int rc = 0;
+	for (int i = 0; i <= c->n && !rc; i++) {
+		const struct ckpt_entry *e = i < c->n ? &c->t[i] : NULL;
+		sprintf(key, "%s%s", CRC_PREFIX, e ? e->name : META_KEY);
+		const char *want = tr_ckpt_meta(c, key);
+		uint32_t have = e ? tr_crc32c(0, e->data, e->end - e->begin)
+		                  : meta_crc(c->meta, c->nmeta),
+		         v = 0;
+		if (!want)
+			rc = e ? ckpt_fail(path, "tensor '%.80s' has no checksum ('%.80s')",
+			                   e->name, key)
+			       : ckpt_fail(path, "the metadata has no checksum ('" CRC_META "')");
+		else if (parse_crc(want, &v) && v != have)
+			rc = e ? ckpt_fail(path,
+			                   "tensor '%.80s' is corrupt: the CRC-32C of its data is "
+			                   "%08" PRIx32 ", the header records %s",
+			                   e->name, have, want)
+			       : ckpt_fail(path,
+			                   "the metadata is corrupt: its CRC-32C is %08" PRIx32
+			                   ", the header records %s",
+			                   have, want);
+	}
+	free(key);
+	if (!rc)
+		c->verified = true;
+	return rc;
+}
+
 int tr_ckpt_open(const char *path, struct tr_ckpt **out)
 {
 	SP_CHECK_ARG(path && out, "tr_ckpt_open: NULL argument");
@@ -1048,6 +1262,7 @@ int tr_ckpt_open(const char *path, struct tr_ckpt **out)
 	SP_CHECK_GOTO(ckpt_read(c, path, &hlen), rc, fail);
 	SP_CHECK_GOTO(parse_header(c, path, hlen), rc, fail);
 	SP_CHECK_GOTO(check_layout(c, path), rc, fail);
+	SP_CHECK_GOTO(check_checksums(c, path), rc, fail);
 	*out = c;
 	return 0;
 fail:
@@ -1114,4 +1329,9 @@ const char *tr_ckpt_meta(const struct tr_ckpt *c, const char *key)
 	struct ckpt_meta k = {.key = key};
 	const struct ckpt_meta *m = bsearch(&k, c->meta, (size_t)c->nmeta, sizeof(k), cmp_meta);
 	return m ? m->value : NULL;
+}
+
+int tr_ckpt_verified(const struct tr_ckpt *c)
+{
+	return c && c->verified;
 }

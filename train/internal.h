@@ -81,6 +81,10 @@ struct run {
 	struct tg_plan prev_plan; /* the plan before the switch */
 	double before_s;          /* its measured step time */
 	int verified;             /* the switch was checked against what it measured */
+	/* checkpoints (state.c) */
+	char ckdir[4096];     /* --resume FILE without --checkpoint: FILE's directory */
+	char last_ckpt[4096]; /* the newest checkpoint written or resumed from ("": none) */
+	int diverged;         /* a non-finite loss or state stopped the run */
 	struct tr_result res;
 	struct tr_trace trace;
 	char tune_log[768]; /* the tuner's decision, for the report */
@@ -115,9 +119,15 @@ int tr_report(struct run *r) SP_MUST_CHECK;
 /* convert.c: writes the weights into every layer of the run (after
  * rt_run_open; optimizer state untouched). -EINVAL when the shapes differ. */
 int tr_weights_put(struct run *r, const struct tr_weights *w) SP_MUST_CHECK;
-/* state.c: checkpoints (DIR/step_NNNNNNNN.safetensors) and resume. */
+/* state.c: checkpoints (DIR/step_NNNNNNNN.safetensors) and resume.
+ * tr_checkpoint refuses a state with a non-finite value (-ERANGE, "diverged
+ * at step N", r->diverged set, nothing written), then applies --keep.
+ * tr_claim_dir: the checkpoints in DIR that are not this run's (a fresh run:
+ * all; resumed from a file: those after its step) are refused (-EEXIST)
+ * unless --overwrite; with remove and --overwrite they are deleted. */
 int tr_checkpoint(struct run *r, int step) SP_MUST_CHECK;
 int tr_resume(struct run *r) SP_MUST_CHECK;
+int tr_claim_dir(struct run *r, int remove) SP_MUST_CHECK;
 /* tune.c: re-plan with the measured figures, switch when >= 5% faster;
  * tr_tune_verify, as many steps later: switch back when the new plan's steps
  * turned out slower than the old plan's. */

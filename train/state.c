@@ -10,6 +10,13 @@
  * bit too; a checkpoint resumes only in the precision that wrote it.
  * Batches are drawn from (seed, step, sample) alone, so the step and the seed
  * are the whole data and RNG state: a resumed run continues bit for bit.
+ * The config records the optimizer's hyper-parameters too (lr, beta1, beta2,
+ * eps, weight decay, momentum); on resume all must match but the learning
+ * rate, whose change is a warning line.
+ * Checkpoints cannot lie: none holding a non-finite value is written (the run
+ * diverged), one whose checksums (ckpt.c) or values are wrong is never
+ * resumed from (--resume falls back to the one before it, saying so), and a
+ * directory keeps one run's checkpoints only (tr_claim_dir).
  */
 #include "train/internal.h"
 
@@ -18,9 +25,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define FORMAT TR_CKPT_FORMAT
 
@@ -65,16 +74,87 @@ static int layer_tensors(const struct run *r, int l, struct pt *t)
 	return k;
 }
 
-/* The config a checkpoint must match to be resumed bit for bit. */
+/* The config a checkpoint must match to be resumed bit for bit (the learning
+ * rate may change, with a warning), the optimizer's hyper-parameters with it. */
 static void config_json(const struct run *r, char *buf, size_t n)
 {
+	const struct rt_optim *o = &r->m.opt;
 	snprintf(buf, n,
 	         "{\"layers\": %d, \"channels\": %d, \"heads\": %d, \"vocab\": %d, \"seq\": %d, "
 	         "\"batch\": %d, \"seed\": %" PRIu64 ", \"lr\": %.9g, \"optimizer\": \"%s\", "
-	         "\"momentum\": %.9g, \"precision\": \"%s\"}",
+	         "\"momentum\": %.9g, \"beta1\": %.9g, \"beta2\": %.9g, \"eps\": %.9g, "
+	         "\"weight_decay\": %.9g, \"precision\": \"%s\"}",
 	         r->kc.L, r->kc.C, r->kc.NH, r->kc.V, r->T, r->batch, r->c.seed, (double)r->lr,
-	         rt_optimizer_name(r->m.opt.kind), (double)r->m.opt.momentum,
+	         rt_optimizer_name(o->kind), (double)o->momentum, (double)o->beta1,
+	         (double)o->beta2, (double)o->eps, (double)o->weight_decay,
 	         rt_precision_name(r->kc.dtype));
+}
+
+/* What a checkpoint older than a key was trained with: AdamW in fp32, with
+ * the hyper-parameters rt_model_gpt has always set (runtime/gpt.c). */
+static void old_config_json(char *buf, size_t n)
+{
+	snprintf(buf, n,
+	         "{\"optimizer\": \"adamw\", \"momentum\": 0, \"beta1\": %.9g, \"beta2\": %.9g, "
+	         "\"eps\": %.9g, \"weight_decay\": 0, \"precision\": \"fp32\"}",
+	         (double)0.9f, (double)0.95f, (double)1e-8f);
+}
+
+/* "nan", "inf" or NULL: the first non-finite value of p[0..n). */
+static const char *nonfinite(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, b + 4 * i, 4);
+		if ((u & 0x7f800000u) == 0x7f800000u)
+			return u & 0x007fffffu ? "nan" : "inf";
+	}
+	return NULL;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+	return (x > y) - (x < y);
+}
+
+/* The steps of dir's checkpoints, ascending (*out malloc'd): the files named
+ * exactly as path_of names them. what prefixes the error. */
+static int list_steps(const char *what, const char *dir, int **out, int *count)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return sp_error(-errno, "%s: cannot read %s: %s", what, dir, strerror(errno));
+	int *steps = NULL, n = 0, cap = 0, rc = 0;
+	for (struct dirent *e; (e = readdir(d));) {
+		int k;
+		char name[64];
+		if (sscanf(e->d_name, "step_%d", &k) != 1 || k < 0)
+			continue;
+		snprintf(name, sizeof(name), "step_%08d.safetensors", k);
+		if (strcmp(name, e->d_name) != 0)
+			continue;
+		if (n == cap) {
+			int *p = realloc(steps, sizeof(*p) * (size_t)(cap = cap ? 2 * cap : 16));
+			if (!p) {
+				rc = sp_error(-ENOMEM, "%s: out of memory", what);
+				break;
+			}
+			steps = p;
+		}
+		steps[n++] = k;
+	}
+	closedir(d);
+	if (rc) {
+		free(steps);
+		return rc;
+	}
+	if (n)
+		qsort(steps, (size_t)n, sizeof(*steps), cmp_int);
+	*out = steps;
+	*count = n;
+	return 0;
 }
 
 /* The optimizer's state tensors per parameter tensor: their name prefixes, in
@@ -94,6 +174,106 @@ static int state_names(const struct run *r, const char *const **prefix)
 static void path_of(const struct run *r, int step, char *buf, size_t n)
 {
 	snprintf(buf, n, "%s/step_%08d.safetensors", r->c.checkpoint_dir, step);
+}
+
+/* --keep N: removes the checkpoints older than the newest N at or before step
+ * (the one of step is written and synced). A failure is a warning line. */
+static void prune(struct run *r, int step)
+{
+	int *steps = NULL, n = 0, kept = 0;
+	if (list_steps("--keep", r->c.checkpoint_dir, &steps, &n) < 0) {
+		fprintf(r->out, "checkpoint: %s\n", sp_last_error());
+		sp_error_clear();
+		return;
+	}
+	for (int i = n - 1; i >= 0; i--) {
+		char path[4096];
+		if (steps[i] > step || ++kept <= r->c.keep)
+			continue;
+		path_of(r, steps[i], path, sizeof(path));
+		if (unlink(path) < 0 && errno != ENOENT)
+			fprintf(r->out, "checkpoint: --keep %d: cannot remove %s: %s\n", r->c.keep,
+			        path, strerror(errno));
+	}
+	free(steps);
+}
+
+/* A fresh run's --overwrite: what earlier runs left besides their checkpoints
+ * (step_N.safetensors.tmp.* of a crashed writer, .unusable files set aside by
+ * --resume) goes too. Returns how many, or -errno. */
+static int remove_leftovers(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return sp_error(-errno, "--overwrite: cannot read %s: %s", dir, strerror(errno));
+	int n = 0, rc = 0;
+	for (struct dirent *e; (e = readdir(d)) && !rc;) {
+		int k;
+		char name[64], path[4096];
+		if (sscanf(e->d_name, "step_%d", &k) != 1 || k < 0)
+			continue;
+		size_t len = (size_t)snprintf(name, sizeof(name), "step_%08d.safetensors.", k);
+		const char *tail = e->d_name + len;
+		if (strncmp(name, e->d_name, len) != 0 ||
+		    (strncmp(tail, "tmp.", 4) != 0 && strcmp(tail, "unusable") != 0))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (unlink(path) == 0)
+			n++;
+		else if (errno != ENOENT)
+			rc = sp_error(-errno, "--overwrite: cannot remove %s: %s", path,
+			              strerror(errno));
+	}
+	closedir(d);
+	return rc ? rc : n;
+}
+
+int tr_claim_dir(struct run *r, int remove)
+{
+	const char *dir = r->c.checkpoint_dir;
+	struct stat st;
+	if (stat(dir, &st) < 0)
+		return 0; /* made at the first checkpoint */
+	int *steps = NULL, n = 0, rc = 0, after = r->c.resume ? r->start : -1, first = 0;
+	SP_CHECK(list_steps("--checkpoint", dir, &steps, &n));
+	while (first < n && steps[first] <= after)
+		first++;
+	char path[4096];
+	if (first < n && !r->c.overwrite) {
+		path_of(r, steps[n - 1], path, sizeof(path));
+		if (r->c.resume)
+			rc = sp_error(-EEXIST,
+			              "--resume %s: %s holds %s, of a step after %d: a later "
+			              "--resume would continue from it (--overwrite removes the "
+			              "checkpoints after step %d)",
+			              r->c.resume_file, dir, path, after, after);
+		else
+			rc = sp_error(-EEXIST,
+			              "--checkpoint %s holds %s of another run: --resume continues "
+			              "it, --overwrite starts over (removing its %d checkpoint%s)",
+			              dir, path, n, n > 1 ? "s" : "");
+	} else if (first < n && remove) {
+		for (int i = first; i < n && !rc; i++) {
+			path_of(r, steps[i], path, sizeof(path));
+			if (unlink(path) < 0 && errno != ENOENT)
+				rc = sp_error(-errno, "--overwrite: cannot remove %s: %s", path,
+				              strerror(errno));
+		}
+		if (!rc)
+			fprintf(r->out, "--overwrite: removed %d checkpoint%s %s from %s\n",
+			        n - first, n - first > 1 ? "s" : "",
+			        after < 0 ? "of another run" : "after the resumed step", dir);
+	}
+	if (!rc && remove && r->c.overwrite && after < 0) {
+		int left = remove_leftovers(dir);
+		if (left > 0)
+			fprintf(r->out,
+			        "--overwrite: removed %d unfinished or unusable file%s from %s\n",
+			        left, left > 1 ? "s" : "", dir);
+		rc = left < 0 ? left : 0;
+	}
+	free(steps);
+	return rc;
 }
 
 int tr_checkpoint(struct run *r, int step)
@@ -155,6 +335,23 @@ int tr_checkpoint(struct run *r, int step)
 		}
 	if (rc)
 		goto out;
+	for (int i = 0; i < n; i++) {
+		int64_t ne = 1;
+		for (int d = 0; d < t[i].ndim; d++)
+			ne *= t[i].shape[d];
+		const char *bad = nonfinite(t[i].data, (size_t)ne);
+		if (bad) {
+			r->diverged = 1;
+			rc = sp_error(-ERANGE,
+			              "diverged at step %d: tensor %s holds %s (lower --lr?); not "
+			              "saved: %s%s",
+			              step, t[i].name, bad,
+			              r->last_ckpt[0] ? "the last good checkpoint is "
+			                              : "no checkpoint was written before",
+			              r->last_ckpt);
+			goto out;
+		}
+	}
 	char cfg[512], st[32], pos[32], path[4096];
 	config_json(r, cfg, sizeof(cfg));
 	snprintf(st, sizeof(st), "%d", step);
@@ -167,8 +364,13 @@ int tr_checkpoint(struct run *r, int step)
 	                      "precision",     rt_precision_name(r->kc.dtype)};
 	path_of(r, step, path, sizeof(path));
 	rc = tr_ckpt_write(path, t, n, meta, 6);
-	if (rc == 0)
+	if (rc == 0) {
 		fprintf(r->out, "%scheckpoint: %s\n", r->c.tty ? "\n" : "", path);
+		fflush(r->out);
+		snprintf(r->last_ckpt, sizeof(r->last_ckpt), "%s", path);
+		if (r->c.keep > 0)
+			prune(r, step);
+	}
 out:
 	for (int i = 0; buf && i < 2 * L; i++)
 		free(buf[i]);
@@ -179,49 +381,102 @@ out:
 	return rc;
 }
 
-/* The newest step_*.safetensors in dir, or -ENOENT. */
-static int latest(const char *dir, char *path, size_t n, int *step)
+/* Opens path as a checkpoint of this trainer: readable with its checksums
+ * (if any) matching, the format, the step of its file name (want; want < 0:
+ * any, from the metadata), no non-finite value. Every fault is the file's,
+ * not the run's flags: the caller may try another. */
+static int open_checked(const char *path, int want, int *step, struct tr_ckpt **out)
 {
-	DIR *d = opendir(dir);
-	if (!d)
-		return sp_error(-errno, "--resume: cannot read %s: %s", dir, strerror(errno));
-	int best = -1;
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		int s;
-		char tail[32];
-		if (sscanf(e->d_name, "step_%d.%31s", &s, tail) == 2 &&
-		    !strcmp(tail, "safetensors") && s > best)
-			best = s;
+	struct tr_ckpt *ck;
+	SP_CHECK(tr_ckpt_open(path, &ck));
+	const char *fmt = tr_ckpt_meta(ck, "format"), *st = tr_ckpt_meta(ck, "step");
+	char *end = NULL;
+	long s = st ? strtol(st, &end, 10) : -1;
+	int rc = 0;
+	if (!fmt || strcmp(fmt, FORMAT) || !st || !*st || *end || s < 0 || s > INT_MAX ||
+	    (want >= 0 && s != want)) {
+		if (want >= 0)
+			rc = sp_error(-EINVAL, "checkpoint %s: not a %s checkpoint of step %d",
+			              path, FORMAT, want);
+		else
+			rc = sp_error(
+			    -EINVAL,
+			    "checkpoint %s: not a %s checkpoint (no format and step in its "
+			    "metadata)",
+			    path, FORMAT);
 	}
-	closedir(d);
-	if (best < 0)
-		return sp_error(-ENOENT, "--resume: no step_*.safetensors checkpoint in %s", dir);
-	snprintf(path, n, "%s/step_%08d.safetensors", dir, best);
-	*step = best;
+	for (int i = 0; i < tr_ckpt_count(ck) && !rc; i++) {
+		struct tr_tensor t;
+		rc = tr_ckpt_get(ck, i, &t);
+		int64_t ne = 1;
+		for (int d = 0; d < t.ndim && !rc; d++)
+			ne *= t.shape[d];
+		const char *bad = rc || t.dtype != TR_F32 ? NULL : nonfinite(t.data, (size_t)ne);
+		if (bad)
+			rc = sp_error(-EINVAL,
+			              "checkpoint %s: tensor %s holds %s (written by a run that "
+			              "diverged)",
+			              path, t.name, bad);
+	}
+	if (rc) {
+		tr_ckpt_close(ck);
+		return rc;
+	}
+	*step = (int)s;
+	*out = ck;
 	return 0;
 }
 
-static int check_config(const char *path, const char *have, const char *want)
+/* The newest usable checkpoint of the run's directory; one line on the output
+ * for each unusable one skipped (naming it and why). */
+static int open_newest(struct run *r, char *path, size_t cap, int *step, struct tr_ckpt **out)
 {
-	struct sp_json *a = NULL, *b = NULL;
+	const char *dir = r->c.checkpoint_dir;
+	int *steps = NULL, n = 0, rc = 0;
+	SP_CHECK(list_steps("--resume", dir, &steps, &n));
+	if (!n)
+		rc = sp_error(-ENOENT, "--resume: no step_*.safetensors checkpoint in %s", dir);
+	char newest[SP_ERROR_MSG_MAX] = "";
+	for (int i = n - 1; i >= 0; i--) {
+		path_of(r, steps[i], path, cap);
+		rc = open_checked(path, steps[i], step, out);
+		if (rc == 0 || rc == -ENOMEM)
+			break;
+		if (!newest[0])
+			snprintf(newest, sizeof(newest), "%s", sp_last_error());
+		/* a fault of its contents: renamed out of the step_*.safetensors that
+		 * --resume and --keep count, kept for a post-mortem */
+		char aside[4200] = "";
+		snprintf(aside, sizeof(aside), "%s.unusable", path);
+		if (rc != -EINVAL || rename(path, aside) < 0)
+			aside[0] = 0;
+		fprintf(r->out, "resume: %s%s%s%s\n", sp_last_error(),
+		        aside[0] ? "; renamed to " : "", aside,
+		        i ? "; trying the checkpoint before it" : "");
+	}
+	if (rc && rc != -ENOMEM && n)
+		rc = sp_error(rc, "--resume: no usable checkpoint in %s (the newest: %s)", dir,
+		              newest);
+	free(steps);
+	return rc;
+}
+
+/* The checkpoint's config against the run's: every key equal but lr, whose
+ * change is a warning line on f. */
+static int check_config(FILE *f, const char *path, const char *have, const char *want)
+{
+	struct sp_json *a = NULL, *b = NULL, *old = NULL;
+	char olds[256];
 	int rc = 0;
 	if (!have || sp_json_parse(have, strlen(have), &a) < 0)
 		return sp_error(-EINVAL, "checkpoint %s: no readable config in its metadata", path);
+	old_config_json(olds, sizeof(olds));
 	SP_CHECK_GOTO(sp_json_parse(want, strlen(want), &b), rc, out);
-	/* what a checkpoint older than these keys was trained with */
-	static char adamw[] = "adamw", fp32[] = "fp32";
-	const struct sp_json old_optimizer = {.type = SP_JSON_STRING, .str = adamw},
-	                     old_momentum = {.type = SP_JSON_NUMBER, .num = 0},
-	                     old_precision = {.type = SP_JSON_STRING, .str = fp32};
+	SP_CHECK_GOTO(sp_json_parse(olds, strlen(olds), &old), rc, out);
 	for (int k = 0; k < b->n; k++) {
 		const struct sp_json *x = sp_json_get(a, b->keys[k]), *y = &b->items[k];
-		if (!x && !strcmp(b->keys[k], "optimizer"))
-			x = &old_optimizer;
-		if (!x && !strcmp(b->keys[k], "momentum"))
-			x = &old_momentum;
-		if (!x && !strcmp(b->keys[k], "precision"))
-			x = &old_precision;
+		if (!x) /* a checkpoint older than the key */
+			x = sp_json_get(old, b->keys[k]);
 		if (y->type == SP_JSON_STRING) {
 			if (!x || x->type != SP_JSON_STRING || strcmp(x->str, y->str)) {
 				rc =
@@ -234,20 +489,27 @@ static int check_config(const char *path, const char *have, const char *want)
 			}
 			continue;
 		}
-		if (!x || x->type != SP_JSON_NUMBER || x->num != b->items[k].num) {
-			rc = sp_error(
-			    -EINVAL,
-			    "checkpoint %s was written by a run with %s %g; this run has %g "
-			    "(resume with the same model, batch, seed, learning rate and "
-			    "optimizer)",
-			    path, b->keys[k], x && x->type == SP_JSON_NUMBER ? x->num : -1.0,
-			    b->items[k].num);
+		if (x && x->type == SP_JSON_NUMBER && x->num != y->num &&
+		    !strcmp(b->keys[k], "lr")) {
+			fprintf(f,
+			        "resume: warning: %s was trained with lr %g; this run goes on with "
+			        "lr %g (it no longer matches an uninterrupted run)\n",
+			        path, x->num, y->num);
+			continue;
+		}
+		if (!x || x->type != SP_JSON_NUMBER || x->num != y->num) {
+			rc = sp_error(-EINVAL,
+			              "checkpoint %s was written by a run with %s %g; this run has "
+			              "%g (resume with the same model, batch, seed and optimizer)",
+			              path, b->keys[k],
+			              x && x->type == SP_JSON_NUMBER ? x->num : -1.0, y->num);
 			break;
 		}
 	}
 out:
 	sp_json_free(a);
 	sp_json_free(b);
+	sp_json_free(old);
 	return rc;
 }
 
@@ -255,17 +517,15 @@ int tr_resume(struct run *r)
 {
 	char path[4096], want[512];
 	int step = 0, rc = 0;
-	SP_CHECK(latest(r->c.checkpoint_dir, path, sizeof(path), &step));
 	struct tr_ckpt *ck;
-	SP_CHECK(tr_ckpt_open(path, &ck));
-	const char *fmt = tr_ckpt_meta(ck, "format"), *st = tr_ckpt_meta(ck, "step");
-	config_json(r, want, sizeof(want));
-	if (!fmt || strcmp(fmt, FORMAT) || !st || atoi(st) != step) {
-		rc = sp_error(-EINVAL, "checkpoint %s: not a %s checkpoint of step %d", path,
-		              FORMAT, step);
-		goto out;
+	if (r->c.resume_file) {
+		snprintf(path, sizeof(path), "%s", r->c.resume_file);
+		SP_CHECK(open_checked(path, -1, &step, &ck));
+	} else {
+		SP_CHECK(open_newest(r, path, sizeof(path), &step, &ck));
 	}
-	SP_CHECK_GOTO(check_config(path, tr_ckpt_meta(ck, "config"), want), rc, out);
+	config_json(r, want, sizeof(want));
+	SP_CHECK_GOTO(check_config(r->out, path, tr_ckpt_meta(ck, "config"), want), rc, out);
 	if (step >= r->steps) {
 		rc = sp_error(-EINVAL, "--steps %d: checkpoint %s is at step %d already", r->steps,
 		              path, step);
@@ -328,7 +588,13 @@ int tr_resume(struct run *r)
 	if (rc == 0) {
 		rt_run_set_step(r->run, step);
 		r->start = step;
+		if (!tr_ckpt_verified(ck))
+			fprintf(r->out,
+			        "resume: %s has no checksums (written before spill recorded them): "
+			        "its data is not verified\n",
+			        path);
 		fprintf(r->out, "resumed from %s (step %d)\n", path, step);
+		snprintf(r->last_ckpt, sizeof(r->last_ckpt), "%s", path);
 	}
 out:
 	tr_ckpt_close(ck);

@@ -6,6 +6,9 @@
  * checkpoints (ckpt.c's safetensors, in report.c's naming), the tuner after the
  * first steps, and the report at the end (report.c). Everything a run
  * measures goes through struct run so that report.c and the tuner see it.
+ * A run stops early, with the report, on a non-finite loss or state
+ * (diverged, -ERANGE) and, with catch_signals, on SIGINT or SIGTERM (polled
+ * between steps: the current step finishes and is checkpointed, -EINTR).
  */
 #include "train/internal.h"
 
@@ -13,6 +16,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -456,11 +460,36 @@ static int check_output(const char *flag, const char *path, int dir)
 	return 0;
 }
 
+/* --resume FILE without --checkpoint: the run goes on in FILE's directory. */
+static void resume_dir(struct run *r)
+{
+	const char *f = r->c.resume_file, *slash = strrchr(f, '/');
+	if (!slash)
+		snprintf(r->ckdir, sizeof(r->ckdir), ".");
+	else
+		snprintf(r->ckdir, sizeof(r->ckdir), "%.*s", slash == f ? 1 : (int)(slash - f), f);
+	r->c.checkpoint_dir = r->ckdir;
+}
+
 static int setup(struct run *r)
 {
-	const struct tr_config *c = &r->c;
+	struct tr_config *c = &r->c;
+	if (c->resume_file)
+		c->resume = 1;
+	if (c->resume_file && !c->checkpoint_dir)
+		resume_dir(r);
+	if (c->overwrite && !c->checkpoint_dir)
+		return sp_error(-EINVAL, "--overwrite needs --checkpoint DIR");
+	if (c->overwrite && c->resume && !c->resume_file)
+		return sp_error(-EINVAL, "--overwrite and --resume (the newest checkpoint) "
+		                         "contradict each other (--resume FILE --overwrite drops "
+		                         "the checkpoints after FILE)");
+	if (c->keep < 0 || (c->keep && !c->checkpoint_dir))
+		return sp_error(-EINVAL, "--keep %d: wants N >= 0 and --checkpoint DIR", c->keep);
 	if (c->checkpoint_dir)
 		SP_CHECK(check_output("--checkpoint", c->checkpoint_dir, 1));
+	if (c->checkpoint_dir && !c->resume)
+		SP_CHECK(tr_claim_dir(r, 0)); /* before the work of opening anything */
 	if (c->trace_file)
 		SP_CHECK(check_output("--trace", c->trace_file, 0));
 	if (c->stats_json)
@@ -575,6 +604,56 @@ static void banner(struct run *r)
 	fflush(r->out);
 }
 
+/* SIGINT and SIGTERM while a run catches them: the first sets the flag the
+ * loop polls between steps and gives both back their default action, so a
+ * second one kills at once. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+	struct sigaction dfl;
+	memset(&dfl, 0, sizeof(dfl));
+	dfl.sa_handler = SIG_DFL;
+	sigemptyset(&dfl.sa_mask);
+	sigaction(SIGINT, &dfl, NULL);
+	sigaction(SIGTERM, &dfl, NULL);
+	stop_signal = sig;
+}
+
+static void catch_stop_signals(struct sigaction old[2])
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART; /* the runtime's system calls go on */
+	stop_signal = 0;
+	sigaction(SIGINT, &sa, &old[0]);
+	sigaction(SIGTERM, &sa, &old[1]);
+}
+
+/* After step `step` (1-based) of an interrupted run: its checkpoint (unless
+ * written already), the report, and the -EINTR message naming them. */
+static int stop_interrupted(struct run *r, int step)
+{
+	int sig = stop_signal;
+	char ck[4200] = "";
+	if (r->c.checkpoint_dir) {
+		char want[4200];
+		snprintf(want, sizeof(want), "%s/step_%08d.safetensors", r->c.checkpoint_dir, step);
+		if (strcmp(r->last_ckpt, want) != 0)
+			SP_CHECK(tr_checkpoint(r, step));
+		snprintf(ck, sizeof(ck), "checkpoint %s", r->last_ckpt);
+	}
+	SP_CHECK(tr_report(r));
+	char stats[4200] = "";
+	if (r->c.stats_json)
+		snprintf(stats, sizeof(stats), "%sstats %s", ck[0] ? ", " : "", r->c.stats_json);
+	return sp_error(-EINTR, "interrupted by %s after step %d of %d: %s%s%s",
+	                sig == SIGTERM ? "SIGTERM" : "SIGINT", step, r->steps, ck, stats,
+	                ck[0] || stats[0] ? " written" : "nothing saved (no --checkpoint)");
+}
+
 int tr_train(const struct tr_config *cfg, struct tr_result *res)
 {
 	SP_CHECK_ARG(cfg, "tr_train: NULL config");
@@ -583,11 +662,21 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 		return sp_error(-ENOMEM, "train: out of memory");
 	r->c = *cfg;
 	r->out = cfg->out ? cfg->out : stdout;
-	int rc = setup(r);
-	if (rc == 0 && cfg->resume)
+	int rc = setup(r), caught = 0;
+	struct sigaction old_sig[2];
+	if (rc == 0 && r->c.resume)
 		rc = tr_resume(r);
+	/* the directory is this run's from here on: --overwrite removes the
+	 * checkpoints of the run it replaces (a resumed run only those of a
+	 * resumed file's abandoned later steps) */
+	if (rc == 0 && r->c.checkpoint_dir && (!r->c.resume || r->c.resume_file))
+		rc = tr_claim_dir(r, 1);
 	if (rc < 0)
 		goto out;
+	if (r->c.catch_signals) {
+		catch_stop_signals(old_sig);
+		caught = 1;
+	}
 	banner(r);
 	r->wsteps = snprintf(NULL, 0, "%d", r->steps);
 	r->t_first = r->p_time = dev_now(r->rt->dev);
@@ -622,7 +711,19 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 		r->times[step] = t1 - t0;
 		r->res.last_loss = loss;
 		r->res.steps++;
-		progress(r, step + 1, loss, t1, step + 1 == r->steps);
+		/* the model backend moves no data: its loss is always NaN */
+		int diverged = !isfinite(loss) && dev_backend(r->rt->dev) != DEV_BACKEND_MODEL;
+		progress(r, step + 1, loss, t1, step + 1 == r->steps || diverged);
+		if (diverged) {
+			r->diverged = 1;
+			rc = sp_error(-ERANGE,
+			              "diverged at step %d: the loss is %s (lower --lr?); %s%s",
+			              step + 1, isnan(loss) ? "nan" : "inf",
+			              r->last_ckpt[0] ? "the last good checkpoint is "
+			                              : "no checkpoint was written",
+			              r->last_ckpt);
+			break;
+		}
 		if (r->c.eval_every && (step + 1) % r->c.eval_every == 0 && r->m.eval_data) {
 			double el;
 			if ((rc = evaluate(r, &el)) < 0)
@@ -643,9 +744,19 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 		if (r->switch_step && !r->verified && step + 1 == r->switch_step + 1 + ta &&
 		    step + 1 < r->steps && (rc = tr_tune_verify(r)) < 0)
 			break;
+		if (caught && stop_signal && step + 1 < r->steps) {
+			rc = stop_interrupted(r, step + 1);
+			goto out;
+		}
 	}
-	if (rc == 0)
+	if (rc == 0) {
 		rc = tr_report(r);
+	} else if (r->diverged) { /* what it did until then, the NaN included */
+		char why[SP_ERROR_MSG_MAX];
+		snprintf(why, sizeof(why), "%s", sp_last_error());
+		(void)!tr_report(r);
+		sp_error(rc, "%s", why);
+	}
 	if (rc == 0 && r->c.trace_file)
 		rc = tr_trace_write(&r->trace, r, r->c.trace_file);
 out:
@@ -661,6 +772,10 @@ out:
 			r->res.evictions = (uint64_t)st.evictions.total;
 		}
 		*res = r->res;
+	}
+	if (caught) {
+		sigaction(SIGINT, &old_sig[0], NULL);
+		sigaction(SIGTERM, &old_sig[1], NULL);
 	}
 	char msg[SP_ERROR_MSG_MAX];
 	snprintf(msg, sizeof(msg), "%s", sp_last_error());

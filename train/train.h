@@ -65,7 +65,10 @@ int tr_data_prepare(const char *const *texts, int n, const char *dir, const char
  * The format of Hugging Face's safetensors: an 8-byte little-endian header
  * length N, N bytes of JSON {"name": {"dtype": "F32", "shape": [..],
  * "data_offsets": [begin, end]}, ..., "__metadata__": {"key": "value", ...}}
- * (offsets into the data that follows the header), then the data. */
+ * (offsets into the data that follows the header), then the data.
+ * Checksums, in the metadata: "crc32c.<name>" per tensor (of its data bytes)
+ * and "crc32c.__metadata__" (of every other pair, sorted by key, as key NUL
+ * value NUL), each CRC-32C (tr_crc32c) as 8 hex digits. */
 enum tr_dtype { TR_F32, TR_I32, TR_U8 };
 
 struct tr_tensor {
@@ -76,11 +79,18 @@ struct tr_tensor {
 	const void *data; /* product(shape) elements */
 };
 
+/* CRC-32C (Castagnoli: reflected polynomial 0x82f63b78, ~0 in and out;
+ * "123456789" -> 0xe3069283) of n bytes, continuing crc (0 to start):
+ * tr_crc32c(tr_crc32c(0, a), b) is the CRC of a then b. Thread-safe. */
+uint32_t tr_crc32c(uint32_t crc, const void *data, size_t n);
+
 /* Writes the tensors (data laid out in order, 8-byte aligned header) and the
- * metadata (nmeta key/value pairs: meta[2i], meta[2i+1]) to path atomically: a
- * temporary file in the same directory, fsync, rename over path, fsync of the
- * directory. On any failure path is untouched and the temporary removed.
- * Returns 0, -EINVAL for a bad tensor or key, or -errno naming the file. */
+ * metadata (nmeta key/value pairs: meta[2i], meta[2i+1]), followed by the
+ * checksums above, to path atomically: a temporary file in the same
+ * directory, fsync, rename over path, fsync of the directory. On any failure
+ * path is untouched and the temporary removed. Returns 0, -EINVAL for a bad
+ * tensor or key (keys starting with "crc32c." are the writer's), or -errno
+ * naming the file. */
 int tr_ckpt_write(const char *path, const struct tr_tensor *t, int n, const char *const *meta,
                   int nmeta) SP_MUST_CHECK;
 
@@ -88,8 +98,12 @@ struct tr_ckpt;
 /* Opens and validates path: the header length inside the file and under 100
  * MB, well-formed JSON of the shape above, known dtypes, every tensor's byte
  * range = product(shape) x dtype size, ranges inside the data and not
- * overlapping, metadata values strings. Returns 0, -ENOENT, or -EINVAL naming
- * the file and the first fault (a corrupt or truncated file never crashes). */
+ * overlapping, metadata values strings, and the checksums when the file has
+ * any: then every tensor and the metadata must have one and match (a file
+ * with none, written before them or by another tool, is read unverified).
+ * Returns 0, -ENOENT, or -EINVAL naming the file and the first fault (a
+ * checksum mismatch names the tensor; a corrupt or truncated file never
+ * crashes). */
 int tr_ckpt_open(const char *path, struct tr_ckpt **out) SP_MUST_CHECK;
 void tr_ckpt_close(struct tr_ckpt *c);
 int tr_ckpt_count(const struct tr_ckpt *c);
@@ -99,6 +113,9 @@ int tr_ckpt_get(const struct tr_ckpt *c, int i, struct tr_tensor *out) SP_MUST_C
 int tr_ckpt_find(const struct tr_ckpt *c, const char *name, struct tr_tensor *out) SP_MUST_CHECK;
 /* A metadata value, or NULL. */
 const char *tr_ckpt_meta(const struct tr_ckpt *c, const char *key);
+/* 1 when the file carried checksums (they all matched: tr_ckpt_open checked
+ * them), 0 when it had none. */
+int tr_ckpt_verified(const struct tr_ckpt *c);
 
 /* ---- pretrained weights in and out (convert.c) -------------------------------------
  * A GPT-2's parameters, whichever file they came from, in spill's layout: the
@@ -216,8 +233,19 @@ struct tr_config {
 	const char *data; /* NULL: the default corpus (tr_data_open) */
 	int synthetic;    /* 1: no corpus, rt_gpt_synthetic_data (the model backend's runs) */
 	int eval_every, eval_batches;
+	/* checkpoints (state.c): checkpoint_dir/step_NNNNNNNN.safetensors every
+	 * checkpoint_every steps and at the last. A fresh run (resume 0) refuses a
+	 * directory that holds checkpoints (another run's) unless overwrite, which
+	 * removes them before the first step. resume: from resume_file when set
+	 * (its directory is checkpoint_dir when that is NULL; checkpoints there
+	 * after its step are refused unless overwrite, which removes them), else
+	 * from the newest usable checkpoint of checkpoint_dir (a corrupt newer one
+	 * is reported with one line and skipped). keep > 0: after each checkpoint
+	 * is durably written, older ones beyond the newest keep are deleted. */
 	const char *checkpoint_dir;
 	int checkpoint_every, resume;
+	const char *resume_file;
+	int overwrite, keep;
 	const char *trace_file, *stats_json;
 	int tune;       /* 1: the online tuner */
 	int tune_after; /* steps it measures before re-planning (0: 3) */
@@ -225,6 +253,11 @@ struct tr_config {
 	 * line rewrites itself (\r) instead of one line per second */
 	FILE *out;
 	int tty;
+	/* 1: SIGINT and SIGTERM stop the run after the current step, with a
+	 * checkpoint and the --stats-json file, and tr_train returns -EINTR; a
+	 * second signal kills at once (the default action). The handlers are the
+	 * process's: set by one tr_train at a time, restored when it returns. */
+	int catch_signals;
 };
 void tr_config_defaults(struct tr_config *c);
 
@@ -270,8 +303,17 @@ int tr_profile_read(const char *path, struct tr_profile *p) SP_MUST_CHECK;
 /* Runs the training the config describes. Returns 0, or -errno with one line
  * in sp_last_error(): a budget too small for any plan (naming the smallest
  * that would fit), an unknown schedule or model, a missing or empty corpus, a
- * corrupt or mismatched checkpoint, contradicting options; nothing is
- * overwritten by a run that fails before its first checkpoint. */
+ * corrupt or mismatched checkpoint, a checkpoint directory holding another
+ * run's checkpoints (-EEXIST), contradicting options; nothing is overwritten
+ * by a run that fails before its first step (--overwrite removes files only
+ * once the run has started). -ERANGE: the run diverged ("diverged at step N":
+ * a non-finite loss, or a non-finite value in the state it was about to
+ * save); no checkpoint holding one is written, the last good one stays, and
+ * the report and --stats-json are written. -EINTR: stopped by SIGINT or
+ * SIGTERM (catch_signals), after writing a checkpoint of the last step done
+ * (with checkpoint_dir) and the report; the message names the files. A
+ * changed learning rate on resume is a warning line, not an error (the run
+ * then no longer matches an uninterrupted one). */
 int tr_train(const struct tr_config *c, struct tr_result *res) SP_MUST_CHECK;
 /* `spill eval`: the validation loss of the weights c->init (required) on
  * c->eval_batches batches of the corpus (c->data), forward only, through the

@@ -7,8 +7,12 @@
  * failing half-way under RLIMIT_FSIZE or on a full tmpfs leaves the old file
  * byte-identical and no temporary); and the file read back by
  * tests/train/ckpt_read.py (json + numpy, and safetensors.numpy where it is
- * installed). Parts that cannot run here (no numpy, no mount permission) say
- * so and are skipped; the rest always runs. */
+ * installed). Checksums: CRC-32C against a bit-by-bit reference; every byte of
+ * the data flipped, a metadata value changed, a checksum renamed, malformed or
+ * dropped: each refused naming the tensor (or the metadata); a header
+ * corruption the reader accepts must read back exactly what was written; a
+ * file without checksums reads unverified. Parts that cannot run here (no
+ * numpy, no mount permission) say so and are skipped; the rest always runs. */
 #include "train/train.h"
 #include "tests/test.h"
 
@@ -89,6 +93,19 @@ static int64_t numel(const struct tr_tensor *t)
 	for (int d = 0; d < t->ndim; d++)
 		n *= t->shape[d];
 	return n;
+}
+
+/* CRC-32C bit by bit, from its definition (reflected 0x82f63b78, ~0 in and out). */
+static uint32_t crc32c_ref(const void *data, size_t n)
+{
+	const unsigned char *p = data;
+	uint32_t c = 0xffffffffu;
+	for (size_t i = 0; i < n; i++) {
+		c ^= p[i];
+		for (int k = 0; k < 8; k++)
+			c = c >> 1 ^ (0x82f63b78u & (0u - (c & 1)));
+	}
+	return ~c;
 }
 
 /* The values of the k-th tensor, as ckpt_read.py's pattern() recomputes them. */
@@ -185,6 +202,7 @@ static void check_contents(const char *path, const struct tr_tensor *t, int n, c
 		CHECK_MSG(v && strcmp(v, m[2 * i + 1]) == 0, "meta '%s' = '%s'", m[2 * i],
 		          v ? v : "(null)");
 	}
+	CHECK(tr_ckpt_verified(c) == 1);
 	struct tr_tensor x;
 	CHECK(tr_ckpt_meta(c, "absent") == NULL && tr_ckpt_meta(c, NULL) == NULL);
 	CHECK(tr_ckpt_get(c, n, &x) == -ENOENT && tr_ckpt_get(c, -1, &x) == -ENOENT);
@@ -212,14 +230,22 @@ static void test_round_trip(const struct tr_tensor *t)
 	CHECK(b[8 + n - 1] == '}' || b[8 + n - 1] == ' ');
 	free(b);
 
-	/* the exact bytes of a small file: compact JSON, spaces to 8-byte alignment */
+	/* the exact bytes of a small file: compact JSON, the checksums (of "xy"
+	 * and of the empty metadata) in the metadata, spaces to 8-byte alignment */
 	const struct tr_tensor one = {"a", TR_U8, 1, {2}, "xy"};
 	p = at("one.safetensors");
 	CHECK_OK(tr_ckpt_write(p, &one, 1, NULL, 0));
 	b = slurp(p, &size);
-	const char want[] = "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}   ";
-	CHECK(size == 8 + sizeof(want) - 1 + 2 && header_len(b) == sizeof(want) - 1);
-	CHECK_MSG(memcmp(b + 8, want, sizeof(want) - 1) == 0, "%.*s", (int)size - 8, b + 8);
+	char want[256];
+	int wl =
+	    snprintf(want, sizeof(want),
+	             "{\"__metadata__\":{\"crc32c.a\":\"%08x\",\"crc32c.__metadata__\":"
+	             "\"%08x\"},\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}",
+	             crc32c_ref("xy", 2), crc32c_ref("", 0));
+	while (wl % 8)
+		want[wl++] = ' ';
+	CHECK(size == 8 + (size_t)wl + 2 && header_len(b) == (uint64_t)wl);
+	CHECK_MSG(memcmp(b + 8, want, (size_t)wl) == 0, "%.*s", (int)size - 8, b + 8);
 	CHECK(memcmp(b + size - 2, "xy", 2) == 0);
 	free(b);
 
@@ -287,6 +313,9 @@ static void test_bad_writes(void)
 	bad_write(t, 2, m, 2, "not valid UTF-8");
 	m[3] = "overlong \xc0\xaf";
 	bad_write(t, 2, m, 2, "not valid UTF-8");
+	m[2] = "crc32c.a";
+	m[3] = "00000000";
+	bad_write(t, 2, m, 2, "checksums the writer adds");
 	bad_write(t, -1, NULL, 0, "-1 tensors");
 	bad_write(NULL, 1, NULL, 0, "1 tensors");
 	bad_write(t, 2, NULL, 1, "1 metadata pairs");
@@ -517,7 +546,7 @@ static uint64_t rng(uint64_t *s)
 	return *s;
 }
 
-static void test_damage(void)
+static void test_damage(const struct tr_tensor *t)
 {
 	size_t size;
 	unsigned char *good = slurp(at("rt.safetensors"), &size);
@@ -551,8 +580,10 @@ static void test_damage(void)
 		struct tr_ckpt *c;
 		int rc = tr_ckpt_open(p, &c);
 		if (rc == 0) {
+			/* the checksums let through only what changes nothing read */
 			check_sane(c, size, header_len(b));
 			tr_ckpt_close(c);
+			check_contents(p, t, NT, meta, NM);
 			accepted++;
 		} else {
 			CHECK_MSG(rc == -EINVAL && strstr(sp_last_error(), "checkpoint "),
@@ -560,10 +591,91 @@ static void test_damage(void)
 			refused++;
 		}
 	}
-	CHECK(accepted > 0 && refused > 0);
-	printf("damage: %zu truncations refused; %d corruptions refused, %d accepted as still "
-	       "consistent\n",
+	CHECK(refused > 5000);
+	printf("damage: %zu truncations refused; %d corruptions refused, %d accepted reading "
+	       "back what was written\n",
 	       size, refused, accepted);
+	free(b);
+	free(good);
+}
+
+/* good with the first occurrence of from (in the header) replaced by to, of
+ * the same length: refused with want in the message. */
+static void patch(const unsigned char *good, size_t size, const char *from, const char *to,
+                  const char *want)
+{
+	size_t n = strlen(from), hlen = header_len(good);
+	CHECK(strlen(to) == n);
+	unsigned char *b = malloc(size);
+	CHECK(b);
+	memcpy(b, good, size);
+	unsigned char *at_ = memmem(b + 8, hlen, from, n);
+	CHECK_MSG(at_, "'%s' is not in the header", from);
+	memcpy(at_, to, n);
+	const char *p = at("patched.safetensors");
+	spit(p, b, size);
+	refuse(p, want);
+	free(b);
+}
+
+static void test_checksums(const struct tr_tensor *t)
+{
+	/* the implementation (hardware or table) against the definition */
+	CHECK(tr_crc32c(0, "123456789", 9) == 0xe3069283u && tr_crc32c(0, NULL, 0) == 0);
+	unsigned char buf[512];
+	uint64_t seed = 42;
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (unsigned char)rng(&seed);
+	for (size_t off = 0; off < 9; off++)
+		for (size_t len = 0; len + off <= sizeof(buf); len += 1 + len / 8) {
+			uint32_t want = crc32c_ref(buf + off, len);
+			CHECK_MSG(tr_crc32c(0, buf + off, len) == want, "offset %zu length %zu",
+			          off, len);
+			size_t k = len / 3;
+			CHECK(tr_crc32c(tr_crc32c(0, buf + off, k), buf + off + k, len - k) ==
+			      want);
+		}
+
+	/* every byte of the data, changed: refused naming the tensor it belongs to */
+	size_t size;
+	unsigned char *good = slurp(at("rt.safetensors"), &size), *b = malloc(size);
+	CHECK(b);
+	const char *p = at("flipped.safetensors");
+	size_t pos = 8 + header_len(good);
+	int flips = 0;
+	for (int k = 0; k < NT; k++) {
+		size_t bytes = (size_t)numel(&t[k]) * esize(t[k].dtype);
+		char want[160];
+		snprintf(want, sizeof(want), "tensor '%s' is corrupt", t[k].name);
+		for (size_t i = 0; i < bytes; i++, pos++, flips++) {
+			memcpy(b, good, size);
+			b[pos] ^= (unsigned char)(flips % 2 ? 0xff : 1u << (i % 8));
+			spit(p, b, size);
+			refuse(p, want);
+		}
+	}
+	CHECK(pos == size);
+	/* the metadata, a checksum renamed, malformed or dropped */
+	patch(good, size, "\"1234\"", "\"1235\"", "the metadata is corrupt");
+	patch(good, size, "\"crc32c.tokens\"", "\"crc32c.tokenz\"",
+	      "checksum 'crc32c.tokenz' of a tensor the file does not hold");
+	char from[64], to[64];
+	CHECK(strcmp(t[2].name, "tokens") == 0);
+	snprintf(from, sizeof(from), "\"crc32c.tokens\":\"%08x\"",
+	         crc32c_ref(t[2].data, (size_t)numel(&t[2]) * esize(t[2].dtype)));
+	snprintf(to, sizeof(to), "%s", from);
+	to[strlen(to) - 2] = 'g';
+	patch(good, size, from, to, "checksum 'crc32c.tokens' =");
+	patch(good, size, "\"crc32c.tokens\"", "\"xrc32c.tokens\"",
+	      "tensor 'tokens' has no checksum");
+	patch(good, size, "\"crc32c.__metadata__\"", "\"xrc32c.__metadata__\"",
+	      "the metadata has no checksum");
+	/* a file without any (another tool's, or written before them): unverified */
+	struct tr_ckpt *c;
+	CHECK_OK(tr_ckpt_open(header("{" U8("a", 4, 0, 4) "}", 4), &c));
+	CHECK(tr_ckpt_verified(c) == 0);
+	tr_ckpt_close(c);
+	printf("checksums: %d data bytes changed, each refused naming its tensor\n", flips);
 	free(b);
 	free(good);
 }
@@ -749,7 +861,7 @@ static void check_reader_output(char *out, const struct tr_tensor *t)
 		if (sscanf(line, "data_start\t%d", &start) == 1)
 			continue;
 		if (strncmp(line, "meta\t", 5) == 0) {
-			char want[2048], kh[256], vh[768];
+			char want[2048], kh[256], vh[768], key[128], v[16];
 			bool found = false;
 			for (int i = 0; i < NM; i++) {
 				hex(kh, meta[2 * i]);
@@ -757,6 +869,18 @@ static void check_reader_output(char *out, const struct tr_tensor *t)
 				snprintf(want, sizeof(want), "meta\t%s\t%s", kh, vh);
 				found |= strcmp(line, want) == 0;
 			}
+			for (int i = 0; i < NT; i++) { /* the checksums the writer added */
+				snprintf(key, sizeof(key), "crc32c.%s", t[i].name);
+				snprintf(v, sizeof(v), "%08x",
+				         crc32c_ref(t[i].data,
+				                    (size_t)numel(&t[i]) * esize(t[i].dtype)));
+				hex(kh, key);
+				hex(vh, v);
+				snprintf(want, sizeof(want), "meta\t%s\t%s", kh, vh);
+				found |= strcmp(line, want) == 0;
+			}
+			hex(kh, "crc32c.__metadata__");
+			found |= strncmp(line + 5, kh, strlen(kh)) == 0;
 			CHECK_MSG(found, "unexpected line '%s'", line);
 			nmeta++;
 			continue;
@@ -778,7 +902,7 @@ static void check_reader_output(char *out, const struct tr_tensor *t)
 		          t[k].name, sum, ref);
 		k++;
 	}
-	CHECK(k == NT && nmeta == NM);
+	CHECK(k == NT && nmeta == NM + NT + 1);
 	CHECK_MSG(start > 0 && start % 8 == 0, "data_start %d", start);
 }
 
@@ -827,7 +951,8 @@ int main(void)
 	test_bad_writes();
 	test_hostile_headers();
 	test_valid_by_hand();
-	test_damage();
+	test_damage(t);
+	test_checksums(t);
 	test_atomic(t);
 	test_enospc(t);
 	test_python(t);

@@ -9,6 +9,18 @@
 #    losses and byte-identical step-8 checkpoints, which tests/train/ckpt_read.py
 #    (json + numpy only) reads; the same with SGD with momentum (its buffer is
 #    in the checkpoint), and resuming with another optimizer is refused;
+#  - checkpoints that cannot lie: ff ff ff ff written into a tensor is refused
+#    naming it, and --resume falls back to the checkpoint before it (which
+#    then continues bit for bit); a checkpoint without checksums (older) is
+#    resumed with a note, one with a NaN is not; a diverging run (a NaN loss,
+#    or an inf in the state it was to save) exits non-zero with "diverged at
+#    step" and leaves no non-finite checkpoint; a fresh run into another
+#    run's directory is refused, and with --overwrite leaves no stale file;
+#    --resume FILE continues bit for bit (refusing later checkpoints in its
+#    directory without --overwrite); --keep 2 keeps 2; the optimizer's
+#    hyper-parameters are in the metadata; another --lr on resume warns;
+#  - SIGINT and SIGTERM mid-run: exit 130, a checkpoint of the last step and
+#    the stats file, and the run resumed from it matches an uninterrupted one;
 #  - the tuner: the host backend throttled to links 10000x slower than the
 #    profile the planner assumed; the tuner switches plans and the steps after
 #    the switch are faster than those before;
@@ -129,6 +141,168 @@ assert abs(a["losses"][0] - f32["losses"][0]) < 0.02 * f32["losses"][0]
 print("bf16 resumed losses equal:", b["losses"])
 PY
 
+# 2b. checkpoints that cannot lie
+one_line() { # FILE WANT: FILE (stderr) is one line holding WANT
+	[ "$(wc -l <"$1")" -eq 1 ] && grep -q -- "$2" "$1"
+}
+# python: flip FILE TENSOR (ff ff ff ff into its data); strip FILE (drop the
+# checksums, as a file written before them); nan FILE TENSOR (strip, then a
+# NaN into it); finite DIR (every checkpoint in DIR holds finite values)
+ck() {
+	"$py" - "$@" <<'PY'
+import glob, json, sys
+import numpy as np
+def load(p):
+    b = open(p, "rb").read()
+    n = int.from_bytes(b[:8], "little")
+    return json.loads(b[8:8 + n]), bytearray(b[8 + n:])
+def save(p, h, data):
+    t = json.dumps(h, separators=(",", ":")).encode()
+    t += b" " * (-len(t) % 8)
+    open(p, "wb").write(len(t).to_bytes(8, "little") + t + data)
+cmd, p = sys.argv[1], sys.argv[2]
+if cmd == "finite":
+    files = sorted(glob.glob(p + "/step_*.safetensors"))
+    for f in files:
+        h, data = load(f)
+        for k, e in h.items():
+            if k != "__metadata__":
+                a = np.frombuffer(bytes(data[e["data_offsets"][0]:e["data_offsets"][1]]), "<f4")
+                assert np.isfinite(a).all(), (f, k)
+    print("%d checkpoints, all finite" % len(files))
+    sys.exit(0)
+h, data = load(p)
+if cmd in ("strip", "nan"):
+    h["__metadata__"] = {k: v for k, v in h["__metadata__"].items() if not k.startswith("crc32c.")}
+if cmd in ("flip", "nan"):
+    at = h[sys.argv[3]]["data_offsets"][0] + 40
+    data[at:at + 4] = b"\xff\xff\xff\xff"  # a NaN, as in issue 33
+save(p, h, data)
+PY
+}
+# a corrupt newest checkpoint: refused naming the tensor; --resume falls back
+cp -r "$work/a" "$work/k"
+ck flip "$work/k/step_00000008.safetensors" h.0.qkvw || fail "flip"
+"$spill" train "${small[@]}" --steps 12 --no-tune --resume "$work/k/step_00000008.safetensors" \
+	>/dev/null 2>"$work/err" && fail "resumed from a corrupt checkpoint"
+one_line "$work/err" "step_00000008.safetensors: tensor 'h.0.qkvw' is corrupt" ||
+	fail "corrupt checkpoint: $(cat "$work/err")"
+"$spill" train "${small[@]}" --steps 8 --checkpoint "$work/k" --resume --no-tune \
+	--stats-json "$work/k.json" >"$work/k.out" 2>&1 || { cat "$work/k.out"; fail "fallback resume"; }
+grep -q "^resume: .*step_00000008.safetensors: tensor 'h.0.qkvw' is corrupt.*trying the checkpoint before it" \
+	"$work/k.out" || fail "no line about the corrupt checkpoint: $(grep resume "$work/k.out")"
+grep -q "resumed from .*step_00000004" "$work/k.out" || fail "did not fall back to step 4"
+cmp "$work/a/step_00000008.safetensors" "$work/k/step_00000008.safetensors" ||
+	fail "fallback: the step-8 checkpoint differs from the uninterrupted one"
+# no checksums (a checkpoint from before them): resumed with a note; a NaN: refused
+cp -r "$work/a" "$work/o"
+rm "$work/o/step_00000008.safetensors"
+ck strip "$work/o/step_00000004.safetensors" || fail "strip"
+"$spill" train "${small[@]}" --steps 8 --checkpoint "$work/o" --resume --no-tune >"$work/o.out" 2>&1 ||
+	{ cat "$work/o.out"; fail "resume without checksums"; }
+grep -q "has no checksums" "$work/o.out" || fail "no note about the missing checksums"
+cmp "$work/a/step_00000008.safetensors" "$work/o/step_00000008.safetensors" ||
+	fail "no checksums: the step-8 checkpoint differs from the uninterrupted one"
+cp "$work/a/step_00000004.safetensors" "$work/nan4.safetensors"
+ck nan "$work/nan4.safetensors" lnfw || fail "nan"
+"$spill" train "${small[@]}" --steps 8 --resume "$work/nan4.safetensors" --no-tune >/dev/null 2>"$work/err" &&
+	fail "resumed from a checkpoint holding a NaN"
+one_line "$work/err" "tensor lnfw holds nan" || fail "NaN checkpoint: $(cat "$work/err")"
+# divergence: non-zero, one line, no non-finite checkpoint (a NaN loss at
+# step 2; an inf in the weights after step 1, caught when saving)
+"$spill" train "${small[@]}" --steps 6 --lr 1e30 --checkpoint "$work/nan" --checkpoint-every 1 \
+	--no-tune --stats-json "$work/nan.json" >"$work/nan.out" 2>"$work/err" && fail "a diverged run exited 0"
+one_line "$work/err" "diverged at step 2: the loss is nan.*last good checkpoint is .*step_00000001" ||
+	fail "a diverged run: $(cat "$work/err")"
+[ -s "$work/nan.json" ] || fail "a diverged run wrote no stats"
+"$spill" train "${small[@]}" --steps 3 --lr 3.4028e38 --checkpoint "$work/inf" --checkpoint-every 1 \
+	--no-tune >/dev/null 2>"$work/err" && fail "a run with inf weights exited 0"
+one_line "$work/err" "diverged at step 1: tensor .* holds inf" || fail "inf weights: $(cat "$work/err")"
+ck finite "$work/nan" || fail "a diverged run left a non-finite checkpoint"
+[ ! -e "$work/inf" ] || ck finite "$work/inf" || fail "inf weights were saved"
+# a fresh run into another run's directory: refused; --overwrite leaves no stale file
+cp -r "$work/a" "$work/w"
+"$spill" train "${small[@]}" --steps 2 --checkpoint "$work/w" --no-tune >/dev/null 2>"$work/err" &&
+	fail "a fresh run took another run's directory"
+one_line "$work/err" "checkpoint $work/w holds $work/w/step_00000008.safetensors of another run" ||
+	fail "another run's directory: $(cat "$work/err")"
+cmp "$work/a/step_00000004.safetensors" "$work/w/step_00000004.safetensors" || fail "refused, yet changed"
+: >"$work/w/step_00000003.safetensors.tmp.99.0" # a crashed writer's
+: >"$work/w/step_00000009.safetensors.unusable" # set aside by a --resume
+"$spill" train "${small[@]}" --steps 2 --checkpoint "$work/w" --overwrite --no-tune >/dev/null 2>&1 ||
+	fail "--overwrite"
+[ "$(ls "$work/w")" = "step_00000002.safetensors" ] || fail "--overwrite left: $(ls "$work/w")"
+# --resume FILE: later checkpoints in its directory refused, then removed
+cp -r "$work/a" "$work/f"
+"$spill" train "${small[@]}" --steps 8 --resume "$work/f/step_00000004.safetensors" --no-tune \
+	>/dev/null 2>"$work/err" && fail "--resume FILE kept a later checkpoint"
+one_line "$work/err" "step_00000008.safetensors, of a step after 4" || fail "--resume FILE: $(cat "$work/err")"
+"$spill" train "${small[@]}" --steps 8 --resume "$work/f/step_00000004.safetensors" --overwrite --no-tune \
+	--stats-json "$work/f.json" >"$work/f.out" 2>&1 || { cat "$work/f.out"; fail "--resume FILE --overwrite"; }
+cmp "$work/a/step_00000008.safetensors" "$work/f/step_00000008.safetensors" ||
+	fail "--resume FILE: the step-8 checkpoint differs from the uninterrupted one"
+# --keep 2; the optimizer in the metadata; another --lr warns and runs
+"$spill" train "${small[@]}" --steps 6 --checkpoint "$work/keep" --checkpoint-every 1 --keep 2 --no-tune \
+	>/dev/null 2>&1 || fail "--keep 2"
+[ "$(ls "$work/keep" | tr '\n' ' ')" = "step_00000005.safetensors step_00000006.safetensors " ] ||
+	fail "--keep 2 left: $(ls "$work/keep")"
+"$spill" train "${small[@]}" --steps 9 --resume "$work/keep/step_00000006.safetensors" --lr 5e-4 --no-tune \
+	>"$work/lr.out" 2>&1 || { cat "$work/lr.out"; fail "resume with another --lr"; }
+grep -q "warning: .*step_00000006.safetensors was trained with lr 0.001; this run goes on with lr 0.0005" \
+	"$work/lr.out" || fail "no warning about the learning rate"
+"$py" - "$work/a/step_00000008.safetensors" "$work/keep/step_00000009.safetensors" <<'PY' || fail "optimizer metadata"
+import json, sys
+def config(p):
+    b = open(p, "rb").read()
+    return json.loads(json.loads(b[8:8 + int.from_bytes(b[:8], "little")])["__metadata__"]["config"])
+a, b = config(sys.argv[1]), config(sys.argv[2])
+want = {"optimizer": "adamw", "lr": 0.001, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
+        "weight_decay": 0, "momentum": 0}
+for k, v in want.items():
+    assert k in a and (a[k] == v if isinstance(v, str) else abs(a[k] - v) <= 1e-7 * max(1, v)), (k, a.get(k))
+assert abs(b["lr"] - 5e-4) < 1e-9, b["lr"]
+print("optimizer in the metadata:", {k: a[k] for k in want})
+PY
+
+# 2c. SIGINT and SIGTERM: exit 130, a checkpoint and the stats; resuming from
+#     it matches an uninterrupted run bit for bit
+kmax=0
+for sig in INT TERM; do
+	d="$work/sig$sig"
+	"$spill" train "${small[@]}" --steps 100000 --checkpoint "$d" --checkpoint-every 3 --no-tune \
+		--stats-json "$d.json" >"$d.out" 2>"$d.err" &
+	pid=$!
+	for _ in $(seq 600); do grep -q "step_00000003" "$d.out" && break; sleep 0.05; done
+	kill -$sig $pid
+	wait $pid
+	rc=$?
+	[ $rc -eq 130 ] || fail "SIG$sig: exit $rc, not 130: $(cat "$d.err")"
+	k=$(sed -n "s/.*interrupted by SIG$sig after step \([0-9]*\) of 100000: checkpoint .*, stats .* written$/\1/p" "$d.err")
+	one_line "$d.err" "interrupted by SIG$sig" && [ -n "$k" ] || { fail "SIG$sig: $(cat "$d.err")"; continue; }
+	[ -f "$d/$(printf step_%08d.safetensors "$k")" ] || fail "SIG$sig: no checkpoint of step $k"
+	"$spill" train "${small[@]}" --steps $((k + 2)) --checkpoint "$d" --resume --no-tune \
+		--stats-json "$d.resumed.json" >"$d.resumed.out" 2>&1 || { cat "$d.resumed.out"; fail "SIG$sig: resume"; }
+	eval "k$sig=$k"
+	[ "$k" -gt "$kmax" ] && kmax=$k
+done
+"$spill" train "${small[@]}" --steps $((kmax + 2)) --checkpoint "$work/sigref" --checkpoint-every 1 --no-tune \
+	--stats-json "$work/sigref.json" >/dev/null 2>&1 || fail "uninterrupted reference run"
+for sig in INT TERM; do
+	d="$work/sig$sig"
+	eval "k=\${k$sig:-}"
+	[ -n "$k" ] || continue
+	cmp "$d/$(printf step_%08d.safetensors $((k + 2)))" "$work/sigref/$(printf step_%08d.safetensors $((k + 2)))" ||
+		fail "SIG$sig: the resumed run's step-$((k + 2)) checkpoint differs"
+	"$py" - "$work/sigref.json" "$d.json" "$d.resumed.json" "$k" <<'PY' || fail "SIG$sig: losses"
+import json, sys
+ref, cut, res = (json.load(open(p)) for p in sys.argv[1:4])
+k = int(sys.argv[4])
+assert cut["steps"] == k and cut["losses"] == ref["losses"][:k], (cut["losses"], ref["losses"])
+assert res["first_step"] == k + 1 and res["losses"] == ref["losses"][k:k + 2], (res["losses"], ref["losses"])
+print("interrupted after step %d; resumed losses equal:" % k, res["losses"])
+PY
+done
+
 # 3. bad input: one line, non-zero, nothing overwritten
 before=$(md5sum "$work"/b/*.safetensors)
 bad() {
@@ -179,8 +353,10 @@ for sch in gpipe 1f1b harmony-pp; do
 	"$spill" train --layers 2 --channels 32 --heads 2 --seq 16 --batch 4 --steps 2 \
 		--data "$work/data" --schedule $sch >"$work/sch" 2>&1 || fail "--schedule $sch: $(tail -1 "$work/sch")"
 done
-"$spill" train "${small[@]}" --steps 3 --lr 1e30 >"$work/nan" 2>&1 || fail "a diverged run: $(tail -1 "$work/nan")"
-grep -q 'nan: training diverged' "$work/nan" || fail "a diverged run: $(grep 'steps,' "$work/nan")"
+bad "diverged at step 2" train "${small[@]}" --steps 3 --lr 1e30
+grep -q 'nan: training diverged' "$work/out" || fail "a diverged run's report: $(grep 'steps,' "$work/out")"
+bad "overwrite and --resume" train "${small[@]}" --steps 12 --checkpoint "$work/b" --resume --overwrite
+bad "needs --checkpoint" train "${small[@]}" --overwrite
 
 # 4. the tuner: the planner assumes links of 1000 GB/s, the host backend
 #    throttles them to 0.1 GB/s
