@@ -83,20 +83,25 @@ static void config_json(const struct run *r, char *buf, size_t n)
 	         "{\"layers\": %d, \"channels\": %d, \"heads\": %d, \"vocab\": %d, \"seq\": %d, "
 	         "\"batch\": %d, \"seed\": %" PRIu64 ", \"lr\": %.9g, \"optimizer\": \"%s\", "
 	         "\"momentum\": %.9g, \"beta1\": %.9g, \"beta2\": %.9g, \"eps\": %.9g, "
-	         "\"weight_decay\": %.9g, \"precision\": \"%s\"}",
+	         "\"weight_decay\": %.9g, \"precision\": \"%s\", \"lr_schedule\": \"%s\", "
+	         "\"warmup\": %d, \"lr_min\": %.9g, \"steps\": %d, \"grad_clip\": %.9g}",
 	         r->kc.L, r->kc.C, r->kc.NH, r->kc.V, r->T, r->batch, r->c.seed, (double)r->lr,
 	         rt_optimizer_name(o->kind), (double)o->momentum, (double)o->beta1,
 	         (double)o->beta2, (double)o->eps, (double)o->weight_decay,
-	         rt_precision_name(r->kc.dtype));
+	         rt_precision_name(r->kc.dtype), tr_lr_schedule_name(r->sched), r->warmup,
+	         (double)r->c.lr_min, r->steps, (double)o->grad_clip);
 }
 
 /* What a checkpoint older than a key was trained with: AdamW in fp32, with
- * the hyper-parameters rt_model_gpt has always set (runtime/gpt.c). */
+ * the hyper-parameters rt_model_gpt has always set (runtime/gpt.c), a
+ * constant lr and no clipping (before 2026-11-27); "steps" has no old value:
+ * not compared then. */
 static void old_config_json(char *buf, size_t n)
 {
 	snprintf(buf, n,
 	         "{\"optimizer\": \"adamw\", \"momentum\": 0, \"beta1\": %.9g, \"beta2\": %.9g, "
-	         "\"eps\": %.9g, \"weight_decay\": 0, \"precision\": \"fp32\"}",
+	         "\"eps\": %.9g, \"weight_decay\": 0, \"precision\": \"fp32\", "
+	         "\"lr_schedule\": \"constant\", \"warmup\": 0, \"lr_min\": 1, \"grad_clip\": 0}",
 	         (double)0.9f, (double)0.95f, (double)1e-8f);
 }
 
@@ -352,7 +357,7 @@ int tr_checkpoint(struct run *r, int step)
 			goto out;
 		}
 	}
-	char cfg[512], st[32], pos[32], path[4096];
+	char cfg[1024], st[32], pos[32], path[4096];
 	config_json(r, cfg, sizeof(cfg));
 	snprintf(st, sizeof(st), "%d", step);
 	snprintf(pos, sizeof(pos), "%d", step);
@@ -461,12 +466,24 @@ static int open_newest(struct run *r, char *path, size_t cap, int *step, struct 
 	return rc;
 }
 
-/* The checkpoint's config against the run's: every key equal but lr, whose
- * change is a warning line on f. */
+/* The learning rate's recipe (tr_lr_at) and clipping: a change is allowed,
+ * with a warning (the run then no longer matches an uninterrupted one). */
+static int recipe_key(const char *k)
+{
+	static const char *const keys[] = {"lr",     "lr_schedule", "warmup",
+	                                   "lr_min", "steps",       "grad_clip"};
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (!strcmp(k, keys[i]))
+			return 1;
+	return 0;
+}
+
+/* The checkpoint's config against the run's: every key equal but the
+ * recipe's, whose change is a warning line on f. */
 static int check_config(FILE *f, const char *path, const char *have, const char *want)
 {
 	struct sp_json *a = NULL, *b = NULL, *old = NULL;
-	char olds[256];
+	char olds[512];
 	int rc = 0;
 	if (!have || sp_json_parse(have, strlen(have), &a) < 0)
 		return sp_error(-EINVAL, "checkpoint %s: no readable config in its metadata", path);
@@ -477,6 +494,24 @@ static int check_config(FILE *f, const char *path, const char *have, const char 
 		const struct sp_json *x = sp_json_get(a, b->keys[k]), *y = &b->items[k];
 		if (!x) /* a checkpoint older than the key */
 			x = sp_json_get(old, b->keys[k]);
+		if (!x && !strcmp(b->keys[k], "steps"))
+			continue; /* older than the key: the run's length was not recorded */
+		if (recipe_key(b->keys[k]) && x && x->type == y->type &&
+		    (y->type == SP_JSON_STRING ? strcmp(x->str, y->str) != 0 : x->num != y->num)) {
+			char was[64], now[64];
+			if (y->type == SP_JSON_STRING) {
+				snprintf(was, sizeof(was), "%s", x->str);
+				snprintf(now, sizeof(now), "%s", y->str);
+			} else {
+				snprintf(was, sizeof(was), "%g", x->num);
+				snprintf(now, sizeof(now), "%g", y->num);
+			}
+			fprintf(f,
+			        "resume: warning: %s was trained with %s %s; this run goes on with "
+			        "%s %s (it no longer matches an uninterrupted run)\n",
+			        path, b->keys[k], was, b->keys[k], now);
+			continue;
+		}
 		if (y->type == SP_JSON_STRING) {
 			if (!x || x->type != SP_JSON_STRING || strcmp(x->str, y->str)) {
 				rc =
@@ -487,14 +522,6 @@ static int check_config(FILE *f, const char *path, const char *have, const char 
 				             x && x->type == SP_JSON_STRING ? x->str : "?", y->str);
 				break;
 			}
-			continue;
-		}
-		if (x && x->type == SP_JSON_NUMBER && x->num != y->num &&
-		    !strcmp(b->keys[k], "lr")) {
-			fprintf(f,
-			        "resume: warning: %s was trained with lr %g; this run goes on with "
-			        "lr %g (it no longer matches an uninterrupted run)\n",
-			        path, x->num, y->num);
 			continue;
 		}
 		if (!x || x->type != SP_JSON_NUMBER || x->num != y->num) {
@@ -515,7 +542,7 @@ out:
 
 int tr_resume(struct run *r)
 {
-	char path[4096], want[512];
+	char path[4096], want[1024];
 	int step = 0, rc = 0;
 	struct tr_ckpt *ck;
 	if (r->c.resume_file) {

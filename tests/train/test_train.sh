@@ -248,16 +248,20 @@ cmp "$work/a/step_00000008.safetensors" "$work/f/step_00000008.safetensors" ||
 	fail "--keep 2 left: $(ls "$work/keep")"
 "$spill" train "${small[@]}" --steps 9 --resume "$work/keep/step_00000006.safetensors" --lr 5e-4 --no-tune \
 	>"$work/lr.out" 2>&1 || { cat "$work/lr.out"; fail "resume with another --lr"; }
-grep -q "warning: .*step_00000006.safetensors was trained with lr 0.001; this run goes on with lr 0.0005" \
+grep -q "warning: .*step_00000006.safetensors was trained with lr 0.002; this run goes on with lr 0.0005" \
 	"$work/lr.out" || fail "no warning about the learning rate"
+# the lr schedule follows the run's length: --steps 9 after a 6-step run warns too
+grep -q "warning: .*step_00000006.safetensors was trained with steps 6; this run goes on with steps 9" \
+	"$work/lr.out" || fail "no warning about the run's length (the lr schedule)"
 "$py" - "$work/a/step_00000008.safetensors" "$work/keep/step_00000009.safetensors" <<'PY' || fail "optimizer metadata"
 import json, sys
 def config(p):
     b = open(p, "rb").read()
     return json.loads(json.loads(b[8:8 + int.from_bytes(b[:8], "little")])["__metadata__"]["config"])
 a, b = config(sys.argv[1]), config(sys.argv[2])
-want = {"optimizer": "adamw", "lr": 0.001, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
-        "weight_decay": 0, "momentum": 0}
+want = {"optimizer": "adamw", "lr": 0.002, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
+        "weight_decay": 0, "momentum": 0, "lr_schedule": "cosine", "lr_min": 0.1, "steps": 8,
+        "warmup": 0, "grad_clip": 1}
 for k, v in want.items():
     assert k in a and (a[k] == v if isinstance(v, str) else abs(a[k] - v) <= 1e-7 * max(1, v)), (k, a.get(k))
 assert abs(b["lr"] - 5e-4) < 1e-9, b["lr"]
@@ -265,11 +269,13 @@ print("optimizer in the metadata:", {k: a[k] for k in want})
 PY
 
 # 2c. SIGINT and SIGTERM: exit 130, a checkpoint and the stats; resuming from
-#     it matches an uninterrupted run bit for bit
+#     it matches an uninterrupted run bit for bit (a constant lr: the default
+#     schedule follows the run's length, which differs between these runs)
 kmax=0
+const=(--lr-schedule constant)
 for sig in INT TERM; do
 	d="$work/sig$sig"
-	"$spill" train "${small[@]}" --steps 100000 --checkpoint "$d" --checkpoint-every 3 --no-tune \
+	"$spill" train "${small[@]}" "${const[@]}" --steps 100000 --checkpoint "$d" --checkpoint-every 3 --no-tune \
 		--stats-json "$d.json" >"$d.out" 2>"$d.err" &
 	pid=$!
 	for _ in $(seq 600); do grep -q "step_00000003" "$d.out" && break; sleep 0.05; done
@@ -280,12 +286,12 @@ for sig in INT TERM; do
 	k=$(sed -n "s/.*interrupted by SIG$sig after step \([0-9]*\) of 100000: checkpoint .*, stats .* written$/\1/p" "$d.err")
 	one_line "$d.err" "interrupted by SIG$sig" && [ -n "$k" ] || { fail "SIG$sig: $(cat "$d.err")"; continue; }
 	[ -f "$d/$(printf step_%08d.safetensors "$k")" ] || fail "SIG$sig: no checkpoint of step $k"
-	"$spill" train "${small[@]}" --steps $((k + 2)) --checkpoint "$d" --resume --no-tune \
+	"$spill" train "${small[@]}" "${const[@]}" --steps $((k + 2)) --checkpoint "$d" --resume --no-tune \
 		--stats-json "$d.resumed.json" >"$d.resumed.out" 2>&1 || { cat "$d.resumed.out"; fail "SIG$sig: resume"; }
 	eval "k$sig=$k"
 	[ "$k" -gt "$kmax" ] && kmax=$k
 done
-"$spill" train "${small[@]}" --steps $((kmax + 2)) --checkpoint "$work/sigref" --checkpoint-every 1 --no-tune \
+"$spill" train "${small[@]}" "${const[@]}" --steps $((kmax + 2)) --checkpoint "$work/sigref" --checkpoint-every 1 --no-tune \
 	--stats-json "$work/sigref.json" >/dev/null 2>&1 || fail "uninterrupted reference run"
 for sig in INT TERM; do
 	d="$work/sig$sig"
