@@ -494,12 +494,13 @@ extern "C" void kn_grad_scale_cuda(const struct kn_grad_scale_args *a, void *str
 /* Sum of squares in a fixed order (kernels.h): block k sums chunk k of x into
  * parts[k] (strided per thread, then a tree in shared memory), then one thread
  * adds the parts in order. */
-template <typename T> __device__ double kn_sq(T v);
-template <> __device__ double kn_sq<float>(float v)
+namespace
+{ /* kernels-internal: not exported from libspill */
+__device__ double kn_sq(float v)
 {
 	return (double)v * (double)v;
 }
-template <> __device__ double kn_sq<unsigned short>(unsigned short v)
+__device__ double kn_sq(unsigned short v)
 {
 	double d = (double)__uint_as_float((unsigned)v << 16);
 	return d * d;
@@ -512,7 +513,7 @@ __global__ void kn_sumsq_parts_kernel(const T *x, long n, long per, double *part
 	long lo = (long)blockIdx.x * per, hi = lo + per < n ? lo + per : n;
 	double s = 0;
 	for (long i = lo + threadIdx.x; i < hi; i += blockDim.x)
-		s += kn_sq<T>(x[i]);
+		s += kn_sq(x[i]);
 	sh[threadIdx.x] = s;
 	__syncthreads();
 	for (int w = blockDim.x / 2; w > 0; w /= 2) {
@@ -531,6 +532,7 @@ __global__ void kn_sumsq_total_kernel(const double *parts, double *out)
 		t += parts[k];
 	*out = t;
 }
+} // namespace
 
 extern "C" void kn_grad_sumsq_cuda(const struct kn_grad_sumsq_args *a, void *stream)
 {

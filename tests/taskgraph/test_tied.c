@@ -97,8 +97,10 @@ int main(void)
 					CHECK(!has(t->write, t->nwrite, G0) &&
 					      !has(t->read, t->nread, G0));
 				}
-				CHECK_MSG(nbwd3 == 4 / (s >= TG_HARMONY_DP ? grp : 1),
-				          "%s: %d BWDs", tg_sched_name(s), nbwd3);
+				CHECK_MSG(
+				    nbwd3 ==
+				        4 / (s == TG_HARMONY_DP || s == TG_HARMONY_PP ? grp : 1),
+				    "%s: %d BWDs", tg_sched_name(s), nbwd3);
 				CHECK(upd0 >= 0 && at[upd0] > at[last_bwd3]);
 				if (dp)
 					CHECK(ar3 >= 0 && at[ar3] > at[last_bwd3] &&
