@@ -148,6 +148,7 @@ struct mstate {
 	int *lastAR, *lastU;        /* [rep*P+p] */
 	int *lastN;                 /* [rep] the last NORM (norm_bytes > 0), -1: none yet */
 	int *upd_pk, *upd_rep, *upd_dev, nupd; /* with norms: the UPDs owed, in order */
+	int *nnorm;                            /* [rep] NORMs emitted */
 };
 
 static uint64_t pack_sum(const struct tg_model *m, const struct tg_plan *p, int pk, int what)
@@ -407,9 +408,31 @@ static int emit_norm(struct bld *b, struct mstate *st, const struct tg_plan *p, 
 }
 
 /* With norms, UPD[rep,pk] becomes NORM[rep,pk] here and the UPD is owed until
- * every NORM of the replica is emitted (emit_owed_upds). */
+ * every NORM of its replica is emitted; then the replica's owed UPDs follow at
+ * once (emit_owed_upds), not after every replica's NORMs: a replica's
+ * gradients wait for its own norm only (with the update on the CPU, holding
+ * back every replica's made them all meet in the host pool). */
 static int emit_upd_now(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int rep,
                         int dev);
+
+static int emit_owed_upds(struct bld *b, struct mstate *st, const struct tg_plan *p, int rep)
+{
+	int kept = 0;
+	for (int n = 0; n < st->nupd; n++) {
+		if (st->upd_rep[n] != rep) {
+			st->upd_pk[kept] = st->upd_pk[n];
+			st->upd_rep[kept] = st->upd_rep[n];
+			st->upd_dev[kept++] = st->upd_dev[n];
+			continue;
+		}
+		int rc = emit_upd_now(b, st, p, st->upd_pk[n], rep, st->upd_dev[n]);
+		if (rc < 0)
+			return rc;
+	}
+	st->nupd = kept;
+	return 0;
+}
+
 static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int rep,
                     int dev)
 {
@@ -419,18 +442,13 @@ static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	st->upd_pk[n] = pk;
 	st->upd_rep[n] = rep;
 	st->upd_dev[n] = dev;
-	return emit_norm(b, st, p, pk, rep, dev);
-}
-
-static int emit_owed_upds(struct bld *b, struct mstate *st, const struct tg_plan *p)
-{
-	for (int n = 0; n < st->nupd; n++) {
-		int rc = emit_upd_now(b, st, p, st->upd_pk[n], st->upd_rep[n], st->upd_dev[n]);
+	int id = emit_norm(b, st, p, pk, rep, dev);
+	if (id >= 0 && ++st->nnorm[rep] == st->P) {
+		int rc = emit_owed_upds(b, st, p, rep);
 		if (rc < 0)
 			return rc;
 	}
-	st->nupd = 0;
-	return 0;
+	return id;
 }
 
 static int emit_upd_now(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int rep,
@@ -707,7 +725,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	    sizeof(int));
 	st.lastF =
 	    malloc(((size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3 + (size_t)nrep) * sizeof(int));
-	st.upd_pk = malloc((size_t)nrp * 3 * sizeof(int));
+	st.upd_pk = malloc(((size_t)nrp * 3 + (size_t)nrep) * sizeof(int));
 	if (!blk || !st.lastF || !st.upd_pk) {
 		free(blk);
 		rc = sp_error(-ENOMEM, "taskgraph: state for %d packs x %d microbatches", P, nmb);
@@ -727,6 +745,8 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	b->g->nmodels++;
 	st.upd_rep = st.upd_pk + nrp;
 	st.upd_dev = st.upd_rep + nrp;
+	st.nnorm = st.upd_dev + nrp;
+	memset(st.nnorm, 0, (size_t)nrep * sizeof(int));
 	st.W = mo->W;
 	st.G = mo->G;
 	st.O = mo->O;
@@ -851,7 +871,8 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 		break;
 	default: break;
 	}
-	E(emit_owed_upds(b, &st, p));
+	if (st.nupd) /* every replica's owed UPDs follow its last NORM */
+		E(sp_error(-EINVAL, "taskgraph: %d updates owed at the end", st.nupd));
 #undef E
 out:
 	free(st.lastF);

@@ -4,17 +4,12 @@
 #    with bf16 + a small clip, SGD + momentum + linear decay, --lr-min 0 and 1,
 #    a warmup longer than the run, --total-batch) writes a final checkpoint
 #    byte-identical to the uninterrupted run's;
-#  - BUG: the checkpoint's config check (train/state.c config_json) refuses a
-#    resume with another --lr, --optim, --momentum or --precision ("resume
-#    with the same model, batch, seed, learning rate and optimizer"), but not
-#    one with another --grad-clip, --weight-decay, --lr-schedule, --warmup or
-#    --lr-min: those runs resume silently and do not continue bit for bit
-#    (train.h: "A function of the step and these alone, so a resumed run
-#    continues bit for bit"). Expected: refused like --lr, one line naming
-#    the setting. Repro:
-#      spill train --layers 2 --channels 32 --heads 2 --seq 16 --batch 4 --no-tune \
-#        --data T --steps 4 --checkpoint A --checkpoint-every 2
-#      spill train ... --steps 4 --checkpoint A --resume --grad-clip 0.01   # rc 0
+#  - a resume with another learning-rate recipe (--lr, --grad-clip,
+#    --lr-schedule, --warmup, --lr-min: issue 33 allows changing the lr or
+#    the schedule on resume) runs with one warning line naming the setting
+#    (it no longer matches an uninterrupted run); one with another
+#    --weight-decay is refused, like another optimizer. (The adversarial pass
+#    found these accepted silently; the checkpoint now records the recipe.)
 set -u
 spill="$O/bin/spill"
 work=$(mktemp -d)
@@ -54,21 +49,32 @@ done <<'EOF'
 EOF
 echo "resumed mid-warmup: $n variants byte-identical"
 
-# 2. a resume with other optimizer or schedule settings must be refused
+# 2. another recipe warns (naming the setting) and runs; another weight decay
+#    is refused
 rm -rf "$work/c"
 "$spill" train "${small[@]}" --steps 4 --checkpoint "$work/c" --checkpoint-every 2 \
 	>/dev/null 2>&1 || fail "checkpointed run"
-for v in "--lr 1e-2" "--grad-clip 0.01" "--grad-clip 0" "--weight-decay 0.5" \
-	"--lr-schedule linear" "--warmup 3" "--lr-min 0.5"; do
-	read -ra extra <<<"$v"
+for v in "--lr 1e-2:lr" "--grad-clip 0.01:grad_clip" "--grad-clip 0:grad_clip" \
+	"--weight-decay 0.5:" "--lr-schedule linear:lr_schedule" "--warmup 3:warmup" \
+	"--lr-min 0.5:lr_min"; do
+	key=${v##*:}
+	read -ra extra <<<"${v%:*}"
 	rm -rf "$work/d"
 	mkdir "$work/d"
 	cp "$work/c/step_00000002.safetensors" "$work/d/"
 	if "$spill" train "${small[@]}" "${extra[@]}" --steps 4 --checkpoint "$work/d" --resume \
 		>"$work/out" 2>"$work/err"; then
-		fail "resume with $v was accepted (continues with other settings than the checkpoint's run)"
+		if [ -z "$key" ]; then
+			fail "resume with ${v%:*} was accepted"
+		elif ! grep -q "warning: .* was trained with $key .*; this run goes on with $key" "$work/out"; then
+			fail "resume with ${v%:*}: no warning naming $key: $(grep -i warn "$work/out")"
+		else
+			echo "resume with ${v%:*}: $(grep -m1 "warning" "$work/out")"
+		fi
+	elif [ -n "$key" ]; then
+		fail "resume with ${v%:*} refused: $(tail -1 "$work/err")"
 	else
-		echo "resume with $v refused: $(tail -1 "$work/err")"
+		echo "resume with ${v%:*} refused: $(tail -1 "$work/err")"
 	fi
 done
 
