@@ -103,8 +103,8 @@ static int shards_of(const struct tg_plan *p, int *shard)
  * unless the one before was of the same shard and microbatches and of the
  * same kind, or a forward before this backward (the last shard: its forward,
  * loss and backward are one unit, so its backward runs where its stash is);
- * with no shard marked, each starts one. The loss and update tasks join the
- * unit before them. unit[n] for order position n (program task n is the
+ * with no shard marked, each starts one. The loss, norm and update tasks join
+ * the unit before them, but with clipping each update is a unit. unit[n] for order position n (program task n is the
  * graph's order[n]); returns the number of units. */
 static int split_units(const struct tg_graph *g, const struct tg_plan *p, int *unit)
 {
@@ -120,8 +120,12 @@ static int split_units(const struct tg_graph *g, const struct tg_plan *p, int *u
 			kind = t->kind;
 			sh = shard[t->pack];
 			mb0 = t->mb0;
-		} else if (!nu) {
+		} else if (!nu || (t->kind == TG_UPD && g->mobj[0].N[0] >= 0)) {
+			/* with clipping every update waits for the whole backward: each is
+			 * a unit of its own (one pack's W, G, O and the norms), not a
+			 * tail on the last backward unit holding every pack at once */
 			nu++;
+			kind = -1;
 		}
 		unit[n] = nu - 1;
 	}

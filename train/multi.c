@@ -124,6 +124,7 @@ static int on_step(void *arg, int i, int step, double loss)
 	struct tune *t = arg;
 	t->done[i] = step;
 	t->loss[i] = loss;
+	t->v[i]->m.opt.lr = tr_lr_at(t->v[i], step); /* the next step's (from 0: step) */
 	double now = sp_now_s();
 	if (now - t->last_print >= 2.0) {
 		t->last_print = now;
@@ -218,7 +219,11 @@ static int variants(struct tune *t, const struct axis *ax, int nax)
 		if (rc < 0)
 			return sp_error(rc, "model %s: %s", t->label[k], sp_last_error());
 		snprintf(v->m.name, sizeof(v->m.name), "%.31s", t->label[k]);
-		v->m.opt.lr = v->lr;
+		/* the trainer's recipe: the lr of each step (on_step sets the next
+		 * one), clipping, weight decay */
+		v->m.opt.lr = tr_lr_at(v, 0);
+		v->m.opt.grad_clip = v->c.grad_clip;
+		v->m.opt.weight_decay = v->c.weight_decay;
 		rc = tr_set_optimizer(&v->c, &v->m);
 		if (rc < 0)
 			return sp_error(rc, "model %s: %s", t->label[k], sp_last_error());
