@@ -140,7 +140,7 @@ bad() {
 		fail "spill $*: expected one line with '$want', got: $(cat "$work/err")"
 	fi
 }
-bad "smallest" train "${small[@]}" --steps 2 --budget 20K
+bad "smallest" train "${small[@]}" --steps 2 --budget 64K
 bad "unknown schedule" train "${small[@]}" --schedule fastest
 bad "unknown model" train --model gpt5
 bad "No such file" train --data "$work/nothing"
