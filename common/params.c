@@ -240,6 +240,41 @@ int sp_params_set(struct sp_params *p, const char *name, const char *value)
 	return sp_error(-ENOENT, "unknown parameter '%s' (see `spill params`)", name);
 }
 
+static int name_char(char c)
+{
+	return isupper((unsigned char)c) || isdigit((unsigned char)c) || c == '_';
+}
+
+void sp_params_rename(char *msg, size_t len, const char *var, const char *flag)
+{
+	size_t vl = strlen(var), fl = strlen(flag);
+	char out[SP_ERROR_MSG_MAX];
+	size_t o = 0;
+	const char *p = msg;
+	if (!len)
+		return;
+	while (*p && o + 1 < sizeof(out)) {
+		if (!strncmp(p, var, vl) && (p == msg || !name_char(p[-1])) && !name_char(p[vl])) {
+			size_t n = fl < sizeof(out) - 1 - o ? fl : sizeof(out) - 1 - o;
+			memcpy(out + o, flag, n);
+			o += n;
+			p += vl;
+			/* VAR='v' -> --flag v (the closing quote dropped too) */
+			const char *q = p[0] == '=' && p[1] == '\'' ? strchr(p + 2, '\'') : NULL;
+			if (q && o + 1 < sizeof(out)) {
+				out[o++] = ' ';
+				for (p += 2; p < q && o + 1 < sizeof(out); p++)
+					out[o++] = *p;
+				p = q + 1;
+			}
+			continue;
+		}
+		out[o++] = *p++;
+	}
+	out[o] = '\0';
+	snprintf(msg, len, "%s", out);
+}
+
 int sp_params_apply_logging(const struct sp_params *p)
 {
 	enum sp_log_level level;

@@ -54,6 +54,12 @@ int sp_params_load(struct sp_params *out, const char *(*getenv_fn)(const char *)
  * ("devices"). Returns 0, -ENOENT for an unknown name, -EINVAL for a bad value. */
 int sp_params_set(struct sp_params *p, const char *name, const char *value) SP_MUST_CHECK;
 
+/* Rewrites the message msg (a buffer of len bytes) so that it names flag, what
+ * the user typed, instead of the variable var behind it: "SPILL_X='v'" becomes
+ * "--x v" and any other whole-word "SPILL_X" becomes "--x". For the top level
+ * (tools, the trainer), whose flags set the same rows as the variables. */
+void sp_params_rename(char *msg, size_t len, const char *var, const char *flag);
+
 /* Parses a size: decimal digits with an optional K, M, G or T suffix (powers of
  * 1024; "KB", "KiB" and a plain "B" are accepted too). Returns 0 or -EINVAL. */
 int sp_parse_size(const char *s, uint64_t *out) SP_MUST_CHECK;

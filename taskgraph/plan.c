@@ -15,6 +15,8 @@
 
 #include "taskgraph/taskgraph.h"
 
+#include "common/params.h"
+
 /* A layer tied to an earlier one also holds that layer's weights and gradient
  * while it runs; they count even when both layers end up in one pack (an
  * overestimate by W+G of the tied layer, on the safe side). */
@@ -52,13 +54,16 @@ int tg_pack_greedy(const struct tg_model *m, int microbatch, uint64_t capacity, 
 	double cur = 0;
 	for (int l = 0; l < m->nlayers; l++) {
 		double f = (double)layer_foot(m, l, microbatch);
-		if (f > lim)
-			return sp_error(
-			    -ENOMEM,
-			    "taskgraph: layer %d (%s) needs %.0f bytes with microbatch %d, "
-			    "%.0f%% reserve leaves %.0f (short by %.0f)",
-			    l, m->layers[l].name ? m->layers[l].name : "?", f, microbatch,
-			    reserve * 100, lim, f - lim);
+		if (f > lim) {
+			char a[32], b[32], d[32];
+			return sp_error(-ENOMEM,
+			                "taskgraph: layer %d (%s) needs %s with microbatch %d, "
+			                "%.0f%% reserve leaves %s (short by %s)",
+			                l, m->layers[l].name ? m->layers[l].name : "?",
+			                sp_format_size((uint64_t)f, a, sizeof(a)), microbatch,
+			                reserve * 100, sp_format_size((uint64_t)lim, b, sizeof(b)),
+			                sp_format_size((uint64_t)(f - lim), d, sizeof(d)));
+		}
 		if (cur + f > lim) {
 			if (np >= TG_MAX_PACKS)
 				return sp_error(-EINVAL, "taskgraph: more than %d packs",
@@ -83,13 +88,14 @@ int tg_pack_dp(const struct tg_model *m, int microbatch, uint64_t capacity, int 
 	SP_CHECK_ARG(npacks > 0 && npacks <= n && npacks <= TG_MAX_PACKS,
 	             "taskgraph: npacks %d outside 1..%d (layers)", npacks, n);
 	for (int l = 0; l < n; l++)
-		if (layer_foot(m, l, microbatch) > capacity)
+		if (layer_foot(m, l, microbatch) > capacity) {
+			char a[32], b[32], d[32];
+			uint64_t f = layer_foot(m, l, microbatch);
 			return sp_error(
-			    -ENOMEM,
-			    "taskgraph: layer %d needs %llu bytes, capacity %llu (short by %llu)",
-			    l, (unsigned long long)layer_foot(m, l, microbatch),
-			    (unsigned long long)capacity,
-			    (unsigned long long)(layer_foot(m, l, microbatch) - capacity));
+			    -ENOMEM, "taskgraph: layer %d needs %s, capacity %s (short by %s)", l,
+			    sp_format_size(f, a, sizeof(a)), sp_format_size(capacity, b, sizeof(b)),
+			    sp_format_size(f - capacity, d, sizeof(d)));
+		}
 	double *pf = calloc((size_t)n + 1, sizeof(double)),
 	       *pb = calloc((size_t)n + 1, sizeof(double));
 	double *best = malloc((size_t)(npacks + 1) * (n + 1) * sizeof(double));

@@ -212,13 +212,13 @@ int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean
 				pin[tobj[j]] = 1;
 			}
 			if (ws > capacity) {
-				rc = sp_error(
-				    -ENOMEM,
-				    "taskgraph: task %d (kind %d, pack %d) needs %llu bytes on "
-				    "device %d, capacity %llu (short by %llu)",
-				    t->id, t->kind, t->pack, (unsigned long long)ws, d,
-				    (unsigned long long)capacity,
-				    (unsigned long long)(ws - capacity));
+				char a1[32], a2[32], a3[32];
+				rc = sp_error(-ENOMEM,
+				              "taskgraph: task %d (kind %d, pack %d) needs %s on "
+				              "device %d, capacity %s (short by %s)",
+				              t->id, t->kind, t->pack, sp_format_size(ws, a1, 32),
+				              d, sp_format_size(capacity, a2, 32),
+				              sp_format_size(ws - capacity, a3, 32));
 				break;
 			}
 			for (int j = a; j < z; j++) /* resident ones first: they are used now */

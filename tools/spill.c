@@ -12,8 +12,10 @@
  *   spill run [flags] -- CMD    run an unmodified CUDA program with the preload shim
  *   spill prepare TEXT... -o DIR   llm.c token shards of text files (bytes as tokens)
  *   spill eval|sample|export WEIGHTS   pretrained weights: loss, generation, conversion
- *   spill version
- * Every error is one line on stderr and a non-zero exit.
+ *   spill version, spill --version      SPILL_VERSION_STRING of include/spill.h
+ * Every subcommand takes --help / -h: its usage on stdout, exit 0, nothing run.
+ * Every error is one line on stderr and a non-zero exit, naming the flag the
+ * user typed (not the SPILL_* variable the flag sets).
  */
 #include "common/json.h"
 #include "common/log.h"
@@ -22,6 +24,8 @@
 #include "device/device.h"
 #include "train/train.h"
 #include "vmm/vmm.h"
+
+#include "spill.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -33,8 +37,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SPILL_VERSION "0.1.0"
-
 static int load_params(struct sp_params *p)
 {
 	if (sp_params_load(p, NULL) < 0 || sp_params_apply_logging(p) < 0) {
@@ -44,10 +46,130 @@ static int load_params(struct sp_params *p)
 	return 0;
 }
 
+/* Does argv[1..] ask for help (--help or -h, before any "--")? */
+static int wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+			return 1;
+	return 0;
+}
+
+/* The smallest size a size flag takes: below 64K not one layer of any model
+ * fits (so 1K is refused, saying so, not planned against or rounded), and 0
+ * would read as the default. spill run's --budget is a device the program
+ * maps memory in: at least 2M, a GPU's mapping granularity (less rounds down
+ * to nothing). */
+#define MIN_SIZE_FLAG  (64ull << 10)
+#define MIN_RUN_BUDGET (2ull << 20)
+
+/* A size flag's value (K/M/G/T, at least min) into *out. 0, or 2 (the exit
+ * status) with one line naming the flag. */
+static int size_flag(const char *cmd, const char *flag, const char *v, uint64_t min, uint64_t *out)
+{
+	uint64_t z;
+	if (sp_parse_size(v, &z) < 0) {
+		fprintf(stderr,
+		        "spill %s: %s %s: not a size (digits with an optional K, M, G or T "
+		        "suffix)\n",
+		        cmd, flag, v);
+		return 2;
+	}
+	if (z < min) {
+		int mib = !(min & ((1u << 20) - 1));
+		fprintf(stderr, "spill %s: %s %s: below the minimum, %llu%c\n", cmd, flag, v,
+		        (unsigned long long)(min >> (mib ? 20 : 10)), mib ? 'M' : 'K');
+		return 2;
+	}
+	*out = z;
+	return 0;
+}
+
+/* The flags that set a SPILL_* row directly (devices, swap-demo, run). */
+struct var_flag {
+	const char *flag, *var;
+	int size; /* a size (at least MIN_SIZE_FLAG; spill run's MIN_RUN_BUDGET) */
+};
+static const struct var_flag device_flags[] = {
+    {"--backend", "SPILL_BACKEND", 0},
+    {"--devices", "SPILL_DEVICES", 0},
+    {"--device-mem", "SPILL_DEVICE_MEM", 1},
+    {"--profile", "SPILL_PROFILE", 0},
+};
+#define NDEVICE_FLAGS (sizeof(device_flags) / sizeof(device_flags[0]))
+
+/* Prints "spill CMD: " and the last error with the SPILL_* variables of the
+ * given flags (given[i] for device_flags[i]) named as those flags. */
+static void flag_error(const char *cmd, const struct var_flag *flags, size_t n, const int *given)
+{
+	char msg[SP_ERROR_MSG_MAX];
+	snprintf(msg, sizeof(msg), "%s", sp_last_error());
+	for (size_t i = 0; i < n; i++)
+		if (given[i])
+			sp_params_rename(msg, sizeof(msg), flags[i].var, flags[i].flag);
+	fprintf(stderr, "spill %s: %s\n", cmd, msg);
+}
+
+/* devices and swap-demo: SPILL_* from the environment, device_flags over
+ * them. 0, 1 (help printed) or 2 (a bad flag, one line). */
+static int parse_device_flags(const char *cmd, const char *usage, int argc, char **argv,
+                              struct sp_params *p, int *given)
+{
+	if (wants_help(argc, argv)) {
+		fputs(usage, stdout);
+		return 1;
+	}
+	if (load_params(p) < 0)
+		return 2;
+	for (int i = 1; i < argc; i++) {
+		size_t k = 0;
+		while (k < NDEVICE_FLAGS && strcmp(argv[i], device_flags[k].flag))
+			k++;
+		if (k == NDEVICE_FLAGS) {
+			fprintf(stderr, "spill %s: unknown %s %s (spill %s --help)\n", cmd,
+			        argv[i][0] == '-' ? "flag" : "argument", argv[i], cmd);
+			return 2;
+		}
+		if (i + 1 >= argc) {
+			fprintf(stderr, "spill %s: missing value for %s (spill %s --help)\n", cmd,
+			        argv[i], cmd);
+			return 2;
+		}
+		const char *v = argv[++i];
+		uint64_t z;
+		if (device_flags[k].size && size_flag(cmd, argv[i - 1], v, MIN_SIZE_FLAG, &z))
+			return 2;
+		given[k] = 1;
+		if (sp_params_set(p, device_flags[k].var, v) < 0) {
+			flag_error(cmd, device_flags, NDEVICE_FLAGS, given);
+			return 2;
+		}
+	}
+	return 0;
+}
+
+static const char params_usage[] =
+    "usage: spill params [--markdown]\n"
+    "  prints every SPILL_* variable with its current value (from the environment)\n"
+    "  and its description; --markdown: the README's table of them instead.\n";
+
 static int cmd_params(int argc, char **argv)
 {
 	struct sp_params p;
-	if (argc > 1 && strcmp(argv[1], "--markdown") == 0) {
+	int markdown = 0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(params_usage, stdout);
+			return 0;
+		}
+		if (strcmp(argv[i], "--markdown")) {
+			fprintf(stderr, "spill params: unknown flag %s (spill params --help)\n",
+			        argv[i]);
+			return 2;
+		}
+		markdown = 1;
+	}
+	if (markdown) {
 		sp_params_print_markdown(stdout);
 		return 0;
 	}
@@ -57,15 +179,24 @@ static int cmd_params(int argc, char **argv)
 	return 0;
 }
 
-static int cmd_devices(void)
+static const char devices_usage[] =
+    "usage: spill devices [--backend cuda|host|model] [--devices N] [--device-mem SIZE]\n"
+    "                     [--profile NAME]\n"
+    "  opens the backend (default SPILL_BACKEND: cuda with a GPU, else host) and lists\n"
+    "  its devices: capacity, compute, memory and link bandwidths, peer links. The\n"
+    "  flags override the SPILL_* variables of the same names (spill params).\n";
+
+static int cmd_devices(int argc, char **argv)
 {
 	struct sp_params p;
 	struct dev_config cfg;
 	struct dev_ctx *ctx = NULL;
-	if (load_params(&p) < 0)
-		return 1;
+	int given[NDEVICE_FLAGS] = {0};
+	int rc = parse_device_flags("devices", devices_usage, argc, argv, &p, given);
+	if (rc)
+		return rc == 1 ? 0 : rc;
 	if (dev_config_from_params(&p, &cfg) < 0 || dev_open(&cfg, &ctx) < 0) {
-		fprintf(stderr, "spill: %s\n", sp_last_error());
+		flag_error("devices", device_flags, NDEVICE_FLAGS, given);
 		return 1;
 	}
 	int n = dev_count(ctx);
@@ -215,17 +346,28 @@ out:
 	return rc;
 }
 
-static int cmd_swap_demo(void)
+static const char swap_demo_usage[] =
+    "usage: spill swap-demo [--backend cuda|host|model] [--devices N] [--device-mem SIZE]\n"
+    "                       [--profile NAME]\n"
+    "  the vmm alone on device 0: a 12-layer model's weights, gradients, optimizer\n"
+    "  state and activations (three times the vmm's budget) accessed as 2 iterations\n"
+    "  of forward, backward and just-in-time update would, once with next-use hints\n"
+    "  (Belady) and once without (LRU); prints the bytes each moved. With\n"
+    "  SPILL_VMM_TRACE_FILE, the Belady run's transfers as a Chrome trace.\n";
+
+static int cmd_swap_demo(int argc, char **argv)
 {
 	struct sp_params p;
 	struct dev_config dc;
 	struct vmm_config vc;
 	struct dev_ctx *ctx = NULL;
-	if (load_params(&p) < 0)
-		return 1;
+	int given[NDEVICE_FLAGS] = {0};
+	int rc = parse_device_flags("swap-demo", swap_demo_usage, argc, argv, &p, given);
+	if (rc)
+		return rc == 1 ? 0 : rc;
 	if (dev_config_from_params(&p, &dc) < 0 || vmm_config_from_params(&p, &vc) < 0 ||
 	    dev_open(&dc, &ctx) < 0) {
-		fprintf(stderr, "spill: %s\n", sp_last_error());
+		flag_error("swap-demo", device_flags, NDEVICE_FLAGS, given);
 		return 1;
 	}
 	struct dev_info in;
@@ -301,10 +443,36 @@ static const char train_help[] =
     "         --init FILE (start from pretrained weights: a spill checkpoint, llm.c's\n"
     "         model .bin, or a Hugging Face GPT-2 directory; the shape comes from it)\n"
     "         --trace FILE (Chrome/Perfetto trace) --stats-json FILE\n"
+    "Sizes: --device-mem is an emulated GPU's size (host backend; the usable part of\n"
+    "a real one on cuda); --budget is the vmm's share of each device, what the\n"
+    "training state swaps through (default 90% of the device; with no --model on the\n"
+    "host backend or a GPU, a quarter of the training state over all devices). Sizes\n"
+    "take K/M/G/T, at least 64K. (spill run --budget is the device size instead.)\n"
     "Flags override the SPILL_* variables. With no flags: a small GPT on the default\n"
     "corpus (Debian's bible-kjv), on the emulated GPUs when there is no GPU, with a\n"
     "device budget of a quarter of the training state (on a GPU too, unless --model\n"
     "names a preset: that gets the whole device).\n";
+
+static const char sim_help[] =
+    "usage: spill sim [flags]    spill train's run on the model backend, in virtual time\n"
+    "  the executor and the vmm run every step against a device profile: no data\n"
+    "  moves, so there is no loss; prints the predicted step time, utilization per\n"
+    "  device, the time split and the swap volume per link, and the wall time taken.\n"
+    "model:   --model tiny|gpt2|gpt2-medium|gpt2-xl|10b|40b  (default gpt2: 12 layers,\n"
+    "         768 channels, batch 8, seq 1024, 20 steps; 10b, 40b: 3 steps)\n"
+    "         --layers N --channels N --heads N --seq N --vocab N --batch N\n"
+    "         --optim adamw|sgd --momentum X --precision fp32|bf16 --total-batch TOKENS\n"
+    "plan:    --schedule auto|dp-swap|gpipe|1f1b|harmony-dp|harmony-pp  (default auto)\n"
+    "         --microbatch N --group N --packs N --recompute --update-on-cpu\n"
+    "         --plan-profile NAME\n"
+    "devices: --profile NAME (default SPILL_PROFILE, else gtx1080ti-x4) --devices N\n"
+    "         (default: the profile's count) --device-mem SIZE (default: the profile's)\n"
+    "         --budget SIZE (the vmm's share of each device; default 90%)\n"
+    "         --host-mem SIZE --disk DIR[,DIR...] (a simulated disk tier; nothing is\n"
+    "         written)  --backend model (the only one: spill train runs the others)\n"
+    "run:     --steps N --seed N --trace FILE --stats-json FILE\n"
+    "Sizes take K/M/G/T, at least 64K. Refused here (no data, no state): --data,\n"
+    "--checkpoint, --resume, --init, --eval-every, --tune.\n";
 
 static int bad_flag(const char *cmd, const char *msg, const char *flag)
 {
@@ -386,6 +554,21 @@ static int number_flag(const char *cmd, const char *name, const char *val, struc
 	return 0;
 }
 
+/* The last error of a run, with the SPILL_* variables that c's flags set
+ * named as those flags (the trainer opens its context from the table). */
+static void train_error(const char *cmd, const struct tr_config *c)
+{
+	const struct var_flag flags[] = {
+	    {"--backend", "SPILL_BACKEND", 0},       {"--devices", "SPILL_DEVICES", 0},
+	    {"--device-mem", "SPILL_DEVICE_MEM", 1}, {"--budget", "SPILL_VMM_DEVICE_MEM", 1},
+	    {"--host-mem", "SPILL_HOST_MEM", 1},     {"--disk", "SPILL_DISK_PATH", 0},
+	    {"--profile", "SPILL_PROFILE", 0},
+	};
+	int given[] = {c->backend != NULL, c->devices > 0,  c->device_mem > 0, c->budget > 0,
+	               c->host_mem > 0,    c->disk != NULL, c->profile != NULL};
+	flag_error(cmd, flags, sizeof(flags) / sizeof(flags[0]), given);
+}
+
 static int cmd_train(const char *cmd, int argc, char **argv)
 {
 	struct tr_config c;
@@ -445,14 +628,20 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 	    {"--total-batch", &c.total_batch, NULL, NULL, 0},
 	    {"--init", NULL, &c.init, NULL, 0},
 	};
+	if (wants_help(argc, argv)) {
+		fputs(sim ? sim_help : train_help, stdout);
+		return 0;
+	}
 	for (int i = 1; i < argc; i++) {
 		char *a = argv[i], *val = NULL, *eq = strchr(a, '=');
 		char name[64];
 		snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
-		if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
-			fputs(train_help, stdout);
-			return 0;
-		}
+		if (sim && !strcmp(name, "--no-tune"))
+			continue;
+		if (sim && (!strcmp(name, "--tune") || !strcmp(name, "--resume") ||
+		            !strcmp(name, "--init") || !strcmp(name, "--eval-every") ||
+		            !strcmp(name, "--eval-batches") || !strcmp(name, "--checkpoint-every")))
+			return bad_flag(cmd, "the model backend moves no data: no", name);
 		if (!strcmp(name, "--no-tune") || !strcmp(name, "--tune")) {
 			c.tune = !strcmp(name, "--tune");
 			continue;
@@ -487,10 +676,18 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 			return bad_flag(cmd, "missing value for", name);
 		if (opts[k].s)
 			*opts[k].s = val;
-		else if (opts[k].z && sp_parse_size(val, opts[k].z) < 0)
-			return bad_flag(cmd, "bad size for", name);
+		else if (opts[k].z && size_flag(cmd, name, val, MIN_SIZE_FLAG, opts[k].z))
+			return 2;
 		else if (opts[k].i && parse_int(cmd, name, val, opts[k].i))
 			return 2;
+		if (sim && opts[k].s == &c.backend && strcmp(val, "model")) {
+			fprintf(
+			    stderr,
+			    "spill sim: --backend %s: sim runs on the model backend only (spill "
+			    "train --backend %s runs for real)\n",
+			    val, val);
+			return 2;
+		}
 		int *must = opts[k].i; /* flags where 0 would read as the default */
 		if (must && !*must &&
 		    (must == &c.steps || must == &c.batch || must == &c.layers ||
@@ -513,7 +710,7 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 	int rc = tr_train(&c, &res);
 	if (rc < 0) {
 		fflush(stdout);
-		fprintf(stderr, "spill %s: %s\n", cmd, sp_last_error());
+		train_error(cmd, &c);
 		return rc == -EINTR ? 130 : 1; /* 128 + SIGINT, as a shell reports Ctrl-C */
 	}
 	if (sim) /* the figures above are virtual time; this is what they cost */
@@ -538,7 +735,9 @@ static const char tune_help[] =
     "         --recover (each model's state is kept at its step boundaries: a device that\n"
     "         fails costs the models their current step, not the run)\n"
     "devices: --backend cuda|host|model --devices N --device-mem SIZE --budget SIZE\n"
-    "         --profile NAME --sim (the model backend, virtual time, synthetic data)\n"
+    "         (as spill train's: K/M/G/T, at least 64K; --budget is the vmm's share of\n"
+    "         each device) --profile NAME --sim (the model backend, virtual time,\n"
+    "         synthetic data)\n"
     "run:     --steps N --seed N --data PATH --eval-batches N\n"
     "         --save-best DIR (the best-ranked model's checkpoint, as spill train's)\n"
     "Ends with the ranking by validation loss. With no flags: 4 tiny GPTs (lr 1e-3,\n"
@@ -644,8 +843,8 @@ static int cmd_tune(int argc, char **argv)
 			rc = number_flag("tune", name, val, &c.base, &c.reserve);
 		} else if (opts[k].s) {
 			*opts[k].s = val;
-		} else if (opts[k].z && sp_parse_size(val, opts[k].z) < 0) {
-			rc = bad_flag("tune", "bad size for", name);
+		} else if (opts[k].z) {
+			rc = size_flag("tune", name, val, MIN_SIZE_FLAG, opts[k].z);
 		} else if (opts[k].i) {
 			rc = parse_int("tune", name, val, opts[k].i);
 			batch_given |= !rc && opts[k].i == &c.base.batch;
@@ -691,7 +890,7 @@ static int cmd_tune(int argc, char **argv)
 		c.base.steps = 60;
 	if (tr_tune_models(&c) < 0) {
 		fflush(stdout);
-		fprintf(stderr, "spill tune: %s\n", sp_last_error());
+		train_error("tune", &c.base);
 		rc = 1;
 	}
 out:
@@ -760,12 +959,25 @@ static void print_shim_report(const struct sp_json *root)
 	}
 }
 
+static const char report_usage[] =
+    "usage: spill report FILE.json\n"
+    "  prints again the profile a run wrote with --stats-json: spill train's or spill\n"
+    "  sim's (plan, time split, swap volume per link measured and predicted; a loss\n"
+    "  of null is none: the model backend's, or a diverged run's), or spill run's\n"
+    "  (bytes per direction, per allocation and per kernel).\n";
+
 static int cmd_report(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr,
-		        "usage: spill report FILE.json (written by spill train or spill run "
-		        "--stats-json)\n");
+	if (wants_help(argc, argv)) {
+		fputs(report_usage, stdout);
+		return 0;
+	}
+	if (argc != 2 || (argv[1][0] == '-' && argv[1][1])) {
+		if (argc == 2)
+			fprintf(stderr, "spill report: unknown flag %s (spill report --help)\n",
+			        argv[1]);
+		else
+			fputs(report_usage, stderr);
 		return 2;
 	}
 	char *text = NULL;
@@ -982,7 +1194,10 @@ static const char run_usage[] =
     "usage: spill run [flags] [--] CMD [ARGS...]\n"
     "Runs an unmodified CUDA program with libspill-preload.so: its device allocations\n"
     "may exceed the GPU (backed by pinned host memory and, with SPILL_DISK_PATH, disk).\n"
-    "  --budget SIZE       device memory the program may use (SPILL_DEVICE_MEM)\n"
+    "  --budget SIZE       the device memory the program sees and the vmm uses, all of\n"
+    "                      it (default 90% of the free memory; K/M/G/T, at least 2M).\n"
+    "                      Not spill train's --budget, the vmm's share of a device\n"
+    "                      whose size is --device-mem (SPILL_DEVICE_MEM)\n"
     "  --policy P          belady (recorded iteration; LRU until seen) or lru\n"
     "  --stats-json FILE   the swap report as JSON at exit (spill report FILE)\n"
     "  --trace FILE        a Chrome trace of transfers and launches\n"
@@ -1009,9 +1224,17 @@ static int find_preload(char *out, size_t n)
 	return access(out, R_OK) == 0 ? 0 : -1;
 }
 
+static const struct var_flag run_flags[] = {
+    {"--budget", "SPILL_DEVICE_MEM", 1},
+    {"--policy", "SPILL_SHIM_POLICY", 0},
+    {"--stats-json", "SPILL_SHIM_STATS_JSON", 0},
+    {"--trace", "SPILL_SHIM_TRACE", 0},
+};
+#define NRUN_FLAGS (sizeof(run_flags) / sizeof(run_flags[0]))
+
 static int cmd_run(int argc, char **argv)
 {
-	int i = 1;
+	int i = 1, given[NRUN_FLAGS] = {0};
 	for (; i < argc; i++) {
 		const char *f = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1029,12 +1252,10 @@ static int cmd_run(int argc, char **argv)
 			setenv("SPILL_SHIM_REPORT", "0", 1);
 			continue;
 		}
-		const char *var = !strcmp(f, "--budget")       ? "SPILL_DEVICE_MEM"
-		                  : !strcmp(f, "--policy")     ? "SPILL_SHIM_POLICY"
-		                  : !strcmp(f, "--stats-json") ? "SPILL_SHIM_STATS_JSON"
-		                  : !strcmp(f, "--trace")      ? "SPILL_SHIM_TRACE"
-		                                               : NULL;
-		if (!var) {
+		size_t k = 0;
+		while (k < NRUN_FLAGS && strcmp(f, run_flags[k].flag))
+			k++;
+		if (k == NRUN_FLAGS) {
 			fprintf(stderr, "spill run: unknown flag %s (spill run --help)\n", f);
 			return 2;
 		}
@@ -1042,17 +1263,23 @@ static int cmd_run(int argc, char **argv)
 			fprintf(stderr, "spill run: %s needs a value\n", f);
 			return 2;
 		}
-		setenv(var, v, 1);
+		uint64_t z;
+		if (run_flags[k].size && size_flag("run", f, v, MIN_RUN_BUDGET, &z))
+			return 2;
+		setenv(run_flags[k].var, v, 1);
+		given[k] = 1;
 		i++;
 	}
 	if (i >= argc) {
 		fputs(run_usage, stderr);
 		return 2;
 	}
-	/* bad values fail here, in one line, not inside the program */
+	/* bad values fail here, in one line naming the flag, not inside the program */
 	struct sp_params p;
-	if (load_params(&p) < 0)
+	if (sp_params_load(&p, NULL) < 0 || sp_params_apply_logging(&p) < 0) {
+		flag_error("run", run_flags, NRUN_FLAGS, given);
 		return 1;
+	}
 	char lib[4200];
 	if (find_preload(lib, sizeof(lib)) < 0) {
 		fprintf(stderr,
@@ -1070,8 +1297,20 @@ static int cmd_run(int argc, char **argv)
 	return 127;
 }
 
+static const char prepare_usage[] =
+    "usage: spill prepare TEXT... -o DIR [--name NAME] [--val-fraction F]\n"
+    "                     [--shard-tokens N]\n"
+    "  the bytes of the text files, in order, as llm.c token shards (one token a byte,\n"
+    "  vocab 256) in DIR (created if missing): NAME_val_000000.bin the last F of them\n"
+    "  (default 0.1), NAME_train_NNNNNN.bin the rest, N tokens a shard at most\n"
+    "  (default 100M); NAME defaults to corpus. Existing shards are not overwritten.\n";
+
 static int cmd_prepare(int argc, char **argv)
 {
+	if (wants_help(argc, argv)) {
+		fputs(prepare_usage, stdout);
+		return 0;
+	}
 	const char *dir = NULL, *name = "corpus";
 	double val = 0.1;
 	uint64_t shard = 0;
@@ -1108,9 +1347,7 @@ static int cmd_prepare(int argc, char **argv)
 	}
 	if (!dir || !n) {
 		free(texts);
-		fprintf(stderr,
-		        "usage: spill prepare TEXT... -o DIR [--name NAME] [--val-fraction F] "
-		        "[--shard-tokens N]\n");
+		fputs(prepare_usage, stderr);
 		return 2;
 	}
 	int rc = tr_data_prepare(texts, n, dir, name, val, shard);
@@ -1333,8 +1570,8 @@ static void usage(FILE *f)
 	fprintf(f,
 	        "usage: spill <command> [args]\n"
 	        "  params [--markdown]  print the SPILL_* variables (values, or the README table)\n"
-	        "  devices              list the devices of the configured backend\n"
-	        "  swap-demo            train-shaped accesses through the vmm, Belady vs LRU\n"
+	        "  devices [flags]      list the devices of the configured backend\n"
+	        "  swap-demo [flags]    train-shaped accesses through the vmm, Belady vs LRU\n"
 	        "  train [flags]        train a GPT through the executor (train --help)\n"
 	        "  sim [flags]          the same run on the model backend, in virtual time\n"
 	        "  tune [flags]         many models trained together, ranked (tune --help)\n"
@@ -1345,7 +1582,8 @@ static void usage(FILE *f)
 	        "  eval WEIGHTS [flags] the validation loss of a checkpoint or pretrained model\n"
 	        "  sample WEIGHTS [flags]  generate tokens from it (sample --help)\n"
 	        "  export --format hf|llmc WEIGHTS DIR  write it for transformers or llm.c\n"
-	        "  version              print the version\n");
+	        "  version, --version   print the version\n"
+	        "Every command takes --help.\n");
 }
 
 int main(int argc, char **argv)
@@ -1358,9 +1596,9 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "params") == 0)
 		return cmd_params(argc - 1, argv + 1);
 	if (strcmp(cmd, "devices") == 0)
-		return cmd_devices();
+		return cmd_devices(argc - 1, argv + 1);
 	if (strcmp(cmd, "swap-demo") == 0)
-		return cmd_swap_demo();
+		return cmd_swap_demo(argc - 1, argv + 1);
 	if (strcmp(cmd, "train") == 0 || strcmp(cmd, "sim") == 0)
 		return cmd_train(cmd, argc - 1, argv + 1);
 	if (strcmp(cmd, "tune") == 0)
@@ -1379,8 +1617,18 @@ int main(int argc, char **argv)
 		return cmd_export(argc - 1, argv + 1);
 	if (strcmp(cmd, "run") == 0)
 		return cmd_run(argc - 1, argv + 1);
-	if (strcmp(cmd, "version") == 0) {
-		printf("spill %s\n", SPILL_VERSION);
+	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0 ||
+	    strcmp(cmd, "-V") == 0) {
+		if (argc > 2 && !wants_help(argc - 1, argv + 1)) {
+			fprintf(stderr, "spill %s: takes no arguments, not %s\n", cmd, argv[2]);
+			return 2;
+		}
+		if (argc > 2) {
+			printf(
+			    "usage: spill version (or spill --version): prints spill's version\n");
+			return 0;
+		}
+		printf("spill %s\n", SPILL_VERSION_STRING);
 		return 0;
 	}
 	if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

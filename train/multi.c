@@ -109,13 +109,22 @@ struct tune {
 static void table(struct tune *t, int final)
 {
 	fprintf(t->out, "  %-34s %6s %11s %9s  %s\n", "model", "shards", "steps", "loss", "");
-	for (int i = 0; i < t->n; i++)
-		fprintf(t->out, "  %-34s %6d %5d/%-5d %9.4f  %s\n", t->label[i],
-		        tg_plan_shards(&t->runs[i]->plan), t->done[i], t->steps[i], t->loss[i],
+	/* as spill train's progress: "-" where there is no loss (the model
+	 * backend moves no data), "nan" where it diverged */
+	int model = t->rt && dev_backend(t->rt->dev) == DEV_BACKEND_MODEL;
+	for (int i = 0; i < t->n; i++) {
+		char l[32];
+		if (isnan(t->loss[i]))
+			snprintf(l, sizeof(l), "%s", model ? "-" : "nan");
+		else
+			snprintf(l, sizeof(l), "%.4f", t->loss[i]);
+		fprintf(t->out, "  %-34s %6d %5d/%-5d %9s  %s\n", t->label[i],
+		        tg_plan_shards(&t->runs[i]->plan), t->done[i], t->steps[i], l,
 		        t->stopped[i]               ? "stopped (successive halving)"
 		        : t->done[i] == t->steps[i] ? "done"
 		        : final                     ? ""
 		                                    : "training");
+	}
 }
 
 /* After each step of model i but its last: progress, successive halving. */

@@ -199,7 +199,7 @@ void tr_profile_print(const struct tr_profile *pr, FILE *f)
 	fprintf(f, "%d steps, %.4f s/step, %.0f tokens/s", pr->steps, pr->step_s, pr->tokens_per_s);
 	if (!strcmp(pr->backend, "model"))
 		fprintf(f, "; no loss (the model backend moves no data)");
-	else if (isnan(pr->last_loss) || pr->last_loss < 0) /* (-1: NaN in the JSON) */
+	else if (isnan(pr->last_loss))
 		fprintf(f, "; loss %.4f -> nan: training diverged (lower --lr?)", pr->first_loss);
 	else
 		fprintf(f, "; loss %.4f -> %.4f", pr->first_loss, pr->last_loss);
@@ -265,6 +265,16 @@ void tr_profile_print(const struct tr_profile *pr, FILE *f)
 		    w / 1e9);
 }
 
+/* A loss in the JSON: NaN (no loss on the model backend, or a diverged run)
+ * as null, which JSON has for it and json.load reads as None. */
+static void loss_json(FILE *f, double x)
+{
+	if (isnan(x) || isinf(x))
+		fprintf(f, "null");
+	else
+		fprintf(f, "%.9g", x);
+}
+
 int tr_profile_json(const struct tr_profile *pr, const char *path)
 {
 	char tmp[4096];
@@ -280,19 +290,24 @@ int tr_profile_json(const struct tr_profile *pr, const char *path)
 	sp_json_write_str(f, pr->tuner);
 	fprintf(f, ",\n  \"backend\": ");
 	sp_json_write_str(f, pr->backend);
-	fprintf(
-	    f,
-	    ",\n  \"devices\": %d,\n  \"steps\": %d,\n  \"step_s\": %.9g,\n"
-	    "  \"tokens_per_s\": %.9g,\n  \"first_loss\": %.9g,\n  \"last_loss\": %.9g,\n"
-	    "  \"last_eval\": %.9g,\n  \"time\": {\"compute\": %.9g, \"exposed_transfer\": %.9g, "
-	    "\"idle\": %.9g},\n  \"collective\": %.17g,\n  \"closed_form_weights\": %.17g,\n",
-	    pr->devices, pr->steps, pr->step_s, pr->tokens_per_s,
-	    isnan(pr->first_loss) ? -1 : pr->first_loss, isnan(pr->last_loss) ? -1 : pr->last_loss,
-	    isnan(pr->last_eval) ? -1 : pr->last_eval, pr->compute, pr->exposed, pr->idle,
-	    pr->collective, pr->closed_form);
+	fprintf(f,
+	        ",\n  \"devices\": %d,\n  \"steps\": %d,\n  \"step_s\": %.9g,\n"
+	        "  \"tokens_per_s\": %.9g,\n  \"first_loss\": ",
+	        pr->devices, pr->steps, pr->step_s, pr->tokens_per_s);
+	loss_json(f, pr->first_loss);
+	fprintf(f, ",\n  \"last_loss\": ");
+	loss_json(f, pr->last_loss);
+	fprintf(f, ",\n  \"last_eval\": ");
+	loss_json(f, pr->last_eval);
+	fprintf(f,
+	        ",\n  \"time\": {\"compute\": %.9g, \"exposed_transfer\": %.9g, \"idle\": "
+	        "%.9g},\n  \"collective\": %.17g,\n  \"closed_form_weights\": %.17g,\n",
+	        pr->compute, pr->exposed, pr->idle, pr->collective, pr->closed_form);
 	fprintf(f, "  \"first_step\": %d,\n  \"losses\": [", pr->first_step);
-	for (int i = 0; i < pr->nlosses && pr->losses; i++)
-		fprintf(f, "%s%.9g", i ? ", " : "", isnan(pr->losses[i]) ? -1 : pr->losses[i]);
+	for (int i = 0; i < pr->nlosses && pr->losses; i++) {
+		fprintf(f, "%s", i ? ", " : "");
+		loss_json(f, pr->losses[i]);
+	}
 	fprintf(f, "],\n  \"step_times\": [");
 	for (int i = 0; i < pr->nlosses && pr->times; i++)
 		fprintf(f, "%s%.9g", i ? ", " : "", pr->times[i]);
@@ -369,9 +384,14 @@ int tr_profile_read(const char *path, struct tr_profile *pr)
 	pr->steps = (int)num(root, "steps", 0);
 	pr->step_s = num(root, "step_s", 0);
 	pr->tokens_per_s = num(root, "tokens_per_s", 0);
-	pr->first_loss = num(root, "first_loss", -1);
-	pr->last_loss = num(root, "last_loss", -1);
-	pr->last_eval = num(root, "last_eval", -1);
+	/* null (or a missing key): no loss. Files before null wrote NaN as -1. */
+	pr->first_loss = num(root, "first_loss", NAN);
+	pr->last_loss = num(root, "last_loss", NAN);
+	pr->last_eval = num(root, "last_eval", NAN);
+	if (pr->first_loss < 0)
+		pr->first_loss = NAN;
+	if (pr->last_loss < 0)
+		pr->last_loss = NAN;
 	if (pr->last_eval < 0)
 		pr->last_eval = NAN;
 	pr->compute = num(time, "compute", 0);

@@ -356,20 +356,30 @@ static void progress(struct run *r, int step, double loss, double now, int last)
 	}
 	sp_error_clear();
 	double per = (now - r->t_first) / (step - r->start);
-	char eta[32], a[32], b[32], l[32];
+	char eta[32], l[32];
 	fmt_eta(per * (r->steps - step), eta, sizeof(eta));
+	/* no loss: the model backend moves no data ("-"); a NaN one: diverged */
 	if (isnan(loss))
-		snprintf(l, sizeof(l), "  -   ");
+		snprintf(l, sizeof(l), "%-6s",
+		         r->rt->dev && dev_backend(r->rt->dev) == DEV_BACKEND_MODEL ? "-" : "nan");
 	else
 		snprintf(l, sizeof(l), "%.4f", loss);
-	fprintf(r->out,
-	        "%sstep %*d/%d | loss %s | %7.0f tok/s | H2D %6.2f GB/s D2H %6.2f GB/s | dev peak "
-	        "%s / %s | ETA %s%s",
-	        r->c.tty ? "\r" : "", r->wsteps, step, r->steps, l, tok,
-	        dt > 0 ? (double)(h2d - r->p_h2d) / dt / 1e9 : 0,
-	        dt > 0 ? (double)(d2h - r->p_d2h) / dt / 1e9 : 0,
-	        sp_format_size(used, a, sizeof(a)), sp_format_size(cap, b, sizeof(b)), eta,
-	        r->c.tty && !last ? "" : "\n");
+	/* 79 columns at most: a terminal's line, rewritten in place, must not
+	 * wrap. swap is the host link's bytes both ways (H2D + D2H) (the profile at the end
+	 * splits them); mem is the devices' peak since the last line against their
+	 * budget, left out where the line would not fit (long step counts). */
+	double swap = dt > 0 ? (double)(h2d - r->p_h2d + d2h - r->p_d2h) / dt / 1e9 : 0;
+	char line[256], mem[32];
+	snprintf(mem, sizeof(mem), " | mem %.0f%%", cap ? 100.0 * (double)used / (double)cap : 0);
+	for (int with_mem = 1; with_mem >= 0; with_mem--) {
+		snprintf(line, sizeof(line),
+		         "step %*d/%d | loss %s | %4.0f tok/s | swap %.2f GB/s%s | ETA %s",
+		         r->wsteps, step, r->steps, l, tok, swap, with_mem ? mem : "", eta);
+		if (strlen(line) <= 79)
+			break;
+	}
+	/* (on a terminal padded, so a shorter line covers a longer one) */
+	fprintf(r->out, r->c.tty ? "\r%-79s%s" : "%s%s", line, r->c.tty && !last ? "" : "\n");
 	fflush(r->out);
 	r->p_time = now;
 	r->p_step = step;
@@ -553,6 +563,16 @@ static int setup(struct run *r)
 		 * device's share holds the whole state (not b: that stopped the
 		 * search at half the state per device on 2 devices) */
 		uint64_t share = r->per_device ? b : b / (uint64_t)r->rt->ndev;
+		/* the host pool ran out, not the devices: name the flag that set it */
+		if (rc == -ENOMEM && c->host_mem && strstr(sp_last_error(), "host")) {
+			char h[32], st[32];
+			return sp_error(rc,
+			                "--host-mem %s is too small: the host pool holds every "
+			                "object the devices do not (training state %s; give "
+			                "more, or --disk DIR): %s",
+			                sp_format_size(c->host_mem, h, sizeof(h)),
+			                sp_format_size(r->state, st, sizeof(st)), sp_last_error());
+		}
 		if (rc != -ENOMEM || !r->quarter || share >= r->state)
 			return rc;
 		rt_close(r->rt);
@@ -590,16 +610,32 @@ static void banner(struct run *r)
 	struct dev_info in;
 	if (dev_info(r->rt->dev, 0, &in) < 0)
 		snprintf(in.name, sizeof(in.name), "?");
-	fprintf(
-	    r->out, "devices: %d x %s (%s backend), budget %s each%s; training state %s\n",
-	    r->rt->ndev, in.name, dev_backend_name(dev_backend(r->rt->dev)),
-	    sp_format_size(cap, a, sizeof(a)),
-	    r->quarter ? " (together a quarter of the training state)"
-	    : r->grown
-	        ? " (together the smallest above a quarter of the training state that a plan fits)"
-	        : "",
-	    sp_format_size(r->state, b, sizeof(b)));
-	(void)d;
+	uint64_t total = cap * (uint64_t)r->rt->ndev;
+	fprintf(r->out, "devices: %d x %s (%s backend), budget %s each, %s together%s\n",
+	        r->rt->ndev, in.name, dev_backend_name(dev_backend(r->rt->dev)),
+	        sp_format_size(cap, a, sizeof(a)), sp_format_size(total, b, sizeof(b)),
+	        r->quarter ? " (a quarter of the training state)"
+	        : r->grown
+	            ? " (the smallest above a quarter of the training state that a plan fits)"
+	            : "");
+	/* The model state (weights, gradients, optimizer state) lives across
+	 * steps; the activations are one batch's stash, which recomputation and
+	 * microbatches never hold all at once: each against the budget apart. */
+	uint64_t model = 0, act = 0;
+	for (int l = 0; l < r->m.nlayers; l++) {
+		const struct rt_layer *y = &r->m.layers[l];
+		model += y->param_bytes + y->grad_bytes + y->optim_bytes;
+		act += y->stash_per_sample * (uint64_t)r->m.batch;
+	}
+	double t = total ? (double)total : 1;
+	fprintf(r->out,
+	        "model state: %s (weights, gradients, optimizer state) = %.2fx the budget\n",
+	        sp_format_size(model, b, sizeof(b)), (double)model / t);
+	fprintf(r->out,
+	        "activations: %s (a batch's, before recomputation) = %.2fx; training state %s = "
+	        "%.2fx\n",
+	        sp_format_size(act, d, sizeof(d)), (double)act / t,
+	        sp_format_size(r->state, a, sizeof(a)), (double)r->state / t);
 	fprintf(r->out, "plan: %s\n", r->plan_name);
 	fflush(r->out);
 }

@@ -40,15 +40,15 @@ int main(void)
 	EXPECT(tg_graph_build(&z, 1, &p, &g), -EINVAL, "zero layers");
 	EXPECT(tg_pack_greedy(&z, 1, 1000, 0.15, &out), -EINVAL, "zero layers");
 	EXPECT(tg_pack_greedy(&m, 1, 1000, 0.15, &out), -ENOMEM, "layer 1 (huge)");
-	EXPECT(tg_pack_greedy(&m, 1, 1000, 0.15, &out), -ENOMEM, "short by 4130");
-	EXPECT(tg_pack_dp(&m, 1, 1000, 2, &out), -ENOMEM, "short by 4000");
+	EXPECT(tg_pack_greedy(&m, 1, 1000, 0.15, &out), -ENOMEM, "short by 4.03 KiB");
+	EXPECT(tg_pack_dp(&m, 1, 1000, 2, &out), -ENOMEM, "short by 3.91 KiB");
 	struct tg_hw hw = {.ndev = 0};
 	struct tg_time t;
 	EXPECT(tg_plan_auto(&m, &hw, &out, &t), -EINVAL, "devices = 0");
 	/* a graph whose task does not fit: -ENOMEM naming task, device and bytes */
 	CHECK_OK(tg_graph_build(&m, 1, &p, &g));
 	struct tg_swap sw;
-	EXPECT(tg_sim_swap(&g, 1000, 0, &sw), -ENOMEM, "short by 4000");
+	EXPECT(tg_sim_swap(&g, 1000, 0, &sw), -ENOMEM, "short by 3.91 KiB");
 	tg_graph_free(&g);
 	/* devices, host and disk together too small for the state: no plan, and
 	 * the message says why; large enough: a plan whose state fits */

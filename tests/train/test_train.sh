@@ -59,7 +59,7 @@ big=(--layers 4 --channels 128 --heads 4 --seq 64 --batch 16 --data "$work/data"
 	>"$work/train.out" 2>"$work/train.err" || { cat "$work/train.err"; fail "spill train"; }
 cat "$work/train.out"
 grep -q "a quarter of the training state" "$work/train.out" || fail "no default budget line"
-grep -q "^step .*loss .*tok/s .*H2D .*ETA" "$work/train.out" || fail "no progress lines"
+grep -q "^step .*loss .*tok/s .*swap .*ETA" "$work/train.out" || fail "no progress lines"
 grep -q "^eval at step 15: validation loss" "$work/train.out" || fail "no evaluation"
 grep -q "swap volume per step" "$work/train.out" || fail "no swap table"
 "$py" - "$work/run.json" <<'PY' || fail "run.json"
@@ -320,7 +320,7 @@ bad() {
 		fail "spill $*: expected one line with '$want', got: $(cat "$work/err")"
 	fi
 }
-bad "smallest" train "${small[@]}" --steps 2 --budget 20K
+bad "smallest" train "${small[@]}" --steps 2 --budget 64K
 bad "unknown schedule" train "${small[@]}" --schedule fastest
 bad "unknown model" train --model gpt5
 bad "No such file" train --data "$work/nothing"

@@ -127,7 +127,7 @@ bad 'not a positive number' --grid lr=abc
 bad 'not a positive integer' --grid batch=1.5
 bad "policy 'bogus'" --policy bogus
 bad "unknown model 'nope'" --model nope
-bad 'layer 0 (embedding) needs .*short by' --budget 4K
+bad 'layer 0 (embedding) needs .*short by' --budget 64K
 SPILL_HOST_FAIL=5:1 bad "SPILL_HOST_FAIL: '5:1' is not DEV:N"
 SPILL_HOST_FAIL=1:200 bad 'SPILL_HOST_FAIL: fault injection needs the host backend (this is model)' \
 	--backend model
