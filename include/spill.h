@@ -238,7 +238,7 @@ struct spill_gpt_config {
 
 struct spill_plan {
 	const char *schedule; /* "auto" (NULL), "dp-swap", "gpipe", "1f1b", "harmony-dp",
-	                         "harmony-pp" */
+	                         "harmony-pp", "interleaved" */
 	int devices;          /* 0: all of the context */
 	int microbatch;       /* samples per microbatch (0: auto) */
 	int group;            /* microbatches per group, harmony modes (0: 1) */
