@@ -271,7 +271,6 @@ PY
 # 2c. SIGINT and SIGTERM: exit 130, a checkpoint and the stats; resuming from
 #     it matches an uninterrupted run bit for bit (a constant lr: the default
 #     schedule follows the run's length, which differs between these runs)
-kmax=0
 const=(--lr-schedule constant)
 for sig in INT TERM; do
 	d="$work/sig$sig"
@@ -289,17 +288,19 @@ for sig in INT TERM; do
 	"$spill" train "${small[@]}" "${const[@]}" --steps $((k + 2)) --checkpoint "$d" --resume --no-tune \
 		--stats-json "$d.resumed.json" >"$d.resumed.out" 2>&1 || { cat "$d.resumed.out"; fail "SIG$sig: resume"; }
 	eval "k$sig=$k"
-	[ "$k" -gt "$kmax" ] && kmax=$k
 done
-"$spill" train "${small[@]}" "${const[@]}" --steps $((kmax + 2)) --checkpoint "$work/sigref" --checkpoint-every 1 --no-tune \
-	--stats-json "$work/sigref.json" >/dev/null 2>&1 || fail "uninterrupted reference run"
 for sig in INT TERM; do
 	d="$work/sig$sig"
 	eval "k=\${k$sig:-}"
 	[ -n "$k" ] || continue
-	cmp "$d/$(printf step_%08d.safetensors $((k + 2)))" "$work/sigref/$(printf step_%08d.safetensors $((k + 2)))" ||
+	# the uninterrupted run of the resumed run's length (the checkpoint's
+	# metadata records the run's length)
+	ref="$work/sigref$sig"
+	"$spill" train "${small[@]}" "${const[@]}" --steps $((k + 2)) --checkpoint "$ref" --no-tune \
+		--stats-json "$ref.json" >/dev/null 2>&1 || fail "uninterrupted reference run"
+	cmp "$d/$(printf step_%08d.safetensors $((k + 2)))" "$ref/$(printf step_%08d.safetensors $((k + 2)))" ||
 		fail "SIG$sig: the resumed run's step-$((k + 2)) checkpoint differs"
-	"$py" - "$work/sigref.json" "$d.json" "$d.resumed.json" "$k" <<'PY' || fail "SIG$sig: losses"
+	"$py" - "$ref.json" "$d.json" "$d.resumed.json" "$k" <<'PY' || fail "SIG$sig: losses"
 import json, sys
 ref, cut, res = (json.load(open(p)) for p in sys.argv[1:4])
 k = int(sys.argv[4])
