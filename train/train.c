@@ -309,10 +309,27 @@ uint64_t tr_training_state(const struct rt_model *m)
 int tr_choose_plan(struct run *r, struct tg_plan *plan, const char *twin)
 {
 	const struct tr_config *c = &r->c;
+	int packs = c->packs;
+	if (c->chunks > 0) { /* interleaved's v: every device holds v packs */
+		if (!c->schedule || strcasecmp(c->schedule, "interleaved"))
+			return sp_error(-EINVAL, "--chunks %d: only with --schedule interleaved",
+			                c->chunks);
+		if (c->packs > 0)
+			return sp_error(-EINVAL,
+			                "--chunks %d and --packs %d: give one (the packs are the "
+			                "chunks x the devices)",
+			                c->chunks, c->packs);
+		packs = c->chunks * r->rt->ndev;
+		if (packs > r->m.nlayers)
+			return sp_error(-EINVAL,
+			                "--chunks %d: %d chunks on %d devices need %d packs, the "
+			                "model has %d layers",
+			                c->chunks, c->chunks, r->rt->ndev, packs, r->m.nlayers);
+	}
 	struct rt_plan_request q = {.schedule = c->schedule,
 	                            .microbatch = c->microbatch,
 	                            .group = c->group,
-	                            .packs = c->packs,
+	                            .packs = packs,
 	                            .upd_cpu = c->upd_cpu,
 	                            .recompute = c->recompute,
 	                            .twin_profile = twin};

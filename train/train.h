@@ -199,6 +199,7 @@ struct tr_config {
 	/* the plan: schedule NULL or "auto", else a tg_sched name; 0: defaults */
 	const char *schedule;
 	int microbatch, group, packs, recompute, upd_cpu;
+	int chunks; /* interleaved: model chunks per device (packs = chunks x devices); 0: none */
 	/* the context: NULL / 0 take the SPILL_* variables; budget 0 on the host
 	 * backend: a quarter of the training state (so that it swaps) */
 	const char *backend, *profile, *disk;

@@ -310,6 +310,16 @@ print("interrupted after step %d; resumed losses equal:" % k, res["losses"])
 PY
 done
 
+# 2d. interleaved with --chunks: packs = chunks x devices; --chunks alone refused
+"$spill" train "${small[@]}" --steps 2 --no-tune --schedule interleaved --chunks 2 --microbatch 2 --budget 2M \
+	>"$work/ilv.out" 2>&1 || { cat "$work/ilv.out"; fail "interleaved --chunks 2"; }
+grep -q "^plan: interleaved, 4 packs, microbatch 2, 2 devices" "$work/ilv.out" ||
+	fail "interleaved --chunks 2: $(grep '^plan' "$work/ilv.out")"
+if "$spill" train "${small[@]}" --steps 2 --no-tune --chunks 2 >"$work/ilv2.out" 2>&1; then
+	fail "--chunks without --schedule interleaved ran"
+fi
+grep -q "only with --schedule interleaved" "$work/ilv2.out" || fail "--chunks alone: $(tail -1 "$work/ilv2.out")"
+
 # 3. bad input: one line, non-zero, nothing overwritten
 before=$(md5sum "$work"/b/*.safetensors)
 bad() {
