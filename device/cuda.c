@@ -181,6 +181,10 @@ static int cuda_open_dev(struct dev_ctx *ctx, int d, const struct dev_config *cf
 	in->flops =
 	    2.0 * prop.multiProcessorCount * fp32_per_sm(prop.major, prop.minor) * clock_khz * 1e3;
 	in->mem_bw = 2.0 * mem_khz * 1e3 * prop.memoryBusWidth / 8;
+	/* dense bf16 tensor-core FLOP/clock/SM with fp32 accumulation where known
+	 * (A100: 2048, 312 TF; H100: 4096, 989 TF); else 0 (the fp32 rate) */
+	int bf16_clk = prop.major == 9 ? 4096 : prop.major == 8 && prop.minor == 0 ? 2048 : 0;
+	in->bf16_flops = (double)bf16_clk * prop.multiProcessorCount * clock_khz * 1e3;
 	CUmemAllocationProp cp = chunk_prop(d);
 	size_t g = 0;
 	CU_DRV(c, c->drv.granularity(&g, &cp, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "granularity");

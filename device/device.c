@@ -81,6 +81,7 @@ void dev_info_from_profile(struct dev_ctx *ctx, uint64_t capacity_override, size
 		in->capacity = capacity_override ? capacity_override : ctx->prof.device_mem;
 		in->speed = d < ctx->prof.nspeed ? ctx->prof.speed[d] : 1.0;
 		in->flops = ctx->prof.flops * in->speed;
+		in->bf16_flops = ctx->prof.bf16_flops * in->speed;
 		in->mem_bw = ctx->prof.mem_bw * in->speed;
 		in->granularity = granularity;
 		for (int e = 0; e < ctx->ndev; e++)

@@ -80,7 +80,8 @@ struct dev_info {
 	char name[64];
 	uint64_t capacity;  /* bytes usable by spill on this device */
 	uint64_t used;      /* physical bytes allocated now */
-	double flops;       /* peak FLOP/s (fp32 for now) used by the cost model */
+	double flops;       /* peak fp32 FLOP/s used by the cost model */
+	double bf16_flops;  /* peak bf16 matrix FLOP/s (tensor cores); 0: unknown, as flops */
 	double mem_bw;      /* device memory bandwidth, bytes/s */
 	double speed;       /* relative to the profile's device (profile key speed) */
 	size_t granularity; /* physical chunk / mapping granularity, bytes */

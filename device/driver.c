@@ -220,6 +220,7 @@ static int drv_open(struct dev_ctx *ctx, const struct dev_config *cfg)
 	in->capacity = cfg->device_mem && cfg->device_mem < total ? cfg->device_mem : total;
 	in->capacity -= in->capacity % gran;
 	in->flops = ctx->prof.flops;
+	in->bf16_flops = ctx->prof.bf16_flops;
 	in->mem_bw = ctx->prof.mem_bw;
 	in->speed = 1;
 	in->granularity = gran;

@@ -54,6 +54,16 @@ void rt_plan_hw(const struct rt_ctx *rt, int ndev, struct tg_hw *hw)
 	hw->size_class_min = 64 * (rt->cfg.vmm.align ? rt->cfg.vmm.align : 256);
 }
 
+void rt_plan_hw_for(const struct rt_ctx *rt, const struct rt_model *m, struct tg_hw *hw)
+{
+	struct dev_info in;
+	int bf16 = 0;
+	for (int l = 0; l < m->nlayers; l++)
+		bf16 |= rt_layer_dtype(&m->layers[l]) == KN_BF16;
+	if (bf16 && dev_info(rt->dev, 0, &in) == 0 && in.bf16_flops > 0 && in.flops > 0)
+		hw->flops *= in.bf16_flops / in.flops;
+}
+
 void rt_plan_describe(const struct tg_plan *p, char *buf, size_t n)
 {
 	char shards[32] = "";
@@ -274,6 +284,7 @@ int rt_plan_choose(const struct rt_ctx *rt, struct rt_model *m, const struct rt_
 		rt_plan_hw(tw, ndev, &hw);
 		rt_close(tw);
 	}
+	rt_plan_hw_for(rt, m, &hw);
 	rt_model_tg_timed(m, hw.flops, tl, &tm); /* measured times, where known */
 	int rc = 0;
 	const char *name = req->schedule ? req->schedule : "auto";

@@ -528,6 +528,11 @@ int rt_profile_text(const char *name, char *buf, size_t n) SP_MUST_CHECK;
 /* The context's hardware for the planner: devices, the vmm budget per device,
  * FLOP/s and bandwidths of device 0 and its links. */
 void rt_plan_hw(const struct rt_ctx *rt, int ndev, struct tg_hw *hw);
+/* For model m: a bf16 model's products run at the devices' bf16 rate
+ * (dev_info.bf16_flops), so hw->flops is scaled by bf16 / fp32 (an
+ * approximation: the memory-bound kernels do not speed up); fp32 models
+ * unchanged. Call after rt_plan_hw. */
+void rt_plan_hw_for(const struct rt_ctx *rt, const struct rt_model *m, struct tg_hw *hw);
 /* Picks a plan for m on rt. "auto" ranks plans with the taskgraph's planner;
  * when every layer simulates (rt_layer_ops.simulates) it then profiles the
  * layers (rt_model_profile, into m) and runs the cfg.plan_trials best

@@ -311,11 +311,51 @@ static int transparency(struct rt_model *m, int quick, const int *scheds, int ns
 	return cases;
 }
 
+/* The planner's compute rate for a bf16 model: the devices' bf16 (tensor
+ * core) rate where the profile has one (h100-sxm: 989 against 67 TF), the
+ * fp32 rate for an fp32 model. */
+static void planner_rate(void)
+{
+	struct sp_params sp;
+	sp_params_defaults(&sp);
+	struct rt_config c;
+	CHECK_OK(rt_config_from_params(&sp, &c));
+	c.dev.backend = DEV_BACKEND_MODEL;
+	c.dev.ndevices = 1;
+	c.dev.profile = "h100-sxm";
+	c.vmm.host_mem = 1ull << 30;
+	struct rt_ctx *rt;
+	CHECK_OK(rt_open(&c, &rt));
+	struct dev_info in;
+	CHECK_OK(dev_info(rt->dev, 0, &in));
+	CHECK(in.bf16_flops > 10 * in.flops);
+	struct rt_model m32, m16;
+	struct kn_model_config k = cfg;
+	k.dtype = KN_F32;
+	CHECK_OK(rt_model_gpt(&k, T, BATCH, &m32));
+	k.dtype = KN_BF16;
+	CHECK_OK(rt_model_gpt(&k, T, BATCH, &m16));
+	struct tg_hw a, b;
+	rt_plan_hw(rt, 1, &a);
+	b = a;
+	rt_plan_hw_for(rt, &m32, &a);
+	rt_plan_hw_for(rt, &m16, &b);
+	CHECK(a.flops == in.flops);
+	CHECK_MSG(fabs(b.flops - in.bf16_flops) <= 1e-9 * in.bf16_flops, "bf16 rate %g, want %g",
+	          b.flops, in.bf16_flops);
+	printf("planner rate on h100-sxm: fp32 %.0f TF, bf16 %.0f TF\n", a.flops / 1e12,
+	       b.flops / 1e12);
+	rt_model_free(&m32);
+	rt_model_free(&m16);
+	rt_close(rt);
+}
+
 int main(int argc, char **argv)
 {
 	int quick = argc > 1 && !strcmp(argv[1], "quick");
 	optimizer_kernels();
 	sizes();
+	planner_rate();
 	struct kn_model_config c16 = cfg;
 	c16.dtype = KN_BF16;
 	struct rt_model m;
