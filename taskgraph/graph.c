@@ -375,6 +375,19 @@ static int final_grad(const struct mstate *st, int i)
 	return st->lastAR[i] >= 0 ? st->lastAR[i] : st->lastBacc[i];
 }
 
+/* The packs tied to pk hold its tied gradients: s reads them after their
+ * accumulation (and all-reduce) ends. */
+static void read_tied_grads(struct tspec *s, const struct mstate *st, int pk, int rep)
+{
+	for (int q = 0; q < st->P; q++) {
+		int j = rep * st->P + q;
+		if (q == pk || st->mo->tie_pack[q] != pk)
+			continue;
+		s->r[s->nr++] = st->G[j];
+		s->d[s->nd++] = final_grad(st, j);
+	}
+}
+
 static int emit_norm(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int rep,
                      int dev)
 {
@@ -389,13 +402,7 @@ static int emit_norm(struct bld *b, struct mstate *st, const struct tg_plan *p, 
 	s.r[s.nr++] = st->G[i];
 	s.w[s.nw++] = st->G[i];
 	s.d[s.nd++] = final_grad(st, i);
-	for (int q = 0; q < P; q++) {
-		int j = rep * P + q;
-		if (q == pk || st->mo->tie_pack[q] != pk)
-			continue;
-		s.r[s.nr++] = st->G[j];
-		s.d[s.nd++] = final_grad(st, j);
-	}
+	read_tied_grads(&s, st, pk, rep);
 	if (st->lastN[rep] >= 0) {
 		s.r[s.nr++] = n;
 		s.d[s.nd++] = st->lastN[rep];
@@ -479,15 +486,7 @@ static int emit_upd_now(struct bld *b, struct mstate *st, const struct tg_plan *
 		return id;
 	}
 	s.d[s.nd++] = final_grad(st, i);
-	/* the packs tied to this one hold its tied gradients: read after their
-	 * accumulation (and all-reduce) ends */
-	for (int q = 0; q < P; q++) {
-		int j = rep * P + q;
-		if (q == pk || st->mo->tie_pack[q] != pk)
-			continue;
-		s.r[s.nr++] = st->G[j];
-		s.d[s.nd++] = final_grad(st, j);
-	}
+	read_tied_grads(&s, st, pk, rep);
 	/* every reader of W this iteration precedes it through the accumulation chain */
 	int id = task_add(b, &s);
 	if (id >= 0)
