@@ -71,9 +71,12 @@ NVCCFLAGS := -std=c++17 -O3 -lineinfo -Xcompiler -fPIC,-fvisibility=hidden,-pthr
 LDFLAGS := -pthread $(SAN)
 comma := ,
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcublas -lcudart
+# MPI (multi-node): train/nodes.c alone includes mpi.h
+MPI_CFLAGS := $(if $(HAVE_MPI),$(shell mpicc --showme:compile 2>/dev/null))
+MPI_LIBS := $(if $(HAVE_MPI),$(shell mpicc --showme:link 2>/dev/null))
 LDLIBS := $(if $(HAVE_URING),-luring) $(if $(HAVE_BLAS),-lopenblas) \
 	$(if $(HAVE_CUDA),$(CUDA_LIBS)) \
-	$(if $(HAVE_NCCL),-lnccl) $(if $(HAVE_GLPK),-lglpk) -ldl -lm -lrt
+	$(if $(HAVE_NCCL),-lnccl) $(if $(HAVE_GLPK),-lglpk) $(MPI_LIBS) -ldl -lm -lrt
 
 # ---- modules -----------------------------------------------------------------
 # A module's archive holds its objects; a test in tests/<module>/ links that

@@ -268,6 +268,8 @@ int dev_open(const struct dev_config *cfg, struct dev_ctx **out)
 	             : dev_profile_load(cfg->profile && *cfg->profile ? cfg->profile
 	                                                              : DEV_DEFAULT_PROFILE,
 	                                &ctx->prof);
+	if (rc == 0 && cfg->net_bw > 0)
+		ctx->prof.net_bw = cfg->net_bw;
 	if (rc == 0)
 		rc = ops->open(ctx, cfg);
 	if (rc < 0) {
@@ -421,19 +423,21 @@ int dev_profile_text(const struct dev_ctx *ctx, char *buf, size_t n)
 	for (int d = 0; d < ctx->ndev; d++)
 		if (ctx->info[d].flops == top)
 			bw = ctx->info[d].mem_bw;
-	int k = snprintf(
-	    buf, n,
-	    "name = %s\ndevice = %s\ndevices = %d\nmemory = %llu\n"
-	    "flops = %.17g FLOP/s\nmem_bw = %.17g B/s\nh2d = %.17g B/s\n"
-	    "d2h = %.17g B/s\nhost_link = %.17g B/s\np2p = %.17g B/s\n"
-	    "bf16_flops = %.17g FLOP/s\n"
-	    "disk = %.17g B/s\ndisks = %d\nlaunch_latency = %.17g s\n"
-	    "cpu_flops = %.17g FLOP/s\ncpu_mem_bw = %.17g B/s\nspeed = ",
-	    p->name[0] ? p->name : "measured", ctx->info[0].name, ctx->ndev,
-	    (unsigned long long)ctx->info[0].capacity, top, bw, dev_link_bw(ctx, DEV_HOST, 0),
-	    dev_link_bw(ctx, 0, DEV_HOST), dev_host_link_bw(ctx), p->p2p_bw,
-	    p->flops > 0 && p->bf16_flops > 0 ? p->bf16_flops * top / p->flops : 0, p->disk_bw,
-	    p->ndisks ? p->ndisks : 1, p->launch_lat, p->cpu_flops, p->cpu_mem_bw);
+	int k = snprintf(buf, n,
+	                 "name = %s\ndevice = %s\ndevices = %d\nmemory = %llu\n"
+	                 "flops = %.17g FLOP/s\nmem_bw = %.17g B/s\nh2d = %.17g B/s\n"
+	                 "d2h = %.17g B/s\nhost_link = %.17g B/s\np2p = %.17g B/s\n"
+	                 "bf16_flops = %.17g FLOP/s\n"
+	                 "disk = %.17g B/s\ndisks = %d\nlaunch_latency = %.17g s\n"
+	                 "cpu_flops = %.17g FLOP/s\ncpu_mem_bw = %.17g B/s\nnet = %.17g B/s\n"
+	                 "net_latency = %.17g s\nspeed = ",
+	                 p->name[0] ? p->name : "measured", ctx->info[0].name, ctx->ndev,
+	                 (unsigned long long)ctx->info[0].capacity, top, bw,
+	                 dev_link_bw(ctx, DEV_HOST, 0), dev_link_bw(ctx, 0, DEV_HOST),
+	                 dev_host_link_bw(ctx), p->p2p_bw,
+	                 p->flops > 0 && p->bf16_flops > 0 ? p->bf16_flops * top / p->flops : 0,
+	                 p->disk_bw, p->ndisks ? p->ndisks : 1, p->launch_lat, p->cpu_flops,
+	                 p->cpu_mem_bw, p->net_bw, p->net_lat);
 	for (int d = 0; d < ctx->ndev && k >= 0 && (size_t)k < n; d++)
 		k += snprintf(buf + k, n - (size_t)k, "%s%.17g", d ? ", " : "",
 		              top > 0 ? ctx->info[d].flops / top : 1.0);
@@ -1127,6 +1131,27 @@ int dev_disk_io_async(struct dev_stream *s, int drive, int to_disk, size_t bytes
 	             "%d's)",
 	             s->dev);
 	return ctx->ops->disk_io_async(s, drive, to_disk, bytes);
+}
+
+int dev_net_io_async(struct dev_stream *s, size_t bytes)
+{
+	SP_CHECK_ARG(s, "dev_net_io_async: NULL stream");
+	if (!s->ctx->ops->net_io_async)
+		return sp_error(-ENOTSUP,
+		                "dev_net_io_async: the %s backend sends real messages between "
+		                "nodes, not simulated transfers",
+		                dev_backend_name(s->ctx->kind));
+	return s->ctx->ops->net_io_async(s, bytes);
+}
+
+double dev_net_bw(const struct dev_ctx *ctx)
+{
+	return ctx ? ctx->prof.net_bw : 0;
+}
+
+double dev_net_latency(const struct dev_ctx *ctx)
+{
+	return ctx ? ctx->prof.net_lat : 0;
 }
 
 uint64_t dev_copied_bytes(const struct dev_ctx *ctx, enum dev_copy_kind kind)

@@ -57,6 +57,7 @@ struct dev_config {
 	const char *host_fail;    /* host: "DEV:N", device DEV fails at its Nth kernel (dev_fail) */
 	const char *host_jitter;  /* host: "DEV:US[:SEED]", DEV's kernels start up to US us late */
 	const struct dev_driver_api *driver; /* driver: the entry points (device/driver.h) */
+	double net_bw; /* > 0: the inter-node link instead of the profile's net (bytes/s) */
 };
 
 /* Fills *cfg from the parameter table. backend "" picks cuda when a CUDA device
@@ -211,6 +212,15 @@ int dev_disk_count(const struct dev_ctx *ctx);
  * backend (the other backends do real I/O through io_uring). Returns 0,
  * -EINVAL (drive out of range, a device stream), or -ENOTSUP on other backends. */
 int dev_disk_io_async(struct dev_stream *s, int drive, int to_disk, size_t bytes) SP_MUST_CHECK;
+/* Model backend: queues on s a transfer of bytes over this node's inter-node
+ * link (the profile's net, in and out at once: a chain through the nodes
+ * receives and sends each byte), shared with the link's other transfers in
+ * flight; no data moves. Multi-node runs simulated on one node (spill sim
+ * --nodes). -ENOTSUP on other backends (they send real messages). */
+int dev_net_io_async(struct dev_stream *s, size_t bytes) SP_MUST_CHECK;
+/* The profile's inter-node link: bytes/s per direction, and a message's latency. */
+double dev_net_bw(const struct dev_ctx *ctx);
+double dev_net_latency(const struct dev_ctx *ctx);
 
 /* ---- failures ---- */
 /* Fault injection (host backend; -ENOTSUP elsewhere): device dev fails now, as

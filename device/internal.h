@@ -31,6 +31,9 @@ struct dev_profile {
 	double p2p_bw;     /* device -> device; 0: no peer link (staged through host) */
 	double disk_bw;    /* disk <-> host, per drive (reads and writes share it) */
 	int ndisks;        /* drives (default 1): the model backend's disk resources */
+	double net_bw;     /* a node's inter-node link, per direction (default 25 GB/s,
+	                      200 Gb/s); the model backend's multi-node runs */
+	double net_lat;    /* one message's latency on it (default 5 us) */
 	double launch_lat; /* seconds added to every kernel (model backend) */
 	double cpu_flops;  /* the host CPU, for kernels on DEV_HOST streams (model backend) */
 	double cpu_mem_bw;
@@ -139,6 +142,7 @@ struct dev_backend_ops {
 	int (*host_callback)(struct dev_stream *s, void (*fn)(void *arg), void *arg);
 	/* model only (NULL elsewhere): a simulated transfer to or from a drive */
 	int (*disk_io_async)(struct dev_stream *s, int drive, int to_disk, size_t bytes);
+	int (*net_io_async)(struct dev_stream *s, size_t bytes);
 };
 
 struct dev_ctx {

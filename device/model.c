@@ -33,7 +33,9 @@ enum { R_COMPUTE, R_H2D, R_D2H, R_P2P_OUT, R_P2P_IN, R_PER_DEV };
 #define R_HOST_OUT  (R_HOST_IN + 1)
 #define R_CPU       (R_HOST_OUT + 1)  /* the host CPU: kernels of DEV_HOST streams */
 #define R_DISK(i)   (R_CPU + 1 + (i)) /* drive i: reads and writes share it */
-#define R_COUNT     (R_DISK(DEV_MAX))
+#define R_NET_OUT   (R_DISK(DEV_MAX)) /* the node's inter-node link, each way */
+#define R_NET_IN    (R_NET_OUT + 1)
+#define R_COUNT     (R_NET_IN + 1)
 #define OP_RES_MAX  4
 
 enum model_op_kind { MOP_WORK, MOP_CALLBACK, MOP_RECORD, MOP_WAIT };
@@ -116,6 +118,8 @@ static int model_open(struct dev_ctx *ctx, const struct dev_config *cfg)
 	m->cap[R_CPU] = 1;
 	for (int i = 0; i < DEV_MAX; i++)
 		m->cap[R_DISK(i)] = p->disk_bw;
+	m->cap[R_NET_OUT] = p->net_bw;
+	m->cap[R_NET_IN] = p->net_bw;
 	return 0;
 }
 
@@ -638,6 +642,12 @@ static int model_disk_io_async(struct dev_stream *s, int drive, int to_disk, siz
 	return push_work(s, (double)bytes, &r, 1);
 }
 
+static int model_net_io_async(struct dev_stream *s, size_t bytes)
+{
+	int r[2] = {R_NET_OUT, R_NET_IN};
+	return push_work(s, (double)bytes, r, 2);
+}
+
 static int model_memset_async(struct dev_stream *s, void *dst, int dst_dev, int value, size_t bytes)
 {
 	if (dst_dev == DEV_HOST) {
@@ -714,4 +724,5 @@ const struct dev_backend_ops dev_model_ops = {
     .launch = model_launch,
     .host_callback = model_host_callback,
     .disk_io_async = model_disk_io_async,
+    .net_io_async = model_net_io_async,
 };

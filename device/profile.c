@@ -7,7 +7,8 @@
  * TB/s (powers of 1000), FLOP/s GFLOP/s TFLOP/s, times s ms us ns.
  * Every key is required except launch_latency, cpu_flops, cpu_mem_bw (the host
  * CPU the model backend charges for DEV_HOST streams; defaults 0.5 TFLOP/s and
- * 20 GB/s) and speed (per-device relative speed, a comma-separated list, e.g.
+ * 20 GB/s), net and net_latency (a node's inter-node link for multi-node
+ * runs on the model backend, per direction; defaults 25 GB/s and 5 us) and speed (per-device relative speed, a comma-separated list, e.g.
  * "1, 0.5" for a second GPU half as fast; missing entries are 1); unknown keys
  * are errors, so a typo never becomes a silent default.
  */
@@ -76,6 +77,8 @@ static const struct key keys[] = {
     K_("p2p", U_RATE, p2p_bw, 0),
     K_("disk", U_RATE, disk_bw, 0),
     K_("disks", U_COUNT, ndisks, 1),
+    K_("net", U_RATE, net_bw, 1),
+    K_("net_latency", U_TIME, net_lat, 1),
     K_("launch_latency", U_TIME, launch_lat, 1),
     K_("cpu_flops", U_FLOPS, cpu_flops, 1),
     K_("cpu_mem_bw", U_RATE, cpu_mem_bw, 1),
@@ -217,6 +220,10 @@ int dev_profile_parse(const char *text, const char *origin, struct dev_profile *
 		p.cpu_mem_bw = 20e9;
 	if (!p.ndisks)
 		p.ndisks = 1;
+	if (!(p.net_bw > 0))
+		p.net_bw = 25e9;
+	if (!(p.net_lat > 0))
+		p.net_lat = 5e-6;
 	if (p.flops <= 0 || p.mem_bw <= 0 || p.h2d_bw <= 0 || p.d2h_bw <= 0 || p.host_bw <= 0)
 		return sp_error(-EINVAL,
 		                "profile %s: flops, mem_bw, h2d, d2h and host_link must be "

@@ -710,17 +710,21 @@ static int issue_collective(struct xs *x, const int *members, int n)
 	struct rt_prog *p = x->p;
 	void *buf[DEV_MAX];
 	struct dev_stream *ss[DEV_MAX];
+	int devs[DEV_MAX];
 	size_t count = 0;
 	enum kn_dtype dtype = KN_F32;
 	int rc = 0, k;
 	for (k = 0; k < n; k++) {
 		int t = members[k], q = p->task[t].dev;
 		const struct rt_task *tk = &p->task[t];
-		if (tk->nref != 1 || tk->ref[0].mode == VMM_READ || q != k)
+		/* members in rank order on devices 0..n-1; one member (a pack's
+		 * gradient added over the nodes) on any device */
+		if (tk->nref != 1 || tk->ref[0].mode == VMM_READ || (n > 1 && q != k))
 			return sp_error(-EINVAL,
 			                "collective task %d (%s): one buffer, written, on device "
 			                "%d of 0..%d (its rank)",
 			                t, tk->name, k, n - 1);
+		devs[k] = q;
 		/* on the device's collective stream: the ring's traffic overlaps the
 		 * next tasks' compute; what needs the sum waits for the done event */
 		ss[k] = x->rt->comm[q];
@@ -745,7 +749,8 @@ static int issue_collective(struct xs *x, const int *members, int n)
 	for (int j = 0; j < n && p->t_start && !rc; j++)
 		rc = dev_event_record(p->ev_start[members[j]], ss[j]);
 	if (buf[0] && !rc) /* zero-byte gradients: nothing to reduce */
-		rc = rt_allreduce_sum_dtype(x->rt, n, buf, ss, count, dtype);
+		rc = rt_allreduce_sum_nodes(x->rt, n, devs, buf, ss, count, dtype,
+		                            members[0] % 16000);
 	for (int j = 0; j < n; j++) {
 		int t = members[j], q = p->task[t].dev;
 		int e = dev_event_record(p->ev[t], ss[j]);

@@ -129,6 +129,12 @@ static int fwd_task(const struct rt_launch *L, void *arg)
 	return 0;
 }
 
+/* The samples the loss averages over: every node's batch. */
+static int batch_total(const struct rt_model *m)
+{
+	return m->batch_total > 0 ? m->batch_total : m->batch;
+}
+
 static int bwd_task(const struct rt_launch *L, void *arg)
 {
 	const struct rt_run_task *rt = arg;
@@ -148,7 +154,7 @@ static int bwd_task(const struct rt_launch *L, void *arg)
 			gb += m->layers[l].grad_bytes;
 		SP_CHECK(zero(L->s, G, gb));
 	}
-	float dloss = 1.0f / ((float)m->batch * (float)m->loss_floats);
+	float dloss = 1.0f / ((float)batch_total(m) * (float)m->loss_floats);
 	for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
 		char *S = ptr_of(L, mo->S[k * P + pk]);
 		const void *in = ptr_of(L, pk ? mo->B[k * P + pk - 1] : mo->X[k]);
@@ -400,6 +406,7 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 	r->rt = rt;
 	r->m = m;
 	r->plan = *plan;
+	r->plan.nodes = rt_node_count(rt); /* every pack's gradient added over the nodes */
 	r->seed = seed;
 	rt_prog_init(&r->prog);
 	r->tgl = calloc((size_t)m->nlayers, sizeof(*r->tgl));
@@ -502,9 +509,10 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 		rc = rt_prog_replicas(&r->prog, w, r->mo->nrep, 0);
 		if (rc == 0)
 			rc = rt_prog_replicas(&r->prog, gr, r->mo->nrep, 1);
-		for (int k = 0; k < r->mo->nrep; k++) /* what the all-reduce sums */
-			r->prog.obj[gr[k]].dtype = m->gpt.dtype;
 	}
+	/* what the all-reduce sums (one replica too: the other nodes' gradients) */
+	for (int i = 0; i < r->mo->nrep * r->mo->P; i++)
+		r->prog.obj[r->mo->G[i]].dtype = m->gpt.dtype;
 	if (rc < 0)
 		goto fail;
 	SP_CHECK_GOTO(rt_prog_prepare(&r->prog), rc, fail);
@@ -590,7 +598,7 @@ static int write_inputs(struct rt_run *r, rt_data_fn fn, int iter)
 			return rc;
 		}
 		if (r->rt->data && x && y)
-			rc = fn(r->m, r->m->data_arg, iter, k * mb, mb, x, y);
+			rc = fn(r->m, r->m->data_arg, iter, r->m->sample0 + k * mb, mb, x, y);
 		if (xv) {
 			int e = vmm_release(v, xv, VMM_HOST, NULL);
 			if (!rc)
@@ -607,15 +615,16 @@ static int write_inputs(struct rt_run *r, rt_data_fn fn, int iter)
 	return 0;
 }
 
+/* Summed in (node, microbatch, position) order: one process's order. */
 static double mean_loss(const struct rt_run *r)
 {
 	double sum = 0;
 	size_t n = (size_t)r->mo->nmb * r->plan.microbatch * r->m->loss_floats;
 	if (!r->rt->data)
 		return NAN;
-	for (size_t i = 0; i < n; i++)
-		sum += r->losses[i];
-	return sum / ((double)r->m->batch * r->m->loss_floats);
+	if (rt_nodes_sum_floats(r->rt, r->losses, n, &sum) < 0)
+		return NAN;
+	return sum / ((double)batch_total(r->m) * r->m->loss_floats);
 }
 
 int rt_run_step_begin(struct rt_run *r)

@@ -68,6 +68,8 @@ struct rt_stats {
 	uint64_t tasks, iterations;
 	uint64_t late_bound;     /* unconstrained tasks that ran off their predicted device */
 	uint64_t collective_p2p; /* bytes moved by all-reduce (not through the vmm) */
+	uint64_t internode;      /* bytes this node sent to other nodes (all-reduce,
+	                            losses); simulated: a node inside the chain */
 	uint64_t loss_readback;  /* bytes of losses copied to the host */
 	uint64_t prefetches;     /* vmm_prefetch calls made ahead of tasks */
 	uint64_t discards;       /* dead objects discarded */
@@ -85,8 +87,42 @@ struct rt_ctx {
 	struct dev_stream *comm[DEV_MAX]; /* collectives, beside the compute streams */
 	struct dev_stream *cpu;           /* DEV_HOST: CPU kernels (update on the CPU) */
 	struct rt_stats st;
-	void *coll; /* collectives state (collective.c) */
+	void *coll;                   /* collectives state (collective.c) */
+	const struct rt_nodes *nodes; /* several processes (rt_set_nodes); NULL: one */
 };
+
+/* ---- nodes: several processes, data parallel across them ------------------------
+ * A run over several processes (mpirun, one per node) gives each context the
+ * transport between them. Each process runs its own plan on its own devices
+ * over its share of the batch (rt_model.sample0 and batch_total), and every
+ * pack's gradient is added over all of them in DESIGN §9.1's order: node 0's
+ * replicas in rank order, then node 1's, ... — a chain through the nodes, in
+ * chunks so it pipelines, the sum handed back down it — so N nodes of d
+ * devices give the bits of one process of N*d devices (host backend). The
+ * loss is summed along the same chain. The taskgraph gives every pack an
+ * all-reduce (tg_plan.nodes) on every schedule.
+ * send and recv are blocking, tagged (0..32767; the runtime's own traffic,
+ * beside nothing else of the caller's), callable from several threads at
+ * once, and return 0; a failure ends the process (a run that lost a node
+ * cannot go on). Both NULL with size > 1: a simulated multi-node run on the
+ * model backend (spill sim --nodes), which charges the chain's traffic to
+ * the profile's inter-node link (net, net_latency) as a node in its middle. */
+struct rt_nodes {
+	int rank, size;
+	int (*send)(void *arg, int to, int tag, const void *buf, size_t bytes);
+	int (*recv)(void *arg, int from, int tag, void *buf, size_t bytes);
+	void *arg;
+};
+/* rt keeps the pointer (it must outlive rt); NULL or size 1: one process. */
+void rt_set_nodes(struct rt_ctx *rt, const struct rt_nodes *nodes);
+/* The number of nodes (1 without rt_set_nodes) and this one's rank. */
+int rt_node_count(const struct rt_ctx *rt);
+int rt_node_rank(const struct rt_ctx *rt);
+/* Sums x[0..n) after the sums of the nodes before this one (in double, in
+ * rank order, one addition per element: the bits of one process summing all
+ * of them); *sum is the total over every node, on every node. One node: the
+ * local sum. */
+int rt_nodes_sum_floats(struct rt_ctx *rt, const float *x, size_t n, double *sum) SP_MUST_CHECK;
 
 /* Opens the backend, the vmm over it and the streams; applies cfg->threads to
  * the CPU kernels (kn_cpu_set_threads). Returns 0, or the device's or the
@@ -256,6 +292,14 @@ int rt_allreduce_sum(struct rt_ctx *rt, int n, void *const *buf, struct dev_stre
  * in bf16), NCCL sums in ncclBfloat16. */
 int rt_allreduce_sum_dtype(struct rt_ctx *rt, int n, void *const *buf, struct dev_stream *const *s,
                            size_t count, enum kn_dtype dtype) SP_MUST_CHECK;
+/* The general form: member k's buffer buf[k] is on device dev[k] (ranks in
+ * member order; dev NULL: devices 0..n-1); with several nodes (rt_set_nodes)
+ * the sum covers every node's members, node by node in rank order, and n may
+ * be 1. tag (0..16000) must differ between all-reduces that may run at once
+ * (the executor's: the first member's task index). */
+int rt_allreduce_sum_nodes(struct rt_ctx *rt, int n, const int *dev, void *const *buf,
+                           struct dev_stream *const *s, size_t count, enum kn_dtype dtype,
+                           int tag) SP_MUST_CHECK;
 void rt_collectives_close(struct rt_ctx *rt);
 
 /* ---- models of layers (model.c, gpt.c) ------------------------------------------------
@@ -354,7 +398,9 @@ struct rt_model {
 	char name[32];
 	int nlayers;
 	struct rt_layer *layers;
-	int batch;                  /* samples per iteration */
+	int batch;                  /* samples per iteration (on this node) */
+	int batch_total;            /* every node's: the loss is their mean (0: batch) */
+	int sample0;                /* this node's first sample of the whole batch */
 	uint64_t in_per_sample;     /* bytes */
 	uint64_t target_per_sample; /* bytes */
 	int loss_floats;            /* fp32 losses per sample (the last layer's output) */

@@ -149,6 +149,8 @@ struct mstate {
 	int *lastN;                 /* [rep] the last NORM (norm_bytes > 0), -1: none yet */
 	int *upd_pk, *upd_rep, *upd_dev, nupd; /* with norms: the UPDs owed, in order */
 	int *nnorm;                            /* [rep] NORMs emitted */
+	int *nbwd;                             /* [rep*P+p] microbatches through BWD */
+	int cross_ar; /* 1: emit_bwd adds each pack's ALLREDUCE after its last BWD */
 };
 
 static uint64_t pack_sum(const struct tg_model *m, const struct tg_plan *p, int pk, int what)
@@ -299,6 +301,8 @@ static int emit_loss(struct bld *b, struct mstate *st, const struct tg_plan *p, 
 	return id;
 }
 
+static int emit_ar(struct bld *b, struct mstate *st, int pk, int rep, int dev);
+
 static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int k0,
                     int n, int rep, int dev, int constrained)
 {
@@ -345,6 +349,12 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	for (int k = k0; k < k0 + n; k++)
 		st->lastB[k * P + pk] = id;
 	st->lastBacc[rep * P + pk] = id;
+	st->nbwd[rep * P + pk] += n;
+	if (st->cross_ar && st->nbwd[rep * P + pk] == st->mo->mper) {
+		int ar = emit_ar(b, st, pk, rep, dev);
+		if (ar < 0)
+			return ar;
+	}
 	return id;
 }
 
@@ -725,7 +735,10 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	st.lastF =
 	    malloc(((size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3 + (size_t)nrep) * sizeof(int));
 	st.upd_pk = malloc(((size_t)nrp * 3 + (size_t)nrep) * sizeof(int));
-	if (!blk || !st.lastF || !st.upd_pk) {
+	st.nbwd = calloc((size_t)nrp, sizeof(int));
+	/* DP schedules place their own ALLREDUCEs (one member per replica) */
+	st.cross_ar = p->nodes > 1 && !dp;
+	if (!blk || !st.lastF || !st.upd_pk || !st.nbwd) {
 		free(blk);
 		rc = sp_error(-ENOMEM, "taskgraph: state for %d packs x %d microbatches", P, nmb);
 		goto out;
@@ -876,6 +889,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 out:
 	free(st.lastF);
 	free(st.upd_pk);
+	free(st.nbwd);
 	return rc;
 }
 

@@ -124,6 +124,11 @@ struct tg_plan {
 	 * else runs there (SHARP's last shard: forward, loss and backward are one
 	 * unit); tg_recomputes() */
 	unsigned char keep_stash[TG_MAX_PACKS];
+	/* processes of a multi-node run (data parallel across them; 0 or 1: one):
+	 * above 1, every pack's gradient has an ALLREDUCE after its last BWD on
+	 * every schedule (it adds the other nodes' gradients), even with one
+	 * replica on the node */
+	int nodes;
 };
 
 /* Does pack pk's backward run its forward again (plan.recompute, except the

@@ -29,6 +29,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -452,7 +453,11 @@ static const char train_help[] =
     "Flags override the SPILL_* variables. With no flags: a small GPT on the default\n"
     "corpus (Debian's bible-kjv), on the emulated GPUs when there is no GPU, with a\n"
     "device budget of a quarter of the training state (on a GPU too, unless --model\n"
-    "names a preset: that gets the whole device).\n";
+    "names a preset: that gets the whole device).\n"
+    "Several nodes: mpirun -np N spill train ... (or srun): one process per node, each\n"
+    "on its own devices over batch / N of every step's samples, the gradients added\n"
+    "across the nodes in a fixed order (the bits of one process with all the devices;\n"
+    "docs/train.md \"Several nodes\"). spill sim --nodes N predicts it.\n";
 
 static const char sim_help[] =
     "usage: spill sim [flags]    spill train's run on the model backend, in virtual time\n"
@@ -473,6 +478,10 @@ static const char sim_help[] =
     "         --host-mem SIZE --disk DIR[,DIR...] (a simulated disk tier; nothing is\n"
     "         written)  --backend model (the only one: spill train runs the others)\n"
     "run:     --steps N --seed N --trace FILE --stats-json FILE\n"
+    "nodes:   --nodes N (N nodes of these devices, data parallel: --batch is the\n"
+    "         global batch; prints per-node utilization and the scaling against one\n"
+    "         node) --net RATE (each node's inter-node link per direction, e.g.\n"
+    "         200Gb/s or 25GB/s; default the profile's net, else 200Gb/s)\n"
     "Sizes take K/M/G/T, at least 64K. Refused here (no data, no state): --data,\n"
     "--checkpoint, --resume, --init, --eval-every, --tune.\n";
 
@@ -571,19 +580,32 @@ static void train_error(const char *cmd, const struct tr_config *c)
 	flag_error(cmd, flags, sizeof(flags) / sizeof(flags[0]), given);
 }
 
-static int cmd_train(const char *cmd, int argc, char **argv)
+/* "200Gb/s", "25GB/s", "400 Gb/s", "1.6Tb/s": bytes/s, or 0 */
+static double parse_link_rate(const char *v)
 {
-	struct tr_config c;
-	tr_config_defaults(&c);
-	int sim = !strcmp(cmd, "sim");
-	if (sim) {
-		c.backend = "model";
-		c.synthetic = 1;
-		c.tune = 0;
-		c.model = "gpt2";
-	}
-	c.tty = isatty(STDOUT_FILENO);
-	c.catch_signals = 1; /* Ctrl-C: a checkpoint, the stats, exit 130 */
+	char *end;
+	double x = strtod(v, &end);
+	while (*end == ' ')
+		end++;
+	static const struct {
+		const char *u;
+		double scale;
+	} units[] = {{"Gb/s", 1e9 / 8}, {"Tb/s", 1e12 / 8}, {"Mb/s", 1e6 / 8},
+	             {"GB/s", 1e9},     {"TB/s", 1e12},     {"MB/s", 1e6}};
+	if (end == v || !(x > 0) || !isfinite(x))
+		return 0;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (!strcmp(end, units[i].u))
+			return x * units[i].scale;
+	return 0;
+}
+
+/* Parses spill train/sim's flags into *cp: -1 to go on, else the exit status
+ * (help printed, or one line naming the bad flag). */
+static int train_parse(const char *cmd, int sim, int argc, char **argv, struct tr_config *cp)
+{
+	struct tr_config c = *cp;
+	const char *net = NULL;
 	struct {
 		const char *name;
 		int *i;
@@ -630,6 +652,8 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 	    {"--warmup", &c.warmup, NULL, NULL, 0},
 	    {"--total-batch", &c.total_batch, NULL, NULL, 0},
 	    {"--init", NULL, &c.init, NULL, 0},
+	    {"--nodes", &c.sim_nodes, NULL, NULL, 0},
+	    {"--net", NULL, &net, NULL, 0},
 	};
 	if (wants_help(argc, argv)) {
 		fputs(sim ? sim_help : train_help, stdout);
@@ -708,13 +732,120 @@ static int cmd_train(const char *cmd, int argc, char **argv)
 		return bad_flag(cmd, "the model backend holds no data:", "--data");
 	if (sim && c.checkpoint_dir) /* (it would simulate first, then fail to read) */
 		return bad_flag(cmd, "the model backend holds no state to save:", "--checkpoint");
+	if (!sim && c.sim_nodes)
+		return bad_flag(cmd,
+		                "spill train runs on the processes mpirun starts, one per node "
+		                "(mpirun -np N spill train ...); spill sim takes",
+		                "--nodes");
+	if (net && !sim)
+		return bad_flag(cmd, "the inter-node link is spill sim's:", "--net");
+	if (net && !(c.net_bw = parse_link_rate(net))) {
+		fprintf(stderr, "spill %s: --net %s: wants a rate such as 200Gb/s or 25GB/s\n", cmd,
+		        net);
+		return 2;
+	}
+	*cp = c;
+	return -1;
+}
+
+/* spill sim --nodes N after its run (res): one node against it, on a node's
+ * share of the batch (weak scaling: what adding nodes costs) and on the whole
+ * batch (strong scaling: what they buy), each simulated quietly. */
+static int sim_scaling(const struct tr_config *c, const struct tr_result *res)
+{
+	int N = c->sim_nodes;
+	struct tr_config one = *c;
+	one.sim_nodes = 1;
+	one.stats_json = NULL;
+	one.trace_file = NULL;
+	one.tty = 0;
+	FILE *null = fopen("/dev/null", "w");
+	if (!null)
+		return sp_error(-errno, "sim: cannot open /dev/null");
+	one.out = null;
+	struct tr_result share, whole;
+	int B = res->batch, rc;
+	one.batch = B / N;
+	one.total_batch = 0;
+	rc = tr_train(&one, &share);
+	one.batch = B;
+	if (rc == 0)
+		rc = tr_train(&one, &whole);
+	fclose(null);
+	if (rc < 0)
+		return rc;
+	printf("scaling to %d nodes (each as these devices; --net or the profile's inter-node "
+	       "link):\n",
+	       N);
+	printf("  one node on a node's share (batch %d): %.4f s/step; %d nodes: %.4f s/step: "
+	       "efficiency %.0f%% (weak scaling)\n",
+	       B / N, share.step_s, N, res->step_s, 100 * share.step_s / res->step_s);
+	printf("  one node on the whole batch (%d): %.4f s/step, %.0f tokens/s; %d nodes: %.0f "
+	       "tokens/s = %.2fx (efficiency %.0f%%, strong scaling)\n",
+	       B, whole.step_s, whole.tokens_per_s, N, res->tokens_per_s,
+	       res->tokens_per_s / whole.tokens_per_s,
+	       100 * res->tokens_per_s / whole.tokens_per_s / N);
+	return 0;
+}
+
+static int cmd_train(const char *cmd, int argc, char **argv)
+{
+	struct tr_config c;
+	tr_config_defaults(&c);
+	int sim = !strcmp(cmd, "sim");
+	if (sim) {
+		c.backend = "model";
+		c.synthetic = 1;
+		c.tune = 0;
+		c.model = "gpt2";
+	}
+	c.tty = isatty(STDOUT_FILENO);
+	c.catch_signals = 1; /* Ctrl-C: a checkpoint, the stats, exit 130 */
+	/* under mpirun every node parses the same flags: node 0 alone says what
+	 * is wrong with them */
+	int launched = sim ? 0 : tr_nodes_launched(), rank = launched ? tr_nodes_env_rank() : 0;
+	int saved_err = -1;
+	if (rank > 0) {
+		int dn = open("/dev/null", O_WRONLY);
+		saved_err = dup(STDERR_FILENO);
+		if (dn >= 0) {
+			dup2(dn, STDERR_FILENO);
+			close(dn);
+		}
+	}
+	int st = train_parse(cmd, sim, argc, argv, &c);
+	if (saved_err >= 0) {
+		dup2(saved_err, STDERR_FILENO);
+		close(saved_err);
+	}
+	if (st >= 0)
+		return st;
+	struct tr_nodes *nodes = NULL;
+	if (launched) {
+		if (tr_nodes_init(&argc, &argv, tr_stop_flag(), &nodes) < 0) {
+			if (rank == 0)
+				fprintf(stderr, "spill %s: %s\n", cmd, sp_last_error());
+			return 1;
+		}
+		c.nodes = nodes;
+	}
+	char node_cmd[64];
+	snprintf(node_cmd, sizeof(node_cmd), "%s (node %d)", cmd, tr_nodes_rank(nodes));
 	struct tr_result res;
+	memset(&res, 0, sizeof(res));
 	double t0 = sp_now_s();
 	int rc = tr_train(&c, &res);
 	if (rc < 0) {
 		fflush(stdout);
-		train_error(cmd, &c);
+		if (!res.quiet)
+			train_error(tr_nodes_rank(nodes) ? node_cmd : cmd, &c);
+		tr_nodes_finish(nodes, !res.agreed);
 		return rc == -EINTR ? 130 : 1; /* 128 + SIGINT, as a shell reports Ctrl-C */
+	}
+	tr_nodes_finish(nodes, 0);
+	if (sim && c.sim_nodes > 1 && sim_scaling(&c, &res) < 0) {
+		train_error(cmd, &c);
+		return 1;
 	}
 	if (sim) /* the figures above are virtual time; this is what they cost */
 		printf("simulated in %.2f s of wall time\n", sp_now_s() - t0);

@@ -54,6 +54,7 @@ struct run {
 	int grown;      /* ... grown from it until a plan fits */
 	/* execution */
 	struct rt_ctx *rt;
+	struct rt_nodes sim_nodes; /* spill sim --nodes: the simulated chain */
 	struct rt_model m;
 	struct rt_run *run;
 	struct tg_plan plan;
@@ -75,7 +76,7 @@ struct run {
 	/* bytes per link and kind moved up to the end of this run's first step
 	 * (the cold one): the report's "measured" is the steps after it, as the
 	 * taskgraph's "predicted" is the steady state */
-	double cold[TR_LINKS][TR_KINDS], cold_collective, cold_drive[16];
+	double cold[TR_LINKS][TR_KINDS], cold_collective, cold_internode, cold_drive[16];
 	double *losses, *times;   /* [steps]: each step's loss and seconds */
 	int switch_step;          /* the tuner switched after this step (0: never) */
 	struct tg_plan prev_plan; /* the plan before the switch */
@@ -102,6 +103,15 @@ const char *tr_lr_schedule_name(int sched);
 /* The model's optimizer from c->optim and c->momentum (after rt_model_gpt). */
 int tr_set_optimizer(const struct tr_config *c, struct rt_model *m) SP_MUST_CHECK;
 int tr_open_context(struct run *r, uint64_t budget) SP_MUST_CHECK;
+/* The run's nodes (real or simulated; 1: one) and their transport for the
+ * context (NULL: one node). */
+int tr_run_nodes(const struct run *r);
+const struct rt_nodes *tr_run_nodes_rt(struct run *r);
+/* 1 on the node that prints and writes files (rank 0). */
+static inline int tr_writer(const struct run *r)
+{
+	return tr_nodes_rank(r->c.nodes) == 0;
+}
 uint64_t tr_training_state(const struct rt_model *m);
 int tr_data_train(const struct rt_model *m, void *arg, int iter, int sample0, int n, void *in,
                   void *tg);

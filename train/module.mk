@@ -6,3 +6,6 @@ bench-train: all
 	@O=$(O) bash bench/train.sh
 
 .PHONY: bench-train
+
+# train/nodes.c: MPI's headers (several processes, mpirun)
+$(O)/obj/train/nodes.c.o: CPPFLAGS += $(MPI_CFLAGS)

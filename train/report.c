@@ -97,6 +97,7 @@ void tr_account_cold(struct run *r)
 {
 	link_bytes(r, r->cold);
 	r->cold_collective = (double)r->rt->st.collective_p2p;
+	r->cold_internode = (double)r->rt->st.internode;
 	struct vmm_disk_stats_snapshot ds;
 	vmm_disk_stats_get(r->rt->vmm, &ds);
 	for (int k = 0; k < ds.ndrives && k < 16; k++)
@@ -119,6 +120,9 @@ static void measure(struct run *r, struct tr_profile *pr)
 	pr->collective = warm
 	                     ? ((double)r->rt->st.collective_p2p - r->cold_collective) / (steps - 1)
 	                     : (double)r->rt->st.collective_p2p / steps;
+	pr->internode = warm ? ((double)r->rt->st.internode - r->cold_internode) / (steps - 1)
+	                     : (double)r->rt->st.internode / steps;
+	pr->nodes = tr_run_nodes(r);
 	pr->warm_steps = warm ? steps - 1 : steps;
 	struct vmm_disk_stats_snapshot ds;
 	vmm_disk_stats_get(v, &ds);
@@ -214,6 +218,18 @@ void tr_profile_print(const struct tr_profile *pr, FILE *f)
 			fprintf(f, " %d: %.0f%%", d, 100 * pr->busy[d] / pr->step_s);
 		fprintf(f, "\n");
 	}
+	if (pr->step_s > 0 && pr->devices > 0 && pr->nodes > 1) {
+		double u = 0;
+		for (int d = 0; d < pr->devices && d < TR_MAXDEV; d++)
+			u += pr->busy[d] / pr->step_s / pr->devices;
+		fprintf(f, "utilization per node (its devices' mean)%s:",
+		        strcmp(pr->backend, "model")
+		            ? ", node 0 (the others run the same plan)"
+		            : ", simulated (every node runs the same plan)");
+		for (int k = 0; k < pr->nodes && k < (strcmp(pr->backend, "model") ? 1 : 64); k++)
+			fprintf(f, " %d: %.0f%%", k, 100 * u);
+		fprintf(f, "\n");
+	}
 	if (pr->warm_steps > 0 && pr->warm_steps < pr->steps)
 		fprintf(f,
 		        "\nswap volume per step, GB (measured over the %d steps after the first, "
@@ -243,6 +259,14 @@ void tr_profile_print(const struct tr_profile *pr, FILE *f)
 	gb(f, 0);
 	gb(f, pr->collective);
 	fprintf(f, "   (all-reduce ring traffic over the peer links)\n");
+	if (pr->nodes > 1) {
+		fprintf(f, "%-11s", "inter-node");
+		gb(f, 0);
+		gb(f, pr->internode);
+		fprintf(f, "   (sent per node of %d: the gradients' chain%s)\n", pr->nodes,
+		        strcmp(pr->backend, "model") ? ", node 0's"
+		                                     : " as a node in its middle sends");
+	}
 	if (pr->ndrives > 0) {
 		fprintf(f, "disk drives (written + read per step, GB):");
 		for (int k = 0; k < pr->ndrives; k++)
@@ -303,6 +327,8 @@ int tr_profile_json(const struct tr_profile *pr, const char *path)
 	        ",\n  \"time\": {\"compute\": %.9g, \"exposed_transfer\": %.9g, \"idle\": "
 	        "%.9g},\n  \"collective\": %.17g,\n  \"closed_form_weights\": %.17g,\n",
 	        pr->compute, pr->exposed, pr->idle, pr->collective, pr->closed_form);
+	fprintf(f, "  \"nodes\": %d,\n  \"internode\": %.17g,\n", pr->nodes > 1 ? pr->nodes : 1,
+	        pr->internode);
 	fprintf(f, "  \"first_step\": %d,\n  \"losses\": [", pr->first_step);
 	for (int i = 0; i < pr->nlosses && pr->losses; i++) {
 		fprintf(f, "%s", i ? ", " : "");
@@ -402,6 +428,8 @@ int tr_profile_read(const char *path, struct tr_profile *pr)
 		if (busy->items[d].type == SP_JSON_NUMBER)
 			pr->busy[d] = busy->items[d].num;
 	pr->collective = num(root, "collective", 0);
+	pr->nodes = (int)num(root, "nodes", 1);
+	pr->internode = num(root, "internode", 0);
 	pr->warm_steps = (int)num(root, "warm_steps", 0);
 	const struct sp_json *drv = sp_json_get(root, "drive_bytes");
 	for (int k = 0; drv && drv->type == SP_JSON_ARRAY && k < drv->n && k < 16; k++)
@@ -432,7 +460,7 @@ int tr_report(struct run *r)
 	measure(r, &pr);
 	tr_profile_print(&pr, r->out);
 	fflush(r->out);
-	if (r->c.stats_json)
+	if (r->c.stats_json && tr_writer(r))
 		SP_CHECK(tr_profile_json(&pr, r->c.stats_json));
 	return 0;
 }

@@ -237,6 +237,8 @@ int tr_claim_dir(struct run *r, int remove)
 {
 	const char *dir = r->c.checkpoint_dir;
 	struct stat st;
+	if (!tr_writer(r))
+		return 0;
 	if (stat(dir, &st) < 0)
 		return 0; /* made at the first checkpoint */
 	int *steps = NULL, n = 0, rc = 0, after = r->c.resume ? r->start : -1, first = 0;
@@ -283,6 +285,10 @@ int tr_claim_dir(struct run *r, int remove)
 
 int tr_checkpoint(struct run *r, int step)
 {
+	if (!tr_writer(r)) { /* node 0 writes the run's one checkpoint */
+		path_of(r, step, r->last_ckpt, sizeof(r->last_ckpt));
+		return 0;
+	}
 	if (mkdir(r->c.checkpoint_dir, 0755) < 0 && errno != EEXIST)
 		return sp_error(-errno, "checkpoint: cannot create %s: %s", r->c.checkpoint_dir,
 		                strerror(errno));

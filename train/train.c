@@ -228,6 +228,22 @@ int tr_shape(struct run *r)
 	return 0;
 }
 
+int tr_run_nodes(const struct run *r)
+{
+	return r->c.nodes ? tr_nodes_size(r->c.nodes) : r->c.sim_nodes > 1 ? r->c.sim_nodes : 1;
+}
+
+const struct rt_nodes *tr_run_nodes_rt(struct run *r)
+{
+	if (r->c.nodes)
+		return tr_nodes_rt(r->c.nodes);
+	if (r->c.sim_nodes <= 1)
+		return NULL;
+	/* simulated: a node in the middle of the chain, no messages */
+	r->sim_nodes = (struct rt_nodes){.rank = 0, .size = r->c.sim_nodes};
+	return &r->sim_nodes;
+}
+
 /* Opens the context; budget > 0: the vmm's per-device budget on the host
  * backend when nothing set one (the default: a quarter of the state). */
 int tr_open_context(struct run *r, uint64_t budget)
@@ -255,6 +271,7 @@ int tr_open_context(struct run *r, uint64_t budget)
 		sp.vmm_device_mem = c->budget;
 	struct rt_config rc;
 	SP_CHECK(rt_config_from_params(&sp, &rc));
+	rc.dev.net_bw = c->net_bw;
 	if (c->trace_file)
 		rc.vmm.trace_cap = 1u << 20;
 	/* The whole state and a quarter for the pool's gaps. On the model backend
@@ -283,14 +300,18 @@ int tr_open_context(struct run *r, uint64_t budget)
 			/* every GPU by default: the share per device needs their count */
 			SP_CHECK(rt_open(&rc, &r->rt));
 			nd = r->rt->ndev;
-			if (nd == 1)
+			if (nd == 1) {
+				rt_set_nodes(r->rt, tr_run_nodes_rt(r));
 				return 0;
+			}
 			rt_close(r->rt);
 			r->rt = NULL;
 			rc.vmm.device_mem = budget / (uint64_t)nd;
 		}
 	}
-	return rt_open(&rc, &r->rt);
+	SP_CHECK(rt_open(&rc, &r->rt));
+	rt_set_nodes(r->rt, tr_run_nodes_rt(r));
+	return 0;
 }
 
 /* Bytes of everything one step keeps: parameters, gradients, optimizer state
@@ -541,7 +562,16 @@ static int setup(struct run *r)
 		                "of %d + 1",
 		                tr_data_describe(r->data),
 		                (unsigned long long)tr_data_tokens(r->data, TR_TRAIN), r->T);
-	SP_CHECK(rt_model_gpt(&r->kc, r->T, r->batch, &r->m));
+	int nodes = tr_run_nodes(r);
+	if (r->batch % nodes)
+		return sp_error(-EINVAL,
+		                "--batch %d does not split over %d nodes (%s %d): give a "
+		                "multiple of %d",
+		                r->batch, nodes, c->nodes ? "-np" : "--nodes", nodes, nodes);
+	/* this node's share of each step's samples; the loss is the whole batch's */
+	SP_CHECK(rt_model_gpt(&r->kc, r->T, r->batch / nodes, &r->m));
+	r->m.batch_total = r->batch;
+	r->m.sample0 = tr_nodes_rank(c->nodes) * (r->batch / nodes);
 	r->m.opt.lr = tr_lr_at(r, 0);
 	r->m.opt.weight_decay = c->weight_decay;
 	r->m.opt.grad_clip = c->grad_clip;
@@ -654,6 +684,18 @@ static void banner(struct run *r)
 	        sp_format_size(act, d, sizeof(d)), (double)act / t,
 	        sp_format_size(r->state, a, sizeof(a)), (double)r->state / t);
 	fprintf(r->out, "plan: %s\n", r->plan_name);
+	int N = tr_run_nodes(r);
+	if (N > 1 && r->c.nodes)
+		fprintf(r->out,
+		        "nodes: %d processes (this is node 0), each on batch %d of %d; gradients "
+		        "added across them in rank order\n",
+		        N, r->batch / N, r->batch);
+	else if (N > 1)
+		fprintf(r->out,
+		        "nodes: %d simulated, each on batch %d of %d; inter-node link %.1f GB/s "
+		        "(%.0f Gb/s) each way, %.0f us a message\n",
+		        N, r->batch / N, r->batch, dev_net_bw(r->rt->dev) / 1e9,
+		        dev_net_bw(r->rt->dev) * 8 / 1e9, dev_net_latency(r->rt->dev) * 1e6);
 	fflush(r->out);
 }
 
@@ -671,6 +713,11 @@ static void on_stop_signal(int sig)
 	sigaction(SIGINT, &dfl, NULL);
 	sigaction(SIGTERM, &dfl, NULL);
 	stop_signal = sig;
+}
+
+const volatile sig_atomic_t *tr_stop_flag(void)
+{
+	return &stop_signal;
 }
 
 static void catch_stop_signals(struct sigaction old[2])
@@ -707,6 +754,53 @@ static int stop_interrupted(struct run *r, int step)
 	                ck[0] || stats[0] ? " written" : "nothing saved (no --checkpoint)");
 }
 
+static uint64_t fnv1a(uint64_t h, const char *s)
+{
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return h;
+}
+
+/* Nodes launched alike: every node's setup result, then a hash of what must
+ * be the same everywhere (the model, the run's recipe, the data, the plan,
+ * the step it starts from). Node 0 reports what differs; the others return
+ * the error quietly (tr_result.quiet). */
+static int same_on_every_node(struct run *r, int rc)
+{
+	struct tr_nodes *n = r->c.nodes;
+	int rank = tr_nodes_rank(n), first = -1;
+	SP_CHECK(tr_nodes_failed(n, rc < 0, &first));
+	if (first >= 0) { /* the first that failed reports (node 0: likely everyone's) */
+		r->res.agreed = 1;
+		if (rank != first)
+			r->res.quiet = rank != 0 || rc < 0;
+		return rc < 0 ? rc
+		              : sp_error(-ECANCELED, "node %d failed to start (its message above)",
+		                         first);
+	}
+	char what[1024];
+	snprintf(what, sizeof(what),
+	         "%s L%d C%d NH%d V%d T%d B%d %s seed %llu lr %.9g/%d/%d/%.9g wd %.9g clip "
+	         "%.9g steps %d optim %s %.9g start %d data %s plan %s",
+	         r->preset, r->kc.L, r->kc.C, r->kc.NH, r->kc.V, r->T, r->batch,
+	         r->kc.dtype == KN_BF16 ? "bf16" : "fp32", (unsigned long long)r->c.seed,
+	         (double)r->lr, r->warmup, r->sched, (double)r->c.lr_min, (double)r->c.weight_decay,
+	         (double)r->c.grad_clip, r->steps, rt_optimizer_name(r->m.opt.kind),
+	         (double)r->m.opt.momentum, r->start,
+	         r->data ? tr_data_describe(r->data) : "synthetic", r->plan_name);
+	int bad = -1;
+	SP_CHECK(tr_nodes_gather_hash(n, fnv1a(0xcbf29ce484222325ull, what), &bad));
+	if (bad < 0)
+		return 0;
+	r->res.agreed = 1;
+	r->res.quiet = rank != 0;
+	return sp_error(-EINVAL,
+	                "node %d was launched with other flags, data or checkpoint than node "
+	                "0 (every node must run the same command on the same files): node "
+	                "0 has %s",
+	                bad, rank == 0 ? what : "(see node 0)");
+}
+
 int tr_train(const struct tr_config *cfg, struct tr_result *res)
 {
 	SP_CHECK_ARG(cfg, "tr_train: NULL config");
@@ -715,10 +809,22 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 		return sp_error(-ENOMEM, "train: out of memory");
 	r->c = *cfg;
 	r->out = cfg->out ? cfg->out : stdout;
+	FILE *devnull = NULL;
+	if (!tr_writer(r)) /* node 0 prints for the run */
+		r->out = devnull = fopen("/dev/null", "w");
+	if (!r->out) {
+		free(r);
+		return sp_error(-errno, "train: cannot open /dev/null");
+	}
+	if (tr_run_nodes(r) > 1)
+		r->c.tune = 0; /* every node must run the same plan: no tuner decides alone */
+	tr_nodes_set_checkpoint(r->c.nodes, r->last_ckpt);
 	int rc = setup(r), caught = 0;
 	struct sigaction old_sig[2];
 	if (rc == 0 && r->c.resume)
 		rc = tr_resume(r);
+	if (r->c.nodes) /* every node set up, then node 0 alone claims the directory */
+		rc = same_on_every_node(r, rc);
 	/* the directory is this run's from here on: --overwrite removes the
 	 * checkpoints of the run it replaces (a resumed run only those of a
 	 * resumed file's abandoned later steps) */
@@ -797,7 +903,11 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 		if (r->switch_step && !r->verified && step + 1 == r->switch_step + 1 + ta &&
 		    step + 1 < r->steps && (rc = tr_tune_verify(r)) < 0)
 			break;
-		if (caught && stop_signal && step + 1 < r->steps) {
+		/* every node stops after the same step (node 0 writes its checkpoint) */
+		int stop = caught && stop_signal;
+		if (r->c.nodes && step + 1 < r->steps)
+			stop = tr_nodes_any(r->c.nodes, stop);
+		if (stop && step + 1 < r->steps) {
 			rc = stop_interrupted(r, step + 1);
 			goto out;
 		}
@@ -810,15 +920,20 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 		(void)!tr_report(r);
 		sp_error(rc, "%s", why);
 	}
-	if (rc == 0 && r->c.trace_file)
+	if (rc == 0 && r->c.trace_file && tr_writer(r))
 		rc = tr_trace_write(&r->trace, r, r->c.trace_file);
 out:
+	if (rc == -EINTR || r->diverged) { /* every node stops at the same step */
+		r->res.agreed = 1;
+		r->res.quiet = !tr_writer(r);
+	}
 	if (res) {
 		r->res.seconds = r->t_total;
 		r->res.step_s = r->res.steps ? r->t_total / r->res.steps : 0;
 		r->res.tokens_per_s =
 		    r->t_total > 0 ? (double)r->res.steps * r->batch * r->T / r->t_total : 0;
 		snprintf(r->res.plan, sizeof(r->res.plan), "%s", r->plan_name);
+		r->res.batch = r->batch;
 		if (r->rt) {
 			struct vmm_stats st;
 			vmm_stats_get(r->rt->vmm, &st);
@@ -832,8 +947,11 @@ out:
 	}
 	char msg[SP_ERROR_MSG_MAX];
 	snprintf(msg, sizeof(msg), "%s", sp_last_error());
+	tr_nodes_set_checkpoint(r->c.nodes, NULL);
 	run_free(r);
 	free(r);
+	if (devnull)
+		fclose(devnull);
 	return rc < 0 ? sp_error(rc, "%s", msg) : 0;
 }
 

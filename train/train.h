@@ -7,6 +7,7 @@
 #ifndef SP_TRAIN_TRAIN_H
 #define SP_TRAIN_TRAIN_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -259,6 +260,16 @@ struct tr_config {
 	 * second signal kills at once (the default action). The handlers are the
 	 * process's: set by one tr_train at a time, restored when it returns. */
 	int catch_signals;
+	/* several processes, one per node (tr_nodes_init; NULL: one): data
+	 * parallel across them, each over batch / nodes of every step's samples
+	 * with its own plan on its own devices; rank 0 prints, writes the
+	 * checkpoints and the stats. sim_nodes > 1 instead: the model backend
+	 * simulates one node of that many (spill sim --nodes), its gradients'
+	 * chain through the nodes on the profile's inter-node link (net_bw > 0:
+	 * that one) */
+	struct tr_nodes *nodes;
+	int sim_nodes;
+	double net_bw;
 };
 void tr_config_defaults(struct tr_config *c);
 
@@ -271,6 +282,10 @@ struct tr_result {
 	char plan[160];               /* the plan at the end */
 	int switches;                 /* plans the tuner switched to */
 	uint64_t evictions;
+	int batch;  /* the global batch it ran with (samples per step, every node's) */
+	int quiet;  /* the error was reported by node 0 (this is another node) */
+	int agreed; /* every node ends with this error (else this node alone
+	               fails: the others must be stopped, MPI_Abort) */
 };
 
 /* The swap-volume profile of a run (per step): what `spill train` prints at
@@ -287,6 +302,8 @@ struct tr_profile {
 	double measured[TR_LINKS][TR_KINDS], predicted[TR_LINKS][TR_KINDS]; /* bytes */
 	int has_predicted;
 	double collective;            /* all-reduce bytes over the peer links */
+	double internode;             /* bytes this node sent to the others (nodes > 1) */
+	int nodes;                    /* processes (or simulated nodes) of the run */
 	int warm_steps;               /* steps the measured bytes average (0: steps) */
 	int ndrives;                  /* drives of the disk tier (0: none) */
 	double drive_bytes[16];       /* per step and drive: written + read */
@@ -355,5 +372,41 @@ struct tr_tune_config {
  * policy or preset, a model that cannot fit one layer per shard (naming the
  * layer and the shortfall), a corpus that cannot be read. */
 int tr_tune_models(const struct tr_tune_config *c) SP_MUST_CHECK;
+
+/* ---- several processes (nodes.c) ---------------------------------------------------
+ * `mpirun -np N spill train ...` (or srun): one process per node. MPI starts
+ * them; the runtime's all-reduce and loss go through its messages (struct
+ * rt_nodes). Needs a launcher's variables (OMPI_COMM_WORLD_SIZE, PMI_SIZE,
+ * PMIX_RANK, SLURM_PROCID); without one, spill is one process and never
+ * touches MPI. */
+struct tr_nodes;
+struct rt_nodes;
+/* The processes the launcher started (> 1), or 0 when spill was not started
+ * by one or as one process. */
+int tr_nodes_launched(void);
+/* This process's rank from the launcher's variables (before MPI is up). */
+int tr_nodes_env_rank(void);
+/* MPI_Init_thread (MPI_THREAD_MULTIPLE). stop: the flag a stop signal sets
+ * (a receive waiting on a dead node gives up on it). -ENOTSUP: built without
+ * MPI, or no thread support. */
+int tr_nodes_init(int *argc, char ***argv, const volatile sig_atomic_t *stop,
+                  struct tr_nodes **out) SP_MUST_CHECK;
+/* failed: MPI_Abort (the other nodes may be waiting for this one); else
+ * MPI_Finalize. NULL is ok. */
+void tr_nodes_finish(struct tr_nodes *n, int failed);
+const struct rt_nodes *tr_nodes_rt(const struct tr_nodes *n);
+/* path: the caller's buffer holding its newest checkpoint's path (named in
+ * the line a node prints when it gives up on a dead one); NULL: none. */
+void tr_nodes_set_checkpoint(struct tr_nodes *n, const char *path);
+int tr_nodes_rank(const struct tr_nodes *n); /* 0 for NULL */
+int tr_nodes_size(const struct tr_nodes *n); /* 1 for NULL */
+/* 1 when any node's flag is non-zero (every node must call it). */
+int tr_nodes_any(struct tr_nodes *n, int flag);
+/* *first: the first node (in rank order) whose failed is non-zero, or -1. */
+int tr_nodes_failed(struct tr_nodes *n, int failed, int *first) SP_MUST_CHECK;
+/* *first_bad: the first node whose h differs from node 0's, or -1. */
+int tr_nodes_gather_hash(struct tr_nodes *n, uint64_t h, int *first_bad) SP_MUST_CHECK;
+/* The flag the trainer's SIGINT/SIGTERM handler sets (tr_config.catch_signals). */
+const volatile sig_atomic_t *tr_stop_flag(void);
 
 #endif

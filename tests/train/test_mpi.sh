@@ -1,0 +1,147 @@
+# `mpirun -np N spill train` (host backend, OpenMPI on localhost): data
+# parallel across processes, bit for bit.
+#  - the same global batch over 2 processes of 1 emulated GPU (dp-swap), over
+#    2 processes of 2 GPUs each running a pipeline (gpipe, harmony-pp,
+#    interleaved: a pack's gradient then crosses the nodes alone), and in one process
+#    of 2 GPUs (dp-swap; test_transparency proves that one equal to the
+#    reference loop): the same per-step losses and byte-identical final
+#    checkpoints; also in bf16, and with --update-on-cpu and recompute;
+#  - resumed under mpirun from a mid-run checkpoint (and that checkpoint
+#    resumed by one process): the uninterrupted run's checkpoint, byte for
+#    byte;
+#  - a node killed mid-run (SIGKILL): the job ends within seconds, node 0
+#    says in one line that it gave up on node 1, and the newest checkpoint
+#    resumes;
+#  - bad input: a batch the processes do not divide, and processes launched
+#    with different flags: one line from node 0, every process exits non-zero.
+set -u
+spill="$O/bin/spill"
+here=$(cd "$(dirname "$0")" && pwd)
+command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (apt-get install openmpi-bin)"; exit 77; }
+. "$here/pick_python.sh"
+pick_python json || { echo "SKIP: no python3"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+export SPILL_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# localhost, more processes than cores
+mpi=(mpirun --oversubscribe --bind-to none)
+
+"$py" - "$work" <<'PY'
+import sys, random
+random.seed(2)
+words = "in the beginning god created heaven and earth was without form void darkness".split()
+with open(f"{sys.argv[1]}/text.txt", "w") as f:
+    for line in range(900):
+        f.write(" ".join(random.choice(words) for _ in range(9)) + ".\n")
+PY
+"$spill" prepare "$work/text.txt" -o "$work/data" --name t >/dev/null || fail "prepare"
+model=(--layers 2 --channels 64 --heads 4 --seq 32 --batch 8 --data "$work/data" --backend host
+	--no-tune --steps 6 --lr 3e-3 --warmup 1)
+
+losses() { "$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['losses'])" "$1"; }
+
+# run NAME NP DEVICES SCHEDULE [flags...]: checkpoints in $work/NAME
+run() {
+	local name=$1 np=$2 dev=$3 sched=$4
+	shift 4
+	if [ "$np" = 1 ]; then
+		"$spill" train "${model[@]}" --devices "$dev" --schedule "$sched" \
+			--checkpoint "$work/$name" --checkpoint-every 3 --stats-json "$work/$name.json" "$@" \
+			>"$work/$name.out" 2>&1
+	else
+		"${mpi[@]}" -np "$np" "$spill" train "${model[@]}" --devices "$dev" --schedule "$sched" \
+			--checkpoint "$work/$name" --checkpoint-every 3 --stats-json "$work/$name.json" "$@" \
+			>"$work/$name.out" 2>&1
+	fi || { tail -5 "$work/$name.out"; fail "$name: exit $?"; }
+}
+same() { # same A B: losses and the step-6 checkpoints
+	[ "$(losses "$work/$1.json")" = "$(losses "$work/$2.json")" ] ||
+		fail "$1 and $2: losses differ: $(losses "$work/$1.json") vs $(losses "$work/$2.json")"
+	cmp -s "$work/$1/step_00000006.safetensors" "$work/$2/step_00000006.safetensors" ||
+		fail "$1 and $2: the step-6 checkpoints differ"
+}
+
+# 1. one process of 2 GPUs against 2 processes, dp and a pipeline in each
+run one 1 2 dp-swap
+run np2 2 1 dp-swap
+run np2pipe 2 2 gpipe
+run np2hpp 2 2 harmony-pp
+run np2il 2 2 interleaved --chunks 2 --budget 4M
+same one np2
+same one np2pipe
+same one np2hpp
+same one np2il
+grep -q "step 6/6" "$work/np2.out" || fail "np2: no progress from node 0"
+[ "$(grep -c "^== GPT-2" "$work/np2.out")" = 1 ] || fail "np2: the report printed more than once"
+grep -q "^inter-node" "$work/np2.out" || fail "np2: no inter-node row in the report"
+echo "1 process x 2 GPUs = 2 x 1 (dp-swap) = 2 x 2 (gpipe): $(losses "$work/one.json")"
+
+# the update on the CPU with recompute, and bf16
+run onecpu 1 2 dp-swap --update-on-cpu --recompute
+run np2cpu 2 1 harmony-dp --update-on-cpu --recompute
+same onecpu np2cpu
+run onebf 1 2 dp-swap --precision bf16
+run np2bf 2 1 dp-swap --precision bf16
+same onebf np2bf
+
+# 2. resumed under mpirun from step 3, and that checkpoint in one process
+mkdir -p "$work/res2" "$work/res1"
+cp "$work/np2/step_00000003.safetensors" "$work/res2/"
+cp "$work/np2/step_00000003.safetensors" "$work/res1/"
+"${mpi[@]}" -np 2 "$spill" train "${model[@]}" --devices 1 --schedule dp-swap \
+	--checkpoint "$work/res2" --resume >"$work/res2.out" 2>&1 || fail "resume under mpirun"
+cmp -s "$work/res2/step_00000006.safetensors" "$work/one/step_00000006.safetensors" ||
+	fail "resumed under mpirun: not the uninterrupted run's checkpoint"
+"$spill" train "${model[@]}" --devices 2 --schedule dp-swap --checkpoint "$work/res1" --resume \
+	>"$work/res1.out" 2>&1 || fail "resume in one process"
+cmp -s "$work/res1/step_00000006.safetensors" "$work/one/step_00000006.safetensors" ||
+	fail "resumed in one process: not the uninterrupted run's checkpoint"
+
+# 3. a node killed mid-run
+"${mpi[@]}" -np 2 "$spill" train "${model[@]}" --devices 1 --schedule dp-swap --steps 100000 \
+	--checkpoint "$work/kill" --checkpoint-every 5 >"$work/kill.out" 2>"$work/kill.err" &
+job=$!
+victim=
+for _ in $(seq 1 150); do # the first checkpoint, then node 1's process
+	sleep 0.1
+	ls "$work/kill"/step_*.safetensors >/dev/null 2>&1 || continue
+	for p in $(pgrep -f "$spill train" || true); do
+		tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
+	done
+	[ -n "$victim" ] && break
+done
+if [ -z "$victim" ]; then
+	fail "killed node: no checkpoint or no node 1 within 15 s"
+	kill "$job" 2>/dev/null
+else
+	t0=$(date +%s)
+	kill -9 "$victim"
+	for _ in $(seq 1 200); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+	if kill -0 "$job" 2>/dev/null; then
+		fail "killed node: the job still runs 20 s later"
+		pkill -9 -f "$spill train" || true
+	fi
+	wait "$job" && fail "killed node: mpirun exited 0"
+	echo "killed node 1: the job ended in $(($(date +%s) - t0)) s"
+	grep "^spill: node 0:" "$work/kill.err" || fail "killed node: no line from node 0: $(cat "$work/kill.err")"
+	[ "$(grep -c "^spill: node 0:" "$work/kill.err")" -le 1 ] || fail "killed node: more than one line from node 0"
+	last=$(ls "$work/kill"/step_*.safetensors | tail -1)
+	"$spill" train "${model[@]}" --devices 2 --schedule dp-swap --steps 100000 --resume "$last" \
+		--checkpoint "$work/kill" --overwrite --steps "$((10#$(basename "$last" .safetensors | tr -dc 0-9) + 1))" \
+		>"$work/kill-resume.out" 2>&1 || fail "killed node: $last does not resume: $(tail -2 "$work/kill-resume.out")"
+fi
+
+# 4. bad input
+"${mpi[@]}" -np 2 "$spill" train "${model[@]}" --batch 7 >"$work/bad.out" 2>&1 && fail "batch 7 on 2 nodes ran"
+[ "$(grep -c "does not split over 2 nodes" "$work/bad.out")" = 1 ] || fail "batch 7: $(cat "$work/bad.out")"
+"${mpi[@]}" -np 2 bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then set -- "$@" --seed 9; fi; exec "$@"' \
+	_ "$spill" train "${model[@]}" --steps 2 >"$work/diff.out" 2>&1 && fail "different flags ran"
+[ "$(grep -c "node 1 was launched with other flags" "$work/diff.out")" = 1 ] ||
+	fail "different flags: $(cat "$work/diff.out")"
+"${mpi[@]}" -np 2 "$spill" train "${model[@]}" --nodes 2 >"$work/nodes.out" 2>&1 && fail "--nodes in train ran"
+[ "$(grep -c "spill sim takes --nodes" "$work/nodes.out")" = 1 ] || fail "--nodes: $(cat "$work/nodes.out")"
+
+[ "$fails" = 0 ] || exit 1
+echo "ok"
