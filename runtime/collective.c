@@ -86,7 +86,7 @@ void rt_collectives_close(struct rt_ctx *rt)
 void rt_set_nodes(struct rt_ctx *rt, const struct rt_nodes *nodes)
 {
 	if (rt)
-		rt->nodes = nodes && nodes->size > 1 ? nodes : NULL;
+		rt->nodes = nodes && nodes->size >= 1 ? nodes : NULL;
 }
 
 int rt_node_count(const struct rt_ctx *rt)

@@ -113,7 +113,8 @@ struct rt_nodes {
 	int (*recv)(void *arg, int from, int tag, void *buf, size_t bytes);
 	void *arg;
 };
-/* rt keeps the pointer (it must outlive rt); NULL or size 1: one process. */
+/* rt keeps the pointer (it must outlive rt); NULL: one process. Size 1 (mpirun
+ * -np 1) runs the nodes' paths with no one to talk to: the same bits. */
 void rt_set_nodes(struct rt_ctx *rt, const struct rt_nodes *nodes);
 /* The number of nodes (1 without rt_set_nodes) and this one's rank. */
 int rt_node_count(const struct rt_ctx *rt);

@@ -1022,11 +1022,30 @@ static int cmd_tune(int argc, char **argv)
 	c.grid = grid_given ? (grid ? grid : "") : dflt[lr_given + 2 * batch_given];
 	if (!c.base.steps && !sim)
 		c.base.steps = 60;
+	struct tr_nodes *nodes = NULL;
+	if (!sim && tr_nodes_launched()) { /* mpirun: the models spread over the nodes */
+		if (tr_nodes_init(&argc, &argv, tr_stop_flag(), &nodes) < 0) {
+			if (tr_nodes_env_rank() == 0)
+				fprintf(stderr, "spill tune: %s\n", sp_last_error());
+			rc = 1;
+			goto out;
+		}
+		c.base.nodes = nodes;
+	}
+	int agreed = 0;
 	if (tr_tune_models(&c) < 0) {
 		fflush(stdout);
-		train_error("tune", &c.base);
+		char who[32];
+		int first = tr_nodes_agreed_failure(nodes), me = tr_nodes_rank(nodes);
+		agreed = first >= 0;
+		snprintf(who, sizeof(who), "tune (node %d)", me);
+		/* an error every node met: the first one to fail says it (node 0 also
+		 * says another node failed) */
+		if (!agreed || me == first || (me == 0 && first > 0))
+			train_error(me ? who : "tune", &c.base);
 		rc = 1;
 	}
+	tr_nodes_finish(nodes, rc != 0 && !agreed);
 out:
 	free(grid);
 	free(models);

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -99,10 +100,16 @@ struct tune {
 	int *rung;         /* successive halving: per model, the last rung it reached */
 	double *rung_loss; /* [model * nrungs + rung]: its loss there */
 	int nrungs;
-	int eval_failures; /* devices lost during the validation pass */
+	int eval_failures;    /* devices lost during the validation pass */
+	int has_eval[MAXVAR]; /* the model has validation batches */
+	/* several nodes: model g trains on node g mod nodes; until the gather
+	 * these arrays hold this node's models, gidx[k] the global index of k */
+	int nodes, rank, gn, gidx[MAXVAR];
+	char glabel[MAXVAR][96];
+	int gsteps[MAXVAR];
 	struct tr_data *data;
 	struct rt_ctx *rt;
-	FILE *out;
+	FILE *out, *devnull; /* devnull: the output of nodes other than 0 */
 	double t0, last_print;
 };
 
@@ -113,13 +120,15 @@ static void table(struct tune *t, int final)
 	 * backend moves no data), "nan" where it diverged */
 	int model = t->rt && dev_backend(t->rt->dev) == DEV_BACKEND_MODEL;
 	for (int i = 0; i < t->n; i++) {
-		char l[32];
+		char l[32], sh[16] = "-";
+		if (t->runs[i])
+			snprintf(sh, sizeof(sh), "%d", tg_plan_shards(&t->runs[i]->plan));
 		if (isnan(t->loss[i]))
 			snprintf(l, sizeof(l), "%s", model ? "-" : "nan");
 		else
 			snprintf(l, sizeof(l), "%.4f", t->loss[i]);
-		fprintf(t->out, "  %-34s %6d %5d/%-5d %9s  %s\n", t->label[i],
-		        tg_plan_shards(&t->runs[i]->plan), t->done[i], t->steps[i], l,
+		fprintf(t->out, "  %-34s %6s %5d/%-5d %9s  %s\n", t->label[i], sh, t->done[i],
+		        t->steps[i], l,
 		        t->stopped[i]               ? "stopped (successive halving)"
 		        : t->done[i] == t->steps[i] ? "done"
 		        : final                     ? ""
@@ -175,8 +184,77 @@ static void tune_free(struct tune *t)
 	}
 	rt_close(t->rt);
 	tr_data_close(t->data);
+	if (t->devnull)
+		fclose(t->devnull);
 	free(t->rung);
 	free(t->rung_loss);
+}
+
+/* Several nodes: keeps this node's models (g mod nodes == rank), in order,
+ * and frees the others; the global labels and step counts stay. */
+static void keep_mine(struct tune *t)
+{
+	t->gn = t->n;
+	memcpy(t->glabel, t->label, sizeof(t->label));
+	memcpy(t->gsteps, t->steps, sizeof(t->steps));
+	int k = 0;
+	for (int g = 0; g < t->gn; g++) {
+		if (g % t->nodes != t->rank) {
+			if (t->v[g]->m.layers)
+				rt_model_free(&t->v[g]->m);
+			free(t->v[g]);
+			t->v[g] = NULL;
+			continue;
+		}
+		t->v[k] = t->v[g];
+		memcpy(t->label[k], t->label[g], sizeof(t->label[k]));
+		t->steps[k] = t->steps[g];
+		t->loss[k] = t->loss[g];
+		t->val[k] = t->val[g];
+		t->gidx[k++] = g;
+	}
+	for (int i = k; i < t->gn; i++)
+		t->v[i] = NULL;
+	t->n = k;
+}
+
+/* After training: every node's results into global order on every node
+ * (each model's figures come from its node alone: a sum of it and zeros);
+ * runs[g] and v[g] are this node's own models, NULL for the others. */
+static int gather_nodes(struct tune *t)
+{
+	enum { DONE, LOSS, VAL, STOP, EVAL, NF };
+	double *b = calloc((size_t)NF * MAXVAR, sizeof(double));
+	if (!b)
+		return sp_error(-ENOMEM, "tune: gathering the nodes' results");
+	struct run *v[MAXVAR] = {0};
+	struct rt_run *runs[MAXVAR] = {0};
+	for (int k = 0; k < t->n; k++) {
+		int g = t->gidx[k];
+		b[DONE * MAXVAR + g] = t->done[k];
+		b[LOSS * MAXVAR + g] = t->loss[k];
+		b[VAL * MAXVAR + g] = t->val[k];
+		b[STOP * MAXVAR + g] = t->stopped[k];
+		b[EVAL * MAXVAR + g] = t->v[k]->m.eval_data != NULL;
+		v[g] = t->v[k];
+		runs[g] = t->runs[k];
+	}
+	int rc = tr_nodes_sum_doubles(t->c->base.nodes, b, NF * MAXVAR);
+	for (int g = 0; g < t->gn && rc == 0; g++) {
+		t->v[g] = v[g];
+		t->runs[g] = runs[g];
+		memcpy(t->label[g], t->glabel[g], sizeof(t->label[g]));
+		t->steps[g] = t->gsteps[g];
+		t->done[g] = (int)b[DONE * MAXVAR + g];
+		t->loss[g] = b[LOSS * MAXVAR + g];
+		t->val[g] = b[VAL * MAXVAR + g];
+		t->stopped[g] = (int)b[STOP * MAXVAR + g];
+		t->has_eval[g] = b[EVAL * MAXVAR + g] != 0;
+	}
+	if (rc == 0)
+		t->n = t->gn;
+	free(b);
+	return rc;
 }
 
 /* The variants: every preset x the grid's cartesian product. */
@@ -197,6 +275,7 @@ static int variants(struct tune *t, const struct axis *ax, int nax)
 			return sp_error(-ENOMEM, "tune: model %d", k);
 		t->v[t->n++] = v;
 		v->c = c->base;
+		v->c.nodes = NULL; /* a model trains on one node (its own context) */
 		v->c.model = c->nmodels > 0 ? c->models[k % nmodels] : c->base.model;
 		v->data = t->data;
 		int len = snprintf(t->label[k], sizeof(t->label[k]), "%s",
@@ -373,9 +452,28 @@ int tr_tune_models(const struct tr_tune_config *c)
 	             reserve);
 	SP_CHECK_ARG(c->halving >= 0, "--halving %d: steps per rung must not be negative",
 	             c->halving);
-	if (!c->base.synthetic)
-		SP_CHECK(tr_data_open(c->base.data, &t.data));
-	rc = variants(&t, ax, nax);
+	t.nodes = tr_nodes_size(c->base.nodes);
+	t.rank = tr_nodes_rank(c->base.nodes);
+	if (t.rank > 0 && !(t.out = t.devnull = fopen("/dev/null", "w")))
+		return sp_error(-errno, "tune: cannot open /dev/null");
+	rc = 0;
+	if (t.nodes > 1 && c->halving)
+		rc = sp_error(-EINVAL,
+		              "--halving %d: successive halving compares the models as they "
+		              "reach each rung, which is not done across nodes (run it in one "
+		              "process)",
+		              c->halving);
+	if (rc == 0 && !c->base.synthetic)
+		rc = tr_data_open(c->base.data, &t.data);
+	if (rc == 0)
+		rc = variants(&t, ax, nax);
+	if (rc == 0 && t.nodes > 1 && t.n < t.nodes)
+		rc = sp_error(-EINVAL,
+		              "%d models on %d nodes: a node would train none (give at least %d "
+		              "models, or fewer processes)",
+		              t.n, t.nodes, t.nodes);
+	if (rc == 0 && t.nodes > 1)
+		keep_mine(&t);
 	for (int i = 0; i < t.n; i++) /* rungs: every halving-th step */
 		if (c->halving > 0 && t.steps[i] / c->halving + 1 > t.nrungs)
 			t.nrungs = t.steps[i] / c->halving + 1;
@@ -385,6 +483,19 @@ int tr_tune_models(const struct tr_tune_config *c)
 		rc = sp_error(-ENOMEM, "tune: successive halving state");
 	if (rc == 0)
 		rc = open_all(&t, reserve);
+	if (c->base.nodes) { /* every node started, or the first that failed says why */
+		int first = -1;
+		char msg[SP_ERROR_MSG_MAX];
+		snprintf(msg, sizeof(msg), "%s", sp_last_error());
+		int e = tr_nodes_failed(c->base.nodes, rc < 0, &first);
+		if (e < 0)
+			rc = e;
+		else if (rc < 0)
+			sp_error(rc, "%s", msg);
+		else if (first >= 0)
+			rc = sp_error(-ECANCELED, "node %d failed to start (its message above)",
+			              first);
+	}
 	if (rc < 0) {
 		tune_free(&t);
 		return rc;
@@ -395,12 +506,16 @@ int tr_tune_models(const struct tr_tune_config *c)
 	for (int i = 0; i < t.n; i++)
 		largest = t.v[i]->state > largest ? t.v[i]->state : largest;
 	char b1[32], b2[32];
+	if (t.nodes > 1)
+		fprintf(t.out, "spill tune: %d models over %d nodes (model i on node i mod %d)\n",
+		        t.gn, t.nodes, t.nodes);
 	fprintf(t.out,
-	        "spill tune: %d model%s on %d %s device(s), %s budget each (the largest model's "
+	        "%s: %d model%s on %d %s device(s), %s budget each (the largest model's "
 	        "state: %s), sharp %s%s\n",
-	        t.n, t.n == 1 ? "" : "s", t.rt->ndev, dev_backend_name(t.rt->cfg.dev.backend),
-	        sp_format_size(cap, b1, sizeof(b1)), sp_format_size(largest, b2, sizeof(b2)),
-	        tg_mm_policy_name(pol), c->no_double_buffer ? "" : " + double buffering");
+	        t.nodes > 1 ? "node 0" : "spill tune", t.n, t.n == 1 ? "" : "s", t.rt->ndev,
+	        dev_backend_name(t.rt->cfg.dev.backend), sp_format_size(cap, b1, sizeof(b1)),
+	        sp_format_size(largest, b2, sizeof(b2)), tg_mm_policy_name(pol),
+	        c->no_double_buffer ? "" : " + double buffering");
 	t.t0 = t.last_print = sp_now_s();
 	struct rt_sharp_config sc = {.policy = pol,
 	                             .double_buffer = !c->no_double_buffer,
@@ -416,6 +531,12 @@ int tr_tune_models(const struct tr_tune_config *c)
 	}
 	if (rc == 0 && t.rt->data)
 		rc = validate(&t);
+	for (int i = 0; i < t.n; i++)
+		t.has_eval[i] = t.v[i]->m.eval_data != NULL;
+	/* every node's results, each node's state once all are done (a node
+	 * that failed ends the job: MPI_Abort from the caller) */
+	if (rc == 0 && t.nodes > 1)
+		rc = gather_nodes(&t);
 	if (rc < 0) {
 		char msg[SP_ERROR_MSG_MAX];
 		snprintf(msg, sizeof(msg), "%s", sp_last_error());
@@ -427,10 +548,10 @@ int tr_tune_models(const struct tr_tune_config *c)
 	for (int d = 0; d < t.rt->ndev; d++)
 		busy += st.busy_s[d];
 	fprintf(t.out,
-	        "%s %.2f s%s: %llu shard units (%llu on the device of the unit before), devices "
+	        "%s%s %.2f s%s: %llu shard units (%llu on the device of the unit before), devices "
 	        "busy %.0f%%, %d stopped early\n",
-	        t.rt->data ? "trained in" : "makespan", st.makespan_s,
-	        t.rt->data ? "" : " (virtual)", (unsigned long long)st.units,
+	        t.nodes > 1 ? "node 0: " : "", t.rt->data ? "trained in" : "makespan",
+	        st.makespan_s, t.rt->data ? "" : " (virtual)", (unsigned long long)st.units,
 	        (unsigned long long)st.same_device,
 	        st.makespan_s > 0 ? 100 * busy / (st.makespan_s * t.rt->ndev) : 0, st.stopped);
 	if (st.failures)
@@ -466,7 +587,7 @@ int tr_tune_models(const struct tr_tune_config *c)
 		fprintf(t.out, "ranking by %s loss:\n", have_val ? "validation" : "training");
 		for (int i = 0; i < t.n; i++) {
 			int k = order[i];
-			if (have_val && !t.v[k]->m.eval_data) /* ranked last */
+			if (have_val && !t.has_eval[k]) /* ranked last */
 				fprintf(t.out,
 				        "  %2d. %-34s -       (no validation batch of its sequence "
 				        "length)\n",
@@ -476,14 +597,18 @@ int tr_tune_models(const struct tr_tune_config *c)
 				        t.stopped[k] ? "  (stopped early)" : "");
 		}
 	}
-	if (c->save_best && t.rt->data && !(have_val && !t.v[order[0]]->m.eval_data)) {
+	if (c->save_best && t.rt->data && !(have_val && !t.has_eval[order[0]])) {
 		struct run *v = t.v[order[0]];
-		v->c.checkpoint_dir = c->save_best;
-		v->run = t.runs[order[0]];
-		v->out = t.out;
-		fprintf(t.out, "best model: %s\n", t.label[order[0]]);
-		int e = tr_checkpoint(v, t.done[order[0]]);
-		v->run = NULL; /* tune_free closes t.runs */
+		fprintf(t.out, "best model: %s%s\n", t.label[order[0]],
+		        t.nodes > 1 ? " (its node writes it)" : "");
+		int e = 0;
+		if (v) { /* trained here */
+			v->c.checkpoint_dir = c->save_best;
+			v->run = t.runs[order[0]];
+			v->out = t.out;
+			e = tr_checkpoint(v, t.done[order[0]]);
+			v->run = NULL; /* tune_free closes t.runs */
+		}
 		if (e < 0) {
 			tune_free(&t);
 			return e;

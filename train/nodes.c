@@ -51,7 +51,7 @@ int tr_nodes_launched(void)
 	    !getenv("SLURM_PROCID"))
 		return 0;
 	int n = env_int(size_vars);
-	return n > 1 ? n : 0;
+	return n >= 1 ? n : 0; /* mpirun -np 1 too: the path to MPI and NCCL, on one node */
 }
 
 int tr_nodes_env_rank(void)
@@ -67,6 +67,7 @@ struct tr_nodes {
 	MPI_Comm comm; /* the runtime's messages */
 	const volatile sig_atomic_t *stop;
 	const char *last_ckpt; /* the trainer's newest checkpoint ("": none), for the last line */
+	int agreed_first;      /* tr_nodes_failed's last answer */
 };
 
 static double now_s(void)
@@ -159,6 +160,7 @@ int tr_nodes_init(int *argc, char ***argv, const volatile sig_atomic_t *stop, st
 	n->rt.recv = mpi_recv;
 	n->rt.arg = n;
 	n->stop = stop;
+	n->agreed_first = -1;
 	*out = n;
 	return 0;
 }
@@ -185,6 +187,16 @@ int tr_nodes_any(struct tr_nodes *n, int flag)
 	return any;
 }
 
+int tr_nodes_sum_doubles(struct tr_nodes *n, double *x, int count)
+{
+	if (!n)
+		return 0;
+	if (MPI_Allreduce(MPI_IN_PLACE, x, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) !=
+	    MPI_SUCCESS)
+		return sp_error(-EIO, "nodes: MPI_Allreduce of %d doubles failed", count);
+	return 0;
+}
+
 int tr_nodes_failed(struct tr_nodes *n, int failed, int *first)
 {
 	*first = failed ? 0 : -1;
@@ -199,6 +211,7 @@ int tr_nodes_failed(struct tr_nodes *n, int failed, int *first)
 		if (all[r])
 			*first = r;
 	free(all);
+	n->agreed_first = *first;
 	return 0;
 }
 
@@ -254,7 +267,21 @@ int tr_nodes_failed(struct tr_nodes *n, int failed, int *first)
 	return 0;
 }
 
+int tr_nodes_sum_doubles(struct tr_nodes *n, double *x, int count)
+{
+	return 0;
+}
+
 #endif
+
+int tr_nodes_agreed_failure(const struct tr_nodes *n)
+{
+#if SPILL_HAVE_MPI
+	return n ? n->agreed_first : -1;
+#else
+	return -1;
+#endif
+}
 
 void tr_nodes_set_checkpoint(struct tr_nodes *n, const char *path)
 {

@@ -381,8 +381,8 @@ int tr_tune_models(const struct tr_tune_config *c) SP_MUST_CHECK;
  * touches MPI. */
 struct tr_nodes;
 struct rt_nodes;
-/* The processes the launcher started (> 1), or 0 when spill was not started
- * by one or as one process. */
+/* The processes the launcher started (>= 1), or 0 when spill was not started
+ * by one. */
 int tr_nodes_launched(void);
 /* This process's rank from the launcher's variables (before MPI is up). */
 int tr_nodes_env_rank(void);
@@ -402,8 +402,13 @@ int tr_nodes_rank(const struct tr_nodes *n); /* 0 for NULL */
 int tr_nodes_size(const struct tr_nodes *n); /* 1 for NULL */
 /* 1 when any node's flag is non-zero (every node must call it). */
 int tr_nodes_any(struct tr_nodes *n, int flag);
+/* x[0..count) summed over the nodes, in place, on every node. */
+int tr_nodes_sum_doubles(struct tr_nodes *n, double *x, int count) SP_MUST_CHECK;
 /* *first: the first node (in rank order) whose failed is non-zero, or -1. */
 int tr_nodes_failed(struct tr_nodes *n, int failed, int *first) SP_MUST_CHECK;
+/* The last tr_nodes_failed's first failing node (every node knows the run
+ * ends; that one reports why), or -1. */
+int tr_nodes_agreed_failure(const struct tr_nodes *n);
 /* *first_bad: the first node whose h differs from node 0's, or -1. */
 int tr_nodes_gather_hash(struct tr_nodes *n, uint64_t h, int *first_bad) SP_MUST_CHECK;
 /* The flag the trainer's SIGINT/SIGTERM handler sets (tr_config.catch_signals). */

@@ -4,14 +4,17 @@
 #    2 processes of 2 GPUs each running a pipeline (gpipe, harmony-pp,
 #    interleaved: a pack's gradient then crosses the nodes alone), and in one process
 #    of 2 GPUs (dp-swap; test_transparency proves that one equal to the
-#    reference loop): the same per-step losses and byte-identical final
-#    checkpoints; also in bf16, and with --update-on-cpu and recompute;
+#    reference loop), and under `mpirun -np 1`: the same per-step losses and
+#    byte-identical final checkpoints; also in bf16, and with --update-on-cpu
+#    and recompute;
 #  - resumed under mpirun from a mid-run checkpoint (and that checkpoint
 #    resumed by one process): the uninterrupted run's checkpoint, byte for
 #    byte;
 #  - a node killed mid-run (SIGKILL): the job ends within seconds, node 0
 #    says in one line that it gave up on node 1, and the newest checkpoint
 #    resumes;
+#  - spill tune's models spread over 2 processes: the ranking, the validation
+#    losses and the best model's checkpoint of one process with both devices;
 #  - bad input: a batch the processes do not divide, and processes launched
 #    with different flags: one line from node 0, every process exits non-zero.
 set -u
@@ -46,7 +49,11 @@ losses() { "$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['losses
 run() {
 	local name=$1 np=$2 dev=$3 sched=$4
 	shift 4
-	if [ "$np" = 1 ]; then
+	if [ "$np" = 1m ]; then # one process, through mpirun and the nodes' paths
+		"${mpi[@]}" -np 1 "$spill" train "${model[@]}" --devices "$dev" --schedule "$sched" \
+			--checkpoint "$work/$name" --checkpoint-every 3 --stats-json "$work/$name.json" "$@" \
+			>"$work/$name.out" 2>&1
+	elif [ "$np" = 1 ]; then
 		"$spill" train "${model[@]}" --devices "$dev" --schedule "$sched" \
 			--checkpoint "$work/$name" --checkpoint-every 3 --stats-json "$work/$name.json" "$@" \
 			>"$work/$name.out" 2>&1
@@ -65,10 +72,12 @@ same() { # same A B: losses and the step-6 checkpoints
 
 # 1. one process of 2 GPUs against 2 processes, dp and a pipeline in each
 run one 1 2 dp-swap
+run np1 1m 2 dp-swap
 run np2 2 1 dp-swap
 run np2pipe 2 2 gpipe
 run np2hpp 2 2 harmony-pp
 run np2il 2 2 interleaved --chunks 2 --budget 4M
+same one np1
 same one np2
 same one np2pipe
 same one np2hpp
@@ -133,7 +142,29 @@ else
 		>"$work/kill-resume.out" 2>&1 || fail "killed node: $last does not resume: $(tail -2 "$work/kill-resume.out")"
 fi
 
-# 4. bad input
+# 4. spill tune: 4 models over 2 processes of 1 device against one process of
+# 2: the same ranking and validation losses, and the best model's checkpoint
+# (written by the node that trained it) byte for byte
+tune=(tune --backend host --steps 4 --layers 2 --channels 64 --heads 4 --seq 32 --data "$work/data"
+	--grid lr=3e-3,1e-3 batch=4,8)
+"$spill" "${tune[@]}" --devices 2 --save-best "$work/best1" >"$work/tune1.out" 2>&1 ||
+	fail "tune in one process: $(tail -2 "$work/tune1.out")"
+"${mpi[@]}" -np 2 "$spill" "${tune[@]}" --devices 1 --save-best "$work/best2" >"$work/tune2.out" 2>&1 ||
+	fail "tune under mpirun: $(tail -2 "$work/tune2.out")"
+sed -n '/^ranking/,/^best/p' "$work/tune1.out" >"$work/rank1"
+sed -n '/^ranking/,/^best/p' "$work/tune2.out" | sed 's/ (its node writes it)//' >"$work/rank2"
+[ -s "$work/rank1" ] && cmp -s "$work/rank1" "$work/rank2" ||
+	fail "tune: the rankings differ: $(cat "$work/rank1") vs $(cat "$work/rank2")"
+grep -q "^spill tune: 4 models over 2 nodes" "$work/tune2.out" || fail "tune: no nodes line"
+cmp -s "$work"/best1/step_*.safetensors "$work"/best2/step_*.safetensors ||
+	fail "tune: the best model's checkpoints differ"
+cat "$work/rank2"
+"${mpi[@]}" -np 2 "$spill" "${tune[@]}" --devices 1 --halving 2 >"$work/tune3.out" 2>&1 &&
+	fail "tune --halving under mpirun ran"
+[ "$(grep -c "halving 2: successive halving compares" "$work/tune3.out")" = 1 ] ||
+	fail "tune --halving: $(cat "$work/tune3.out")"
+
+# 5. bad input
 "${mpi[@]}" -np 2 "$spill" train "${model[@]}" --batch 7 >"$work/bad.out" 2>&1 && fail "batch 7 on 2 nodes ran"
 [ "$(grep -c "does not split over 2 nodes" "$work/bad.out")" = 1 ] || fail "batch 7: $(cat "$work/bad.out")"
 "${mpi[@]}" -np 2 bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then set -- "$@" --seed 9; fi; exec "$@"' \

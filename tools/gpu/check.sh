@@ -20,6 +20,8 @@
 #          machine (GPU, 3/4 of host memory, 3/4 of free disk) trained 5 steps
 #          on cuda, and a 7B-class GPT in bf16 with batch 64; each beside its
 #          spill sim prediction; 360 s at most
+#   mpi    tools/gpu/mpi.sh: mpirun -np 1 spill train on cuda (NCCL made through
+#          MPI) against the run without mpirun: the same losses; 120 s at most
 #   train  make bench-train (4x oversubscribed GPT-2 against unlimited)
 #   vmm    make bench-vmm (its GPU part: H2D/D2H through the vmm vs cudaMemcpyAsync)
 #   tests  make test-run (every test, with a GPU present)
@@ -58,6 +60,7 @@ for s in ${STEPS:-env build gpu demo block train vmm}; do
 		tail -40 "$L/bf16-test.log"
 		PYTHON=python3 step bf16-bench 120 make bench-block-gpu && tail -12 "$L/bf16-bench.log" ;;
 	bf16train) step bf16train 200 bash tools/gpu/bf16_train.sh && tail -6 "$L/bf16train.log" ;;
+	mpi) step mpi 120 bash tools/gpu/mpi.sh && tail -4 "$L/mpi.log" ;;
 	big) step big 360 bash tools/gpu/big.sh && tail -12 "$L/big.log" ;;
 	train) step train 300 make bench-train && tail -5 "$L/train.log" ;;
 	vmm) step vmm 200 make bench-vmm && tail -8 "$L/vmm.log" ;;
