@@ -124,8 +124,7 @@ static int simulate(struct rt_model *m, const struct tg_plan *plan, enum mode mo
 			if (tg_graph_build(&tm, 1, plan, &g) == 0) {
 				g.size_class_bits = hw.size_class_bits;
 				g.size_class_min = hw.size_class_min;
-				if (tg_sim_swap(&g, hw.capacity, mode == BASELINE, &sw) == 0 &&
-				    tg_time_predict(&g, plan, &hw, &sw, &tt) == 0) {
+				if (tg_sim_time(&g, plan, &hw, mode == BASELINE, &sw, &tt) == 0) {
 					r->pred_s = tt.iter_s;
 					r->pred_comp = tt.compute_s;
 					r->pred_tr = tt.transfer_s;

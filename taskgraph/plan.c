@@ -7,7 +7,7 @@
  * backward's gradient buffers, not the sum; tg_graph_min_capacity is exact). Greedy packing
  * adds layers while footprint·(1+reserve) fits the capacity; the DP minimises the
  * largest per-pack time (FLOPs) over contiguous splits into a given pack count,
- * with each pack fitting. The planner ranks plans by tg_time_predict(). */
+ * with each pack fitting. The planner ranks plans by tg_sim_time(). */
 #include <errno.h>
 #include <float.h>
 #include <stdlib.h>
@@ -230,9 +230,7 @@ int tg_plan_candidates(const struct tg_model *m, const struct tg_hw *hw, int max
 						                           hw->store / 10 * 9;
 						if (!ok)
 							over++;
-						ok = ok &&
-						     tg_sim_swap(&g, hw->capacity, 0, &sw) == 0 &&
-						     tg_time_predict(&g, &p, hw, &sw, &t) == 0;
+						ok = ok && tg_sim_time(&g, &p, hw, 0, &sw, &t) == 0;
 						tg_graph_free(&g);
 						if (ok)
 							keep(out, times, max, per_sched, n, &p, &t);

@@ -44,7 +44,44 @@ struct simst {
 	uint64_t *used;
 	int count;
 	struct tg_swap *sw;
+	struct timing *tm; /* tg_sim_time: the replay in time; NULL: volume only */
 };
+
+/* The replay in time (tg_sim_time): each device runs its tasks in the global
+ * order, a task starting when its device is free, its objects' writers and
+ * readers are done and its copies have landed. A copy is issued when the task
+ * enters its device's prefetch window (the task `lookahead` places earlier on
+ * that device has started: the executor's SPILL_PREFETCH), once the space it
+ * takes is free: a victim leaves after its last task on that device ends, and
+ * after its write-back when it has one. Copies queue per device and on the
+ * shared host link (each one holds the link for bytes / host link), P2P per
+ * receiving device; CPU tasks queue on the CPU. */
+struct timing {
+	double flops, h2d_bw, d2h_bw, link_bw, p2p_bw, cpu_upd_bw;
+	int lookahead;
+	double *dev_free, cpu_free, link_in, link_out;
+	double *h2d_q, *d2h_q, *p2p_q; /* per device */
+	double *wend;                  /* [o] its last writer's end */
+	double *uend;                  /* [o] its last user's end */
+	double *dend;                  /* [d*no + o] its last user's end on device d */
+	double *tend;                  /* [task] end, this iteration */
+	double *starts;                /* [d*lookahead + k] the device's recent starts */
+	int *nstart;                   /* [d] tasks started on d */
+	double iter_end[3];
+	double space; /* the current acquisition: when the space it evicted is free */
+};
+
+/* A copy of bytes to (h2d) or from device d on its queue and the shared link,
+ * ready at t: its end. */
+static double copy_at(struct timing *m, int d, int h2d, double bytes, double t)
+{
+	double *q = h2d ? &m->h2d_q[d] : &m->d2h_q[d], *l = h2d ? &m->link_in : &m->link_out;
+	double st = t > *q ? t : *q;
+	st = st > *l ? st : *l;
+	*l = st + bytes / m->link_bw;
+	*q = st + bytes / (h2d ? m->h2d_bw : m->d2h_bw);
+	return *q;
+}
 
 static void xfer(struct simst *s, int link, int o)
 {
@@ -73,10 +110,15 @@ static int other_copy(const struct simst *s, int d, int o)
 
 static void evict(struct simst *s, int d, int o, int wbclean)
 {
+	double free_at = s->tm ? s->tm->dend[(size_t)d * s->no + o] : 0;
 	if (wbclean || (!other_copy(s, d, o) && s->gread[o])) {
 		xfer(s, TG_L_D2H, o);
 		s->host[o] = 1;
+		if (s->tm) /* the space is free once the copy-out lands */
+			free_at = copy_at(s->tm, d, 0, (double)s->g->obj[o].bytes, free_at);
 	}
+	if (s->tm && free_at > s->tm->space)
+		s->tm->space = free_at;
 	drop(s, d, o);
 }
 
@@ -97,15 +139,58 @@ static int victim(const struct simst *s, int d, const unsigned char *pin)
 	return v;
 }
 
-int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean,
-                struct tg_swap *out)
+/* The earliest start of device task t (iteration `it`): its device free, its
+ * dependencies and its objects' writers ended, and for what it writes their
+ * readers too. */
+static double task_ready(const struct simst *s, const struct tg_task *t)
+{
+	const struct timing *m = s->tm;
+	double r = 0;
+	for (int i = 0; i < t->ndep; i++)
+		r = m->tend[t->dep[i]] > r ? m->tend[t->dep[i]] : r;
+	for (int i = 0; i < t->nread; i++)
+		r = m->wend[t->read[i]] > r ? m->wend[t->read[i]] : r;
+	for (int i = 0; i < t->nwrite; i++) {
+		int o = t->write[i];
+		r = m->wend[o] > r ? m->wend[o] : r;
+		r = m->uend[o] > r ? m->uend[o] : r;
+	}
+	return r;
+}
+
+/* Task t ran [st, end) on device d (-1: the CPU). */
+static void task_done(struct simst *s, const struct tg_task *t, int d, double st, double end,
+                      int it)
+{
+	struct timing *m = s->tm;
+	m->tend[t->id] = end;
+	for (int i = 0; i < t->nread + t->nwrite; i++) {
+		int o = i < t->nread ? t->read[i] : t->write[i - t->nread];
+		m->uend[o] = end > m->uend[o] ? end : m->uend[o];
+		if (d >= 0)
+			m->dend[(size_t)d * s->no + o] = end;
+	}
+	for (int i = 0; i < t->nwrite; i++)
+		m->wend[t->write[i]] = end;
+	if (d >= 0) {
+		m->starts[(size_t)d * m->lookahead + (size_t)(m->nstart[d] % m->lookahead)] = st;
+		m->nstart[d]++;
+		m->dev_free[d] = end;
+	} else {
+		m->cpu_free = end;
+	}
+	m->iter_end[it] = end > m->iter_end[it] ? end : m->iter_end[it];
+}
+
+static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_clean,
+                  struct timing *tm, struct tg_swap *out)
 {
 	SP_CHECK_ARG(g && out, "taskgraph: null graph or result");
 	int rc = 0, nd = g->ndev, no = g->nobj, nt = g->ntask;
 	size_t dn = (size_t)nd * no;
 	struct tg_swap sw;
 	memset(&sw, 0, sizeof(sw));
-	struct simst s = {.g = g, .nd = nd, .no = no, .sw = &sw};
+	struct simst s = {.g = g, .nd = nd, .no = no, .sw = &sw, .tm = tm};
 	/* per task its distinct objects in acquisition-list order (read set, then the
 	 * write set's others) and whether it reads each: toff[t]..toff[t+1] */
 	int *toff = malloc(((size_t)nt + 1) * sizeof(int));
@@ -187,6 +272,8 @@ int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean
 					for (int e = 0; e < nd; e++)
 						drop(&s, e, o);
 			}
+		int it = n / nt;
+		double ready = tm ? task_ready(&s, t) : 0;
 		if (d < 0) { /* host task: pulls what it reads, owns what it writes */
 			for (int j = a; j < z; j++) {
 				int o = tobj[j];
@@ -194,10 +281,27 @@ int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean
 					for (int e = 0; e < nd; e++)
 						if (s.res[(size_t)e * no + o]) {
 							xfer(&s, TG_L_D2H, o);
+							if (tm) {
+								double at =
+								    copy_at(tm, e, 0,
+								            (double)g->obj[o].bytes,
+								            tm->wend[o]);
+								ready = at > ready ? at : ready;
+							}
 							break;
 						}
 					s.host[o] = 1;
 				}
+			}
+			if (tm) { /* an update streams W, G and optimizer state through memory */
+				double st = ready > tm->cpu_free ? ready : tm->cpu_free, dur = 0;
+				if (t->kind == TG_UPD)
+					for (int i = 0; i < t->nwrite; i++)
+						if (g->obj[t->write[i]].kind == TG_O_WEIGHT)
+							dur += 8.0 *
+							       (double)g->obj[t->write[i]].bytes /
+							       tm->cpu_upd_bw;
+				task_done(&s, t, -1, st, st + dur, it);
 			}
 			for (int i = 0; i < t->nwrite; i++) {
 				s.host[t->write[i]] = 1;
@@ -224,10 +328,17 @@ int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean
 			for (int j = a; j < z; j++) /* resident ones first: they are used now */
 				if (s.res[base + tobj[j]])
 					s.stamp[base + tobj[j]] = ++s.clock;
+			/* its copies are issued when it enters the prefetch window */
+			double pf = 0;
+			if (tm && tm->nstart[d] >= tm->lookahead)
+				pf = tm->starts[(size_t)d * tm->lookahead +
+				                (size_t)(tm->nstart[d] % tm->lookahead)];
 			for (int j = a; j < z; j++) {
 				int o = tobj[j];
 				if (s.res[base + o])
 					continue;
+				if (tm)
+					tm->space = pf;
 				while (s.used[d] + foot(g, o) > capacity) {
 					int v = victim(&s, d, pin);
 					if (v < 0) { /* cannot happen: ws <= capacity */
@@ -240,15 +351,28 @@ int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean
 				}
 				if (rc)
 					break;
+				double at = tm ? tm->space : 0; /* the space is there */
 				if (trd[j]) {
 					int p2p = 0;
 					for (int e = 0; e < nd && !p2p; e++)
 						p2p = e != d && s.res[(size_t)e * no + o];
-					if (p2p)
+					double b = (double)g->obj[o].bytes,
+					       w = tm ? tm->wend[o] : 0;
+					double rd = at > w ? at : w;
+					if (p2p) {
 						xfer(&s, TG_L_P2P, o);
-					else if (s.host[o])
+						if (tm) {
+							double st =
+							    rd > tm->p2p_q[d] ? rd : tm->p2p_q[d];
+							at = tm->p2p_q[d] = st + b / tm->p2p_bw;
+						}
+					} else if (s.host[o]) {
 						xfer(&s, TG_L_H2D, o);
+						if (tm)
+							at = copy_at(tm, d, 1, b, rd);
+					}
 				}
+				ready = at > ready ? at : ready;
 				s.res[base + o] = 1;
 				s.used[d] += foot(g, o);
 				s.stamp[base + o] = ++s.clock;
@@ -267,6 +391,15 @@ int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean
 			if (t->kind == TG_ALLREDUCE && s.count && nd > 1) /* ring share */
 				sw.bytes[TG_L_P2P][TG_O_GRAD] +=
 				    2 * g->obj[t->read[0]].bytes * (uint64_t)(nd - 1) / nd;
+			if (tm) {
+				double st = ready > tm->dev_free[d] ? ready : tm->dev_free[d];
+				double dur = t->flops / tm->flops;
+				if (t->kind == TG_ALLREDUCE &&
+				    nd > 1) /* the ring on the peer links */
+					dur = 2.0 * (double)g->obj[t->read[0]].bytes * (nd - 1) /
+					      nd / tm->p2p_bw;
+				task_done(&s, t, d, st, st + dur, it);
+			}
 		}
 		for (int j = a; j < z; j++) { /* dead: next use overwrites it, or none; an
 			                               * input after its last use this iteration */
@@ -297,6 +430,58 @@ out:
 	free(s.stamp);
 	free(s.used);
 	free(pin);
+	return rc;
+}
+
+int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean,
+                struct tg_swap *out)
+{
+	return replay(g, capacity, writeback_clean, NULL, out);
+}
+
+int tg_sim_time(const struct tg_graph *g, const struct tg_plan *p, const struct tg_hw *hw,
+                int writeback_clean, struct tg_swap *sw, struct tg_time *out)
+{
+	SP_CHECK_ARG(g && p && hw && sw && out, "taskgraph: null argument to tg_sim_time");
+	SP_CHECK_ARG(hw->ndev > 0 && hw->flops > 0 && hw->h2d_bw > 0 && hw->d2h_bw > 0,
+	             "taskgraph: hw needs devices, FLOP/s and H2D/D2H bandwidths > 0");
+	int nd = g->ndev, no = g->nobj;
+	struct timing m = {.flops = hw->flops,
+	                   .h2d_bw = hw->h2d_bw,
+	                   .d2h_bw = hw->d2h_bw,
+	                   .link_bw = hw->host_link_bw > 0 ? hw->host_link_bw : hw->h2d_bw * nd,
+	                   .p2p_bw = hw->p2p_bw > 0 ? hw->p2p_bw : hw->h2d_bw / 2,
+	                   .cpu_upd_bw = hw->mem_bw > 0 ? hw->mem_bw / 20 : 1e10,
+	                   .lookahead = 3};
+	m.dev_free = calloc((size_t)nd * 4, sizeof(double));
+	m.wend = calloc((size_t)no * 2 + 1, sizeof(double));
+	m.dend = calloc((size_t)nd * no + 1, sizeof(double));
+	m.tend = calloc((size_t)g->ntask + 1, sizeof(double));
+	m.starts = calloc((size_t)nd * m.lookahead, sizeof(double));
+	m.nstart = calloc((size_t)nd, sizeof(int));
+	int rc = 0;
+	if (!m.dev_free || !m.wend || !m.dend || !m.tend || !m.starts || !m.nstart) {
+		rc = sp_error(-ENOMEM, "taskgraph: timing of %d tasks", g->ntask);
+		goto out;
+	}
+	m.h2d_q = m.dev_free + nd;
+	m.d2h_q = m.h2d_q + nd;
+	m.p2p_q = m.d2h_q + nd;
+	m.uend = m.wend + no;
+	rc = replay(g, hw->capacity, writeback_clean, &m, sw);
+	if (rc == 0) {
+		struct tg_time t;
+		SP_CHECK_GOTO(tg_time_predict(g, p, hw, sw, &t), rc, out);
+		t.iter_s = m.iter_end[1] - m.iter_end[0]; /* the middle iteration */
+		*out = t;
+	}
+out:
+	free(m.dev_free);
+	free(m.wend);
+	free(m.dend);
+	free(m.tend);
+	free(m.starts);
+	free(m.nstart);
 	return rc;
 }
 

@@ -286,6 +286,15 @@ struct tg_time {
 };
 int tg_time_predict(const struct tg_graph *g, const struct tg_plan *p, const struct tg_hw *hw,
                     const struct tg_swap *sw, struct tg_time *out) SP_MUST_CHECK;
+/* tg_sim_swap's replay (at hw->capacity) in time: each device runs its tasks
+ * in the global order as dependencies, objects and copies allow; copies are
+ * issued as a task enters its device's prefetch window (3 tasks ahead), once
+ * the space they take is free (a victim after its last task there, and its
+ * write-back), and queue per device and on the shared host link; CPU updates
+ * queue on the CPU. iter_s: the middle iteration's span, transfers overlapped
+ * with compute as far as these rules let them (tg_time_predict adds them). */
+int tg_sim_time(const struct tg_graph *g, const struct tg_plan *p, const struct tg_hw *hw,
+                int writeback_clean, struct tg_swap *sw, struct tg_time *out) SP_MUST_CHECK;
 
 /* The plan's SHARP shards: those shard_head marks (pack 0 always begins one),
  * or npacks when none is marked. */

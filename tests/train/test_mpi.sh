@@ -116,7 +116,7 @@ victim=
 for _ in $(seq 1 150); do # the first checkpoint, then node 1's process
 	sleep 0.1
 	ls "$work/kill"/step_*.safetensors >/dev/null 2>&1 || continue
-	for p in $(pgrep -f "$spill train" || true); do
+	for p in $(pgrep -P "$job" || true); do # mpirun's own children: not another job's
 		tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
 	done
 	[ -n "$victim" ] && break
@@ -130,7 +130,8 @@ else
 	for _ in $(seq 1 200); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
 	if kill -0 "$job" 2>/dev/null; then
 		fail "killed node: the job still runs 20 s later"
-		pkill -9 -f "$spill train" || true
+		pkill -9 -P "$job" || true
+		kill -9 "$job" 2>/dev/null
 	fi
 	wait "$job" && fail "killed node: mpirun exited 0"
 	echo "killed node 1: the job ended in $(($(date +%s) - t0)) s"
