@@ -98,7 +98,6 @@ struct pool_block {
 /* A memory pool (cuMemPoolCreate, or the device's default one). */
 struct CUmemPoolHandle_st {
 	CUmemPoolProps props;
-	int destroyed;
 	int exported; /* cuMemPoolExportToShareableHandle succeeded */
 	struct pool_block *free;
 };
@@ -2707,7 +2706,7 @@ static struct CUmemPoolHandle_st *pool_get(CUmemoryPool p)
 {
 	if (p == &g_default_pool)
 		return &g_default_pool;
-	return hs_has(p, H_POOL) && !p->destroyed ? p : NULL;
+	return hs_has(p, H_POOL) ? p : NULL;
 }
 
 /* Under g.lock: gives a kept block's memory back to the device. */
@@ -2828,7 +2827,7 @@ static CUresult free_async(CUdeviceptr dptr, CUstream h, int ptds)
 	CUresult rc = r && r->kind == R_ALLOC && r->start == dptr && !r->pool_freed
 	                  ? cu_err(after_fork())
 	                  : CUDA_ERROR_INVALID_VALUE;
-	int plain = rc == CUDA_SUCCESS && (!r->pool || r->pool->destroyed);
+	int plain = rc == CUDA_SUCCESS && !r->pool;
 	struct CUstream_st *s = NULL;
 	if (rc == CUDA_SUCCESS && !plain)
 		rc = stream_resolve(h, ptds, ts, &s);
@@ -2915,7 +2914,7 @@ EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
 }
 
 /* Waits for the device, releases the kept blocks. Live allocations stay valid
- * (freeing one later frees it at once), so the record is kept, marked. */
+ * and leave the pool (freeing one later frees it at once). */
 EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
 	NEED_INIT();
@@ -2927,12 +2926,16 @@ EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 	if (p) {
 		pool_trim(p, 0);
 		hs_del(p);
-		p->destroyed = 1;
+		for (size_t i = 0; i < g.nrg; i++)
+			if (g.rg[i]->pool == p)
+				g.rg[i]->pool = NULL;
 		if (g.cur_pool == p)
 			g.cur_pool = NULL;
 	}
 	pthread_mutex_unlock(&g.lock);
-	return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	int ok = p != NULL;
+	free(p);
+	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
