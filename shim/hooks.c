@@ -196,6 +196,74 @@ SHIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 	return shim_real.cuIpcGetMemHandle(handle, dptr);
 }
 
+/* ---- stream-ordered allocation and pools (pool.c) ---------------------------------- */
+
+SHIM_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s)
+{
+	ENSURE_REAL(cuMemAllocAsync);
+	return shim_alloc_async(dptr, bytes, NULL, 1, s, 0);
+}
+
+SHIM_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream s)
+{
+	ENSURE_REAL(cuMemAllocAsync_ptsz);
+	return shim_alloc_async(dptr, bytes, NULL, 1, s, 1);
+}
+
+SHIM_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
+                                          CUstream s)
+{
+	ENSURE_REAL(cuMemAllocFromPoolAsync);
+	return shim_alloc_async(dptr, bytes, pool, 0, s, 0);
+}
+
+SHIM_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
+                                               CUstream s)
+{
+	ENSURE_REAL(cuMemAllocFromPoolAsync_ptsz);
+	return shim_alloc_async(dptr, bytes, pool, 0, s, 1);
+}
+
+SHIM_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
+{
+	ENSURE_REAL(cuMemFreeAsync);
+	return shim_free_async(dptr, s, 0);
+}
+
+SHIM_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
+{
+	ENSURE_REAL(cuMemFreeAsync_ptsz);
+	return shim_free_async(dptr, s, 1);
+}
+
+SHIM_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+	ENSURE_REAL(cuMemPoolCreate);
+	if (!pool || !props)
+		return shim_real.cuMemPoolCreate(pool, props);
+	return shim_pool_create(pool, props);
+}
+
+SHIM_API CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	ENSURE_REAL(cuMemPoolDestroy);
+	return shim_pool_destroy(pool);
+}
+
+SHIM_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
+{
+	ENSURE_REAL(cuMemPoolTrimTo);
+	return shim_pool_trim(pool, keep);
+}
+
+SHIM_API CUresult cuMemPoolExportToShareableHandle(void *handle, CUmemoryPool pool,
+                                                   CUmemAllocationHandleType type,
+                                                   unsigned long long flags)
+{
+	ENSURE_REAL(cuMemPoolExportToShareableHandle);
+	return shim_pool_export(handle, pool, type, flags);
+}
+
 SHIM_API CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
 {
 	ENSURE_REAL(cuStreamBeginCapture_v2);
@@ -339,6 +407,122 @@ ASYNC_SET(cuMemsetD16Async_ptsz, 1, unsigned short, 2)
 ASYNC_SET(cuMemsetD32Async, 0, unsigned int, 4)
 ASYNC_SET(cuMemsetD32Async_ptsz, 1, unsigned int, 4)
 
+/* ---- 2D, 3D and peer copies --------------------------------------------------------- */
+
+/* The device range one side of a strided copy spans (host and array sides
+ * touch nothing the shim tracks; a unified pointer is looked up). The
+ * destination is overwritten only when its rows and slices are contiguous. */
+static void touch_3d(struct shim_op *op, CUmemorytype type, CUdeviceptr dev, size_t x, size_t y,
+                     size_t z, size_t pitch, size_t height, size_t w, size_t h, size_t d, int dst)
+{
+	if ((type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_UNIFIED) || !dev || !w || !h ||
+	    !d)
+		return;
+	size_t slice = pitch * height;
+	int contiguous = (h == 1 || pitch == w) && (d == 1 || slice == w * h);
+	op->touch[op->ntouch++] = (struct shim_touch){dev + z * slice + y * pitch + x,
+	                                              (d - 1) * slice + (h - 1) * pitch + w,
+	                                              !dst         ? SHIM_USE_READ
+	                                              : contiguous ? SHIM_USE_OVERWRITE
+	                                                           : SHIM_USE_WRITE};
+}
+
+static struct shim_op copy3d_op(const CUDA_MEMCPY3D *c, CUstream s, int ptds)
+{
+	struct shim_op op = {.kind = "memcpy", .stream = s, .ptds = ptds};
+	touch_3d(&op, c->dstMemoryType, c->dstDevice, c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch,
+	         c->dstHeight, c->WidthInBytes, c->Height, c->Depth, 1);
+	touch_3d(&op, c->srcMemoryType, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch,
+	         c->srcHeight, c->WidthInBytes, c->Height, c->Depth, 0);
+	return op;
+}
+
+static struct shim_op copy3d_peer_op(const CUDA_MEMCPY3D_PEER *c, CUstream s, int ptds)
+{
+	struct shim_op op = {.kind = "memcpy", .stream = s, .ptds = ptds};
+	touch_3d(&op, c->dstMemoryType, c->dstDevice, c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch,
+	         c->dstHeight, c->WidthInBytes, c->Height, c->Depth, 1);
+	touch_3d(&op, c->srcMemoryType, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch,
+	         c->srcHeight, c->WidthInBytes, c->Height, c->Depth, 0);
+	return op;
+}
+
+static struct shim_op copy2d_op(const CUDA_MEMCPY2D *c, CUstream s, int ptds)
+{
+	struct shim_op op = {.kind = "memcpy", .stream = s, .ptds = ptds};
+	touch_3d(&op, c->dstMemoryType, c->dstDevice, c->dstXInBytes, c->dstY, 0, c->dstPitch, 0,
+	         c->WidthInBytes, c->Height, 1, 1);
+	touch_3d(&op, c->srcMemoryType, c->srcDevice, c->srcXInBytes, c->srcY, 0, c->srcPitch, 0,
+	         c->WidthInBytes, c->Height, 1, 0);
+	return op;
+}
+
+/* A NULL descriptor goes to the driver for its error. */
+#define COPY_ND(name, T, mkop, ptds)                     \
+	SHIM_API CUresult name(const T *c)               \
+	{                                                \
+		ENSURE_REAL(name);                       \
+		if (!c)                                  \
+			return shim_real.name(c);        \
+		struct shim_op op = mkop(c, NULL, ptds); \
+		RUN_OP(op, shim_real.name(c));           \
+	}
+#define COPY_ND_ASYNC(name, T, mkop, ptds)             \
+	SHIM_API CUresult name(const T *c, CUstream s) \
+	{                                              \
+		ENSURE_REAL(name);                     \
+		if (!c)                                \
+			return shim_real.name(c, s);   \
+		struct shim_op op = mkop(c, s, ptds);  \
+		RUN_OP(op, shim_real.name(c, s));      \
+	}
+COPY_ND(cuMemcpy2D_v2, CUDA_MEMCPY2D, copy2d_op, 0)
+COPY_ND(cuMemcpy2D_v2_ptds, CUDA_MEMCPY2D, copy2d_op, 1)
+COPY_ND(cuMemcpy2DUnaligned_v2, CUDA_MEMCPY2D, copy2d_op, 0)
+COPY_ND(cuMemcpy2DUnaligned_v2_ptds, CUDA_MEMCPY2D, copy2d_op, 1)
+COPY_ND_ASYNC(cuMemcpy2DAsync_v2, CUDA_MEMCPY2D, copy2d_op, 0)
+COPY_ND_ASYNC(cuMemcpy2DAsync_v2_ptsz, CUDA_MEMCPY2D, copy2d_op, 1)
+COPY_ND(cuMemcpy3D_v2, CUDA_MEMCPY3D, copy3d_op, 0)
+COPY_ND(cuMemcpy3D_v2_ptds, CUDA_MEMCPY3D, copy3d_op, 1)
+COPY_ND_ASYNC(cuMemcpy3DAsync_v2, CUDA_MEMCPY3D, copy3d_op, 0)
+COPY_ND_ASYNC(cuMemcpy3DAsync_v2_ptsz, CUDA_MEMCPY3D, copy3d_op, 1)
+COPY_ND(cuMemcpy3DPeer, CUDA_MEMCPY3D_PEER, copy3d_peer_op, 0)
+COPY_ND(cuMemcpy3DPeer_ptds, CUDA_MEMCPY3D_PEER, copy3d_peer_op, 1)
+COPY_ND_ASYNC(cuMemcpy3DPeerAsync, CUDA_MEMCPY3D_PEER, copy3d_peer_op, 0)
+COPY_ND_ASYNC(cuMemcpy3DPeerAsync_ptsz, CUDA_MEMCPY3D_PEER, copy3d_peer_op, 1)
+
+SHIM_API CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc,
+                               size_t n)
+{
+	ENSURE_REAL(cuMemcpyPeer);
+	struct shim_op op = copy_op(dst, src, n, NULL, 0);
+	RUN_OP(op, shim_real.cuMemcpyPeer(dst, dc, src, sc, n));
+}
+
+SHIM_API CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc,
+                                    size_t n)
+{
+	ENSURE_REAL(cuMemcpyPeer_ptds);
+	struct shim_op op = copy_op(dst, src, n, NULL, 1);
+	RUN_OP(op, shim_real.cuMemcpyPeer_ptds(dst, dc, src, sc, n));
+}
+
+SHIM_API CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc,
+                                    size_t n, CUstream s)
+{
+	ENSURE_REAL(cuMemcpyPeerAsync);
+	struct shim_op op = copy_op(dst, src, n, s, 0);
+	RUN_OP(op, shim_real.cuMemcpyPeerAsync(dst, dc, src, sc, n, s));
+}
+
+SHIM_API CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dc, CUdeviceptr src,
+                                         CUcontext sc, size_t n, CUstream s)
+{
+	ENSURE_REAL(cuMemcpyPeerAsync_ptsz);
+	struct shim_op op = copy_op(dst, src, n, s, 1);
+	RUN_OP(op, shim_real.cuMemcpyPeerAsync_ptsz(dst, dc, src, sc, n, s));
+}
+
 /* ---- resolvers ------------------------------------------------------------------ */
 
 SHIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
@@ -399,6 +583,34 @@ static const struct wrapper wrappers[] = {
     W(cuMemsetD16Async_ptsz),
     W(cuMemsetD32Async),
     W(cuMemsetD32Async_ptsz),
+    W(cuMemAllocAsync),
+    W(cuMemAllocAsync_ptsz),
+    W(cuMemAllocFromPoolAsync),
+    W(cuMemAllocFromPoolAsync_ptsz),
+    W(cuMemFreeAsync),
+    W(cuMemFreeAsync_ptsz),
+    W(cuMemPoolCreate),
+    W(cuMemPoolDestroy),
+    W(cuMemPoolTrimTo),
+    W(cuMemPoolExportToShareableHandle),
+    W(cuMemcpy2D_v2),
+    W(cuMemcpy2D_v2_ptds),
+    W(cuMemcpy2DUnaligned_v2),
+    W(cuMemcpy2DUnaligned_v2_ptds),
+    W(cuMemcpy2DAsync_v2),
+    W(cuMemcpy2DAsync_v2_ptsz),
+    W(cuMemcpy3D_v2),
+    W(cuMemcpy3D_v2_ptds),
+    W(cuMemcpy3DAsync_v2),
+    W(cuMemcpy3DAsync_v2_ptsz),
+    W(cuMemcpy3DPeer),
+    W(cuMemcpy3DPeer_ptds),
+    W(cuMemcpy3DPeerAsync),
+    W(cuMemcpy3DPeerAsync_ptsz),
+    W(cuMemcpyPeer),
+    W(cuMemcpyPeer_ptds),
+    W(cuMemcpyPeerAsync),
+    W(cuMemcpyPeerAsync_ptsz),
 };
 #undef W
 

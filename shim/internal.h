@@ -7,6 +7,7 @@
  * touches resident before the operation reaches the driver. Files:
  *   hooks.c   exported cu* wrappers, dlsym, cuGetProcAddress: who gets a wrapper
  *   mem.c     the allocation table, residency before each operation, budget
+ *   pool.c    stream-ordered allocation: cuMemAllocAsync, cuMemFreeAsync, pools
  *   record.c  the launch recorder: finds the repeating iteration, Belady hints
  *   report.c  swap volume per allocation and per kernel, JSON, Chrome trace
  * The public interface is the CUDA driver API itself and SPILL_* variables
@@ -34,84 +35,113 @@
 
 /* Real driver entry points by concrete export name, resolved from libcuda.so.1
  * itself (never through the shim's own hooks). NULL when the driver lacks one. */
-#define SHIM_REAL_FNS(X)                  \
-	X(cuInit)                         \
-	X(cuGetErrorString)               \
-	X(cuGetProcAddress)               \
-	X(cuGetProcAddress_v2)            \
-	X(cuCtxGetCurrent)                \
-	X(cuCtxGetDevice)                 \
-	X(cuCtxPushCurrent_v2)            \
-	X(cuCtxPopCurrent_v2)             \
-	X(cuCtxSynchronize)               \
-	X(cuDeviceTotalMem_v2)            \
-	X(cuDeviceGetName)                \
-	X(cuMemAlloc_v2)                  \
-	X(cuMemAllocPitch_v2)             \
-	X(cuMemFree_v2)                   \
-	X(cuMemGetInfo_v2)                \
-	X(cuMemGetAddressRange_v2)        \
-	X(cuMemHostAlloc)                 \
-	X(cuMemFreeHost)                  \
-	X(cuMemAddressReserve)            \
-	X(cuMemAddressFree)               \
-	X(cuMemCreate)                    \
-	X(cuMemRelease)                   \
-	X(cuMemMap)                       \
-	X(cuMemUnmap)                     \
-	X(cuMemSetAccess)                 \
-	X(cuMemGetAllocationGranularity)  \
-	X(cuIpcGetMemHandle)              \
-	X(cuStreamCreate)                 \
-	X(cuStreamDestroy_v2)             \
-	X(cuStreamSynchronize)            \
-	X(cuStreamWaitEvent)              \
-	X(cuStreamBeginCapture_v2)        \
-	X(cuStreamBeginCapture_v2_ptsz)   \
-	X(cuEventCreate)                  \
-	X(cuEventDestroy_v2)              \
-	X(cuEventRecord)                  \
-	X(cuEventQuery)                   \
-	X(cuEventSynchronize)             \
-	X(cuEventElapsedTime_v2)          \
-	X(cuLaunchHostFunc)               \
-	X(cuFuncGetParamInfo)             \
-	X(cuKernelGetParamInfo)           \
-	X(cuFuncGetName)                  \
-	X(cuLaunchKernel)                 \
-	X(cuLaunchKernel_ptsz)            \
-	X(cuLaunchKernelEx)               \
-	X(cuLaunchKernelEx_ptsz)          \
-	X(cuLaunchCooperativeKernel)      \
-	X(cuLaunchCooperativeKernel_ptsz) \
-	X(cuMemcpy)                       \
-	X(cuMemcpy_ptds)                  \
-	X(cuMemcpyAsync)                  \
-	X(cuMemcpyAsync_ptsz)             \
-	X(cuMemcpyHtoD_v2)                \
-	X(cuMemcpyHtoD_v2_ptds)           \
-	X(cuMemcpyDtoH_v2)                \
-	X(cuMemcpyDtoH_v2_ptds)           \
-	X(cuMemcpyDtoD_v2)                \
-	X(cuMemcpyDtoD_v2_ptds)           \
-	X(cuMemcpyHtoDAsync_v2)           \
-	X(cuMemcpyHtoDAsync_v2_ptsz)      \
-	X(cuMemcpyDtoHAsync_v2)           \
-	X(cuMemcpyDtoHAsync_v2_ptsz)      \
-	X(cuMemcpyDtoDAsync_v2)           \
-	X(cuMemcpyDtoDAsync_v2_ptsz)      \
-	X(cuMemsetD8_v2)                  \
-	X(cuMemsetD8_v2_ptds)             \
-	X(cuMemsetD16_v2)                 \
-	X(cuMemsetD16_v2_ptds)            \
-	X(cuMemsetD32_v2)                 \
-	X(cuMemsetD32_v2_ptds)            \
-	X(cuMemsetD8Async)                \
-	X(cuMemsetD8Async_ptsz)           \
-	X(cuMemsetD16Async)               \
-	X(cuMemsetD16Async_ptsz)          \
-	X(cuMemsetD32Async)               \
-	X(cuMemsetD32Async_ptsz)
+#define SHIM_REAL_FNS(X)                    \
+	X(cuInit)                           \
+	X(cuGetErrorString)                 \
+	X(cuGetProcAddress)                 \
+	X(cuGetProcAddress_v2)              \
+	X(cuCtxGetCurrent)                  \
+	X(cuCtxGetDevice)                   \
+	X(cuCtxPushCurrent_v2)              \
+	X(cuCtxPopCurrent_v2)               \
+	X(cuCtxSynchronize)                 \
+	X(cuDeviceTotalMem_v2)              \
+	X(cuDeviceGetName)                  \
+	X(cuMemAlloc_v2)                    \
+	X(cuMemAllocPitch_v2)               \
+	X(cuMemFree_v2)                     \
+	X(cuMemGetInfo_v2)                  \
+	X(cuMemGetAddressRange_v2)          \
+	X(cuMemHostAlloc)                   \
+	X(cuMemFreeHost)                    \
+	X(cuMemAddressReserve)              \
+	X(cuMemAddressFree)                 \
+	X(cuMemCreate)                      \
+	X(cuMemRelease)                     \
+	X(cuMemMap)                         \
+	X(cuMemUnmap)                       \
+	X(cuMemSetAccess)                   \
+	X(cuMemGetAllocationGranularity)    \
+	X(cuIpcGetMemHandle)                \
+	X(cuStreamCreate)                   \
+	X(cuStreamDestroy_v2)               \
+	X(cuStreamSynchronize)              \
+	X(cuStreamWaitEvent)                \
+	X(cuStreamBeginCapture_v2)          \
+	X(cuStreamBeginCapture_v2_ptsz)     \
+	X(cuEventCreate)                    \
+	X(cuEventDestroy_v2)                \
+	X(cuEventRecord)                    \
+	X(cuEventQuery)                     \
+	X(cuEventSynchronize)               \
+	X(cuEventElapsedTime_v2)            \
+	X(cuLaunchHostFunc)                 \
+	X(cuFuncGetParamInfo)               \
+	X(cuKernelGetParamInfo)             \
+	X(cuFuncGetName)                    \
+	X(cuLaunchKernel)                   \
+	X(cuLaunchKernel_ptsz)              \
+	X(cuLaunchKernelEx)                 \
+	X(cuLaunchKernelEx_ptsz)            \
+	X(cuLaunchCooperativeKernel)        \
+	X(cuLaunchCooperativeKernel_ptsz)   \
+	X(cuMemcpy)                         \
+	X(cuMemcpy_ptds)                    \
+	X(cuMemcpyAsync)                    \
+	X(cuMemcpyAsync_ptsz)               \
+	X(cuMemcpyHtoD_v2)                  \
+	X(cuMemcpyHtoD_v2_ptds)             \
+	X(cuMemcpyDtoH_v2)                  \
+	X(cuMemcpyDtoH_v2_ptds)             \
+	X(cuMemcpyDtoD_v2)                  \
+	X(cuMemcpyDtoD_v2_ptds)             \
+	X(cuMemcpyHtoDAsync_v2)             \
+	X(cuMemcpyHtoDAsync_v2_ptsz)        \
+	X(cuMemcpyDtoHAsync_v2)             \
+	X(cuMemcpyDtoHAsync_v2_ptsz)        \
+	X(cuMemcpyDtoDAsync_v2)             \
+	X(cuMemcpyDtoDAsync_v2_ptsz)        \
+	X(cuMemsetD8_v2)                    \
+	X(cuMemsetD8_v2_ptds)               \
+	X(cuMemsetD16_v2)                   \
+	X(cuMemsetD16_v2_ptds)              \
+	X(cuMemsetD32_v2)                   \
+	X(cuMemsetD32_v2_ptds)              \
+	X(cuMemsetD8Async)                  \
+	X(cuMemsetD8Async_ptsz)             \
+	X(cuMemsetD16Async)                 \
+	X(cuMemsetD16Async_ptsz)            \
+	X(cuMemsetD32Async)                 \
+	X(cuMemsetD32Async_ptsz)            \
+	X(cuMemAllocAsync)                  \
+	X(cuMemAllocAsync_ptsz)             \
+	X(cuMemFreeAsync)                   \
+	X(cuMemFreeAsync_ptsz)              \
+	X(cuMemAllocFromPoolAsync)          \
+	X(cuMemAllocFromPoolAsync_ptsz)     \
+	X(cuMemPoolCreate)                  \
+	X(cuMemPoolDestroy)                 \
+	X(cuMemPoolTrimTo)                  \
+	X(cuMemPoolExportToShareableHandle) \
+	X(cuDeviceGetMemPool)               \
+	X(cuMemcpy2D_v2)                    \
+	X(cuMemcpy2D_v2_ptds)               \
+	X(cuMemcpy2DUnaligned_v2)           \
+	X(cuMemcpy2DUnaligned_v2_ptds)      \
+	X(cuMemcpy2DAsync_v2)               \
+	X(cuMemcpy2DAsync_v2_ptsz)          \
+	X(cuMemcpy3D_v2)                    \
+	X(cuMemcpy3D_v2_ptds)               \
+	X(cuMemcpy3DAsync_v2)               \
+	X(cuMemcpy3DAsync_v2_ptsz)          \
+	X(cuMemcpy3DPeer)                   \
+	X(cuMemcpy3DPeer_ptds)              \
+	X(cuMemcpy3DPeerAsync)              \
+	X(cuMemcpy3DPeerAsync_ptsz)         \
+	X(cuMemcpyPeer)                     \
+	X(cuMemcpyPeer_ptds)                \
+	X(cuMemcpyPeerAsync)                \
+	X(cuMemcpyPeerAsync_ptsz)
 
 struct shim_real {
 #define SHIM_REAL_FIELD(name) __typeof__(&name) name;
@@ -169,6 +199,48 @@ int shim_mem_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *bytes);
 /* Pins every live allocation for good (graphs being captured may use any). */
 void shim_mem_pin_all(const char *why);
 
+struct shim_alloc;
+/* Under the lock (mem.c, for pool.c): */
+/* Opens the vmm at the first allocation. Returns 0, or -errno (pass through;
+ * -EAGAIN: no context yet). */
+int shim_mm_init(void);
+/* A new stable allocation in the table. Returns CUDA_SUCCESS or the error. */
+CUresult shim_alloc_create(size_t bytes, const char *api, struct shim_alloc **out);
+struct shim_alloc *shim_alloc_find(CUdeviceptr p);
+/* 1 when p is in a range freed lately (a double free, a use after free). */
+int shim_alloc_freed(CUdeviceptr p);
+/* Out of the table, its range counted as freed; a held copy is released
+ * after done (NULL: every use has completed). */
+void shim_alloc_retire(struct shim_alloc *a, struct dev_event *done);
+/* Back into the table (a reuse of a retired one). Returns 0 or -ENOMEM. */
+int shim_alloc_revive(struct shim_alloc *a);
+/* Destroys a retired allocation's object; the record goes to the report. */
+void shim_alloc_destroy(struct shim_alloc *a);
+/* Evicts released allocations until the vmm's use, shim.ext_bytes and need fit
+ * the budget (pass-through pools count against it). */
+void shim_mem_fit_external(size_t need, struct shim_alloc *const *keep, int nkeep);
+
+/* ---- pool.c: stream-ordered allocation (cuMemAllocAsync, pools) ---- */
+
+CUresult shim_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, int current,
+                          CUstream s, int ptds);
+CUresult shim_free_async(CUdeviceptr dptr, CUstream s, int ptds);
+CUresult shim_pool_create(CUmemoryPool *pool, const CUmemPoolProps *props);
+CUresult shim_pool_destroy(CUmemoryPool pool);
+CUresult shim_pool_trim(CUmemoryPool pool, size_t keep);
+CUresult shim_pool_export(void *handle, CUmemoryPool pool, CUmemAllocationHandleType type,
+                          unsigned long long flags);
+/* What shim_pool_reclaim may do with freed allocations whose free completed. */
+enum shim_reclaim {
+	SHIM_RECLAIM_LIMITS,   /* destroy beyond the cache's limits */
+	SHIM_RECLAIM_PRESSURE, /* destroy all completed (the device is full) */
+	SHIM_RECLAIM_WAIT,     /* wait for every free, destroy all */
+};
+/* Under the lock. */
+void shim_pool_reclaim(enum shim_reclaim how);
+/* Under the lock: a pass-through allocation freed with cuMemFree. */
+void shim_pool_forget_external(CUdeviceptr p);
+
 /* ---- record.c: the launch recorder and its policy ---- */
 
 struct shim_alloc;
@@ -212,6 +284,13 @@ struct shim_alloc {
 	int waited;
 	uint32_t first_k;                  /* kstat of the first operation that used it, or -1 */
 	uint64_t h2d, d2h, h2disk, disk2h; /* bytes moved, filled in at free */
+	uint64_t last_use;                 /* shim.ops at its latest operation */
+	size_t cap;                        /* the object's bytes (bytes <= cap after a reuse) */
+	/* stream-ordered allocation (pool.c) */
+	CUmemoryPool pool;             /* the pool it came from (NULL: cuMemAlloc) */
+	int orphan;                    /* its pool was destroyed: never reused */
+	struct dev_event *free_ev;     /* freed: recorded on the freeing stream */
+	struct shim_alloc *next_freed; /* the freed cache, oldest first */
 };
 
 struct shim_state {
@@ -255,6 +334,12 @@ struct shim_state {
 	struct shim_rec *rec;
 	uint64_t ops, batch_releases, refused;
 	uint64_t stale_launches; /* launched with a freed address inside a struct parameter */
+	/* stream-ordered allocation (pool.c) */
+	struct shim_alloc *freed, *freed_tail; /* freed in stream order, kept for reuse */
+	size_t nfreed;
+	uint64_t freed_bytes;
+	uint64_t ext_bytes; /* held by allocations that pass through (counted in the budget) */
+	uint64_t async_allocs, async_reuses, async_waits;
 	double t0;
 };
 extern struct shim_state shim;

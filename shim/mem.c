@@ -426,13 +426,21 @@ static int hold(struct shim_alloc *a, struct shim_alloc *const *keep, int nkeep,
 	*where = vmm_obj_where(shim.vmm, a->obj);
 	if (!(*where & 1u)) {
 		/* a miss that must evict: let the policy choose among everything the
-		 * operation does not need, not only what is not held right now */
+		 * operation does not need, not only what is not held right now; memory
+		 * freed in stream order that nothing uses any more goes first */
 		uint64_t used = 0, cap = 0;
-		if (vmm_place_usage(shim.vmm, 0, &used, &cap) == 0 && used + a->bytes > cap)
-			release_batch(keep, nkeep);
+		if (vmm_place_usage(shim.vmm, 0, &used, &cap) == 0 &&
+		    used + shim.ext_bytes + a->bytes > cap) {
+			shim_pool_reclaim(SHIM_RECLAIM_PRESSURE);
+			if (shim.ext_bytes)
+				shim_mem_fit_external(a->bytes, keep, nkeep);
+			else
+				release_batch(keep, nkeep);
+		}
 	}
 	int rc = vmm_acquire(shim.vmm, a->obj, 0, acc, &ptr, &ready);
 	if (rc == -ENOMEM) {
+		shim_pool_reclaim(SHIM_RECLAIM_WAIT);
 		release_batch(keep, nkeep);
 		rc = vmm_acquire(shim.vmm, a->obj, 0, acc, &ptr, &ready);
 	}
@@ -442,6 +450,39 @@ static int hold(struct shim_alloc *a, struct shim_alloc *const *keep, int nkeep,
 	a->ready = ready;
 	a->waited = 0;
 	return 0;
+}
+
+/* Allocations that pass through to the driver (pools the shim cannot make
+ * evictable) hold shim.ext_bytes of the device: evicts released allocations,
+ * least recently used first, until what the vmm holds plus them plus need
+ * fits the budget. Under the lock. */
+void shim_mem_fit_external(size_t need, struct shim_alloc *const *keep, int nkeep)
+{
+	for (int released = 0;;) {
+		uint64_t used = 0, cap = 0;
+		if (vmm_place_usage(shim.vmm, 0, &used, &cap) < 0 ||
+		    used + shim.ext_bytes + need <= cap)
+			return;
+		struct shim_alloc *victim = NULL;
+		for (size_t i = 0; i < shim.nallocs; i++) {
+			struct shim_alloc *a = shim.allocs[i];
+			int k = 0;
+			while (k < nkeep && keep[k] != a)
+				k++;
+			if (k < nkeep || a->held || a->pinned ||
+			    !(vmm_obj_where(shim.vmm, a->obj) & 1u))
+				continue;
+			if (!victim || a->last_use < victim->last_use)
+				victim = a;
+		}
+		if (!victim && !released) {
+			release_batch(keep, nkeep); /* held ones become candidates */
+			released = 1;
+			continue;
+		}
+		if (!victim || vmm_evict(shim.vmm, victim->obj, 0) < 0)
+			return; /* the acquire then fails, or fits the vmm's own room */
+	}
 }
 
 /* ---- operations --------------------------------------------------------------------- */
@@ -677,6 +718,7 @@ CUresult shim_op_begin(struct shim_op *op)
 		}
 		if (a->first_k == UINT32_MAX)
 			a->first_k = st->k;
+		a->last_use = shim.ops;
 		CUresult r = order_after_ready(a, s);
 		if (r != CUDA_SUCCESS) {
 			pthread_mutex_unlock(&shim.lock);
@@ -730,31 +772,25 @@ void shim_op_end(struct shim_op *op, CUresult driver_result)
 
 /* ---- allocation API ------------------------------------------------------------- */
 
-CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, const char *api)
+int shim_mm_init(void)
 {
-	if (!dptr)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (!bytes)
-		return CUDA_ERROR_INVALID_VALUE; /* as the driver */
-	pthread_mutex_lock(&shim.lock);
 	int rc = mm_init();
-	if (rc < 0) {
-		pthread_mutex_unlock(&shim.lock);
-		if (rc != -EAGAIN) {
-			static int warned;
-			if (!warned++)
-				SP_WARN(SHIM, "not tracking allocations: %s", sp_last_error());
-		}
-		return shim_real.cuMemAlloc_v2 ? shim_real.cuMemAlloc_v2(dptr, bytes)
-		                               : CUDA_ERROR_NOT_INITIALIZED;
+	if (rc < 0 && rc != -EAGAIN) {
+		static int warned;
+		if (!warned++)
+			SP_WARN(SHIM, "not tracking allocations: %s", sp_last_error());
 	}
+	return rc;
+}
+
+CUresult shim_alloc_create(size_t bytes, const char *api, struct shim_alloc **out)
+{
 	struct shim_alloc *a = calloc(1, sizeof(*a));
-	if (!a) {
-		pthread_mutex_unlock(&shim.lock);
+	if (!a)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
 	a->seq = ++shim.nseq;
 	a->bytes = bytes;
+	a->cap = bytes;
 	a->first_k = UINT32_MAX;
 	char name[32];
 	snprintf(name, sizeof(name), "alloc%" PRIu64, a->seq);
@@ -763,13 +799,12 @@ CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, const char *api)
 	                         .name = name,
 	                         .flags = VMM_OBJ_STABLE,
 	                         .home = 0};
-	rc = vmm_obj_create(shim.vmm, &d, &a->obj);
+	int rc = vmm_obj_create(shim.vmm, &d, &a->obj);
 	if (rc < 0) {
 		char b1[32], b2[32];
 		SP_WARN(SHIM, "%s of %s: %s (budget %s)", api, sp_format_size(bytes, b1, 32),
 		        sp_last_error(), sp_format_size(shim.budget, b2, 32));
 		free(a);
-		pthread_mutex_unlock(&shim.lock);
 		return rc == -ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : errno_to_cu(rc);
 	}
 	a->base = (CUdeviceptr)(uintptr_t)vmm_obj_stable_addr(shim.vmm, a->obj);
@@ -777,7 +812,6 @@ CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, const char *api)
 		if (vmm_obj_destroy(shim.vmm, a->obj) < 0)
 			SP_WARN(SHIM, "%s", sp_last_error());
 		free(a);
-		pthread_mutex_unlock(&shim.lock);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	grave_clear(a->base, a->bytes);
@@ -790,16 +824,41 @@ CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, const char *api)
 			a->pinned = 1;
 		}
 	}
-	*dptr = a->base;
-	pthread_mutex_unlock(&shim.lock);
+	*out = a;
 	return CUDA_SUCCESS;
 }
 
-static void bury(struct shim_alloc *a)
+CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, const char *api)
 {
-	shim.grave[shim.ngrave % 256].base = a->base;
-	shim.grave[shim.ngrave % 256].bytes = a->bytes;
+	if (!dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!bytes)
+		return CUDA_ERROR_INVALID_VALUE; /* as the driver */
+	pthread_mutex_lock(&shim.lock);
+	int rc = shim_mm_init();
+	if (rc < 0) {
+		pthread_mutex_unlock(&shim.lock);
+		return shim_real.cuMemAlloc_v2 ? shim_real.cuMemAlloc_v2(dptr, bytes)
+		                               : CUDA_ERROR_NOT_INITIALIZED;
+	}
+	struct shim_alloc *a = NULL;
+	CUresult r = shim_alloc_create(bytes, api, &a);
+	if (r == CUDA_SUCCESS)
+		*dptr = a->base;
+	pthread_mutex_unlock(&shim.lock);
+	return r;
+}
+
+static void grave_add(CUdeviceptr base, size_t bytes)
+{
+	shim.grave[shim.ngrave % 256].base = base;
+	shim.grave[shim.ngrave % 256].bytes = bytes;
 	shim.ngrave++;
+}
+
+/* Keeps a destroyed allocation for the report. */
+static void dead_add(struct shim_alloc *a)
+{
 	if (shim.ndead == shim.cap_dead) {
 		size_t cap = shim.cap_dead ? 2 * shim.cap_dead : 256;
 		struct shim_alloc **t = realloc(shim.dead, cap * sizeof(*t));
@@ -811,6 +870,46 @@ static void bury(struct shim_alloc *a)
 		shim.cap_dead = cap;
 	}
 	shim.dead[shim.ndead++] = a;
+}
+
+struct shim_alloc *shim_alloc_find(CUdeviceptr p)
+{
+	return find(p);
+}
+
+int shim_alloc_freed(CUdeviceptr p)
+{
+	return shim.ngrave && in_grave(p);
+}
+
+void shim_alloc_retire(struct shim_alloc *a, struct dev_event *done)
+{
+	if (a->held)
+		release_one(a, done);
+	table_remove(a);
+	grave_add(a->base, a->cap);
+}
+
+int shim_alloc_revive(struct shim_alloc *a)
+{
+	if (table_insert(a) < 0)
+		return -ENOMEM;
+	grave_clear(a->base, a->cap);
+	return 0;
+}
+
+void shim_alloc_destroy(struct shim_alloc *a)
+{
+	struct vmm_obj_info inf;
+	if (vmm_obj_info(shim.vmm, a->obj, &inf) == 0) {
+		a->h2d = inf.bytes_moved[VMM_XFER_H2D];
+		a->d2h = inf.bytes_moved[VMM_XFER_D2H];
+		a->h2disk = inf.bytes_moved[VMM_XFER_H2DISK];
+		a->disk2h = inf.bytes_moved[VMM_XFER_DISK2H];
+	}
+	if (vmm_obj_destroy(shim.vmm, a->obj) < 0)
+		SP_WARN(SHIM, "freeing allocation %" PRIu64 ": %s", a->seq, sp_last_error());
+	dead_add(a);
 }
 
 CUresult shim_mem_free(CUdeviceptr dptr)
@@ -827,6 +926,8 @@ CUresult shim_mem_free(CUdeviceptr dptr)
 			return CUDA_ERROR_INVALID_VALUE;
 		}
 		/* not ours: the driver's answer (a plain allocation, or its error) */
+		if (ready)
+			shim_pool_forget_external(dptr);
 		CUresult r = shim_real.cuMemFree_v2 ? shim_real.cuMemFree_v2(dptr)
 		                                    : CUDA_ERROR_NOT_INITIALIZED;
 		if (r != CUDA_SUCCESS && ready)
@@ -836,19 +937,8 @@ CUresult shim_mem_free(CUdeviceptr dptr)
 	}
 	/* like the driver's free: work queued before it may still use the memory */
 	shim_real.cuCtxSynchronize();
-	if (a->held)
-		release_one(a, NULL);
-	struct vmm_obj_info inf;
-	if (vmm_obj_info(shim.vmm, a->obj, &inf) == 0) {
-		a->h2d = inf.bytes_moved[VMM_XFER_H2D];
-		a->d2h = inf.bytes_moved[VMM_XFER_D2H];
-		a->h2disk = inf.bytes_moved[VMM_XFER_H2DISK];
-		a->disk2h = inf.bytes_moved[VMM_XFER_DISK2H];
-	}
-	table_remove(a);
-	if (vmm_obj_destroy(shim.vmm, a->obj) < 0)
-		SP_WARN(SHIM, "freeing allocation %" PRIu64 ": %s", a->seq, sp_last_error());
-	bury(a);
+	shim_alloc_retire(a, NULL);
+	shim_alloc_destroy(a);
 	pthread_mutex_unlock(&shim.lock);
 	return CUDA_SUCCESS;
 }
@@ -867,6 +957,7 @@ CUresult shim_mem_get_info(size_t *free_b, size_t *total_b)
 		uint64_t used = 0, cap = 0;
 		if (vmm_place_usage(shim.vmm, 0, &used, &cap) < 0)
 			used = 0;
+		used += shim.ext_bytes; /* pools that pass through count too */
 		uint64_t f = shim.budget > used ? shim.budget - used : 0;
 		*total_b = shim.budget;
 		if (f < *free_b)

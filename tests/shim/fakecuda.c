@@ -13,6 +13,9 @@
  * every op is queued under it, so the legacy default stream is ordered against the
  * blocking streams in call order; nothing waits for device work while holding it.
  * Internal calls never go through an exported name (the shim may interpose those).
+ * Stream-ordered pools keep freed blocks (no release threshold: they go at
+ * cuMemPoolTrimTo, cuMemPoolDestroy, or when the device is full) and reuse
+ * them first fit, on another stream after the free's event.
  * Where a test can tell it from a GPU: copies touching pageable memory, synchronous
  * sets and cuStreamDestroy finish their work before returning (the driver may);
  * fakecu_device_used() counts physical bytes (cuMemAlloc and device-located
@@ -29,6 +32,7 @@
 #include "device/device.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -77,6 +81,25 @@ struct range {
 	size_t raw_bytes;
 	struct mapping *maps; /* R_RESERVE: sorted by start, disjoint */
 	size_t nmaps, cap_maps;
+	struct CUmemPoolHandle_st *pool; /* R_ALLOC from a pool (cuMemAllocAsync) */
+	int pool_freed;                  /* freed in stream order, kept by its pool */
+};
+
+/* A block freed with cuMemFreeAsync: its range stays allocated, owned by the
+ * pool, until a later allocation reuses it (after ev when on another stream,
+ * as the driver's pools insert that dependency) or the pool releases it. */
+struct pool_block {
+	struct range *r;
+	struct dev_event *ev;    /* recorded on the freeing stream at the free */
+	struct CUstream_st *s;   /* the freeing stream */
+	struct pool_block *next; /* oldest first */
+};
+
+/* A memory pool (cuMemPoolCreate, or the device's default one). */
+struct CUmemPoolHandle_st {
+	CUmemPoolProps props;
+	int exported; /* cuMemPoolExportToShareableHandle succeeded */
+	struct pool_block *free;
 };
 
 struct CUctx_st {
@@ -117,7 +140,7 @@ struct thread_state {
 	struct dev_event *sync_ev;
 };
 
-enum handle_kind { H_STREAM = 1, H_EVENT, H_MODULE, H_FUNC, H_CHUNK };
+enum handle_kind { H_STREAM = 1, H_EVENT, H_MODULE, H_FUNC, H_CHUNK, H_POOL };
 
 struct handle_slot {
 	uintptr_t key; /* 0 empty, 1 tombstone */
@@ -145,11 +168,15 @@ static struct {
 	struct CUfunc_st **kern;
 	size_t nkern, cap_kern;
 	int primary_refs;
+	struct CUmemPoolHandle_st *cur_pool; /* cuDeviceSetMemPool; NULL = the default */
 	/* atomics */
 	uint64_t copied[FAKECU_COPY_KINDS], launches, used, peak;
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static struct CUctx_st g_primary;
+static struct CUmemPoolHandle_st g_default_pool = {
+    .props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+              .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}}};
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static _Thread_local struct thread_state *t_state;
 static _Thread_local CUcontext t_ctx[CTX_STACK_MAX];
@@ -719,6 +746,17 @@ static int op_queue(struct dev_stream *ds, const struct op *op)
 	return -EINVAL;
 }
 
+/* Under g.lock: queues op on s in legacy-stream order. */
+static int queue_locked(struct CUstream_st *s, const struct op *op)
+{
+	int e = order_before(s);
+	if (e == 0)
+		e = op_queue(s->ds, op);
+	if (e == 0)
+		e = order_after(s);
+	return e;
+}
+
 /* Queues op on stream h in legacy-stream order; with wait, returns once it is done. */
 static CUresult submit(CUstream h, int ptds, const struct op *op, int wait)
 {
@@ -732,11 +770,7 @@ static CUresult submit(CUstream h, int ptds, const struct op *op, int wait)
 	if (rc == CUDA_SUCCESS)
 		rc = stream_resolve(h, ptds, ts, &s);
 	if (rc == CUDA_SUCCESS) {
-		int e = order_before(s);
-		if (e == 0)
-			e = op_queue(s->ds, op);
-		if (e == 0)
-			e = order_after(s);
+		int e = queue_locked(s, op);
 		if (e == 0 && wait)
 			e = dev_event_record(ts->sync_ev, s->ds);
 		rc = cu_err(e);
@@ -1162,7 +1196,7 @@ static CUresult mem_free(CUdeviceptr dptr, enum range_kind kind)
 	pthread_mutex_lock(&g.lock);
 	struct range *r = range_find((uintptr_t)dptr);
 	int e = -EINVAL;
-	if (r && r->kind == kind && r->start == (uintptr_t)dptr) {
+	if (r && r->kind == kind && r->start == (uintptr_t)dptr && !r->pool_freed) {
 		size_t bytes = r->bytes;
 		e = kind == R_ALLOC ? dev_mem_free(g.dev, 0, (void *)r->start)
 		                    : dev_host_free(g.dev, (void *)r->start);
@@ -1711,6 +1745,252 @@ EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, si
                                       CUstream hStream)
 {
 	return set(dstDevice, ui, N, 4, hStream, C_PTDS);
+}
+
+/* ---- 2D, 3D and peer copies --------------------------------------------------------- */
+
+/* A strided copy: d slices of h rows of w bytes. */
+struct copy3d_args {
+	char *dst;
+	const char *src;
+	size_t w, h, d, dpitch, dslice, spitch, sslice;
+};
+
+static void copy3d_run(const void *a)
+{
+	const struct copy3d_args *x = a;
+	for (size_t z = 0; z < x->d; z++)
+		for (size_t y = 0; y < x->h; y++)
+			memmove(x->dst + z * x->dslice + y * x->dpitch,
+			        x->src + z * x->sslice + y * x->spitch, x->w);
+}
+
+static const struct dev_kernel k_copy3d = {"fakecu 3d copy", copy3d_run, NULL};
+
+/* One side of a 2D/3D copy: its first byte and where its span lies (arrays
+ * are not emulated: -ENOTSUP). Device memory must be device memory over the
+ * whole span, as the driver faults otherwise. Under g.lock. */
+static int side3d(CUmemorytype type, const void *host, CUdeviceptr dev, size_t x, size_t y,
+                  size_t z, size_t pitch, size_t height, size_t w, size_t h, size_t d,
+                  uintptr_t *start, enum place *pl)
+{
+	if (type == CU_MEMORYTYPE_ARRAY)
+		return -ENOTSUP;
+	if (type != CU_MEMORYTYPE_HOST && type != CU_MEMORYTYPE_DEVICE &&
+	    type != CU_MEMORYTYPE_UNIFIED)
+		return -EINVAL;
+	uintptr_t base = type == CU_MEMORYTYPE_HOST ? (uintptr_t)host : (uintptr_t)dev;
+	if (!base || (h > 1 && pitch < x + w) || (d > 1 && height < y + h))
+		return -EINVAL;
+	size_t slice = pitch * height;
+	*start = base + z * slice + y * pitch + x;
+	size_t span = (d - 1) * slice + (h - 1) * pitch + w;
+	*pl = place_of(*start, span);
+	if (*pl == P_BAD || (type == CU_MEMORYTYPE_DEVICE && *pl != P_DEVICE))
+		return -EINVAL;
+	return 0;
+}
+
+static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream h, unsigned how)
+{
+	NEED_INIT();
+	if (!c)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!c->WidthInBytes || !c->Height || !c->Depth)
+		return CUDA_SUCCESS;
+	uintptr_t ds = 0, ss = 0;
+	enum place pd = P_BAD, ps = P_BAD;
+	pthread_mutex_lock(&g.lock);
+	int e = side3d(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstZ,
+	               c->dstPitch, c->dstHeight, c->WidthInBytes, c->Height, c->Depth, &ds, &pd);
+	if (e == 0)
+		e = side3d(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY,
+		           c->srcZ, c->srcPitch, c->srcHeight, c->WidthInBytes, c->Height, c->Depth,
+		           &ss, &ps);
+	pthread_mutex_unlock(&g.lock);
+	if (e < 0)
+		return cu_err(e);
+	struct copy3d_args a = {(char *)ds,
+	                        (const char *)ss,
+	                        c->WidthInBytes,
+	                        c->Height,
+	                        c->Depth,
+	                        c->dstPitch,
+	                        c->dstPitch * c->dstHeight,
+	                        c->srcPitch,
+	                        c->srcPitch * c->srcHeight};
+	struct op op = {.kind = OP_KERNEL, .k = &k_copy3d, .args = &a, .args_size = sizeof(a)};
+	int wait = (how & C_SYNC) || pd == P_PAGEABLE || ps == P_PAGEABLE;
+	CUresult rc = submit(h, !!(how & C_PTDS), &op, wait);
+	int dd = pd == P_DEVICE, sd = ps == P_DEVICE;
+	enum fakecu_copy kind =
+	    dd ? (sd ? FAKECU_D2D : FAKECU_H2D) : (sd ? FAKECU_D2H : FAKECU_H2H);
+	if (rc == CUDA_SUCCESS)
+		__atomic_add_fetch(&g.copied[kind], c->WidthInBytes * c->Height * c->Depth,
+		                   __ATOMIC_RELAXED);
+	return rc;
+}
+
+static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream h, unsigned how)
+{
+	if (!c)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUDA_MEMCPY3D x = {.srcXInBytes = c->srcXInBytes,
+	                   .srcY = c->srcY,
+	                   .srcMemoryType = c->srcMemoryType,
+	                   .srcHost = c->srcHost,
+	                   .srcDevice = c->srcDevice,
+	                   .srcArray = c->srcArray,
+	                   .srcPitch = c->srcPitch,
+	                   .srcHeight = c->srcY + c->Height,
+	                   .dstXInBytes = c->dstXInBytes,
+	                   .dstY = c->dstY,
+	                   .dstMemoryType = c->dstMemoryType,
+	                   .dstHost = c->dstHost,
+	                   .dstDevice = c->dstDevice,
+	                   .dstArray = c->dstArray,
+	                   .dstPitch = c->dstPitch,
+	                   .dstHeight = c->dstY + c->Height,
+	                   .WidthInBytes = c->WidthInBytes,
+	                   .Height = c->Height,
+	                   .Depth = 1};
+	return copy3d(&x, h, how);
+}
+
+/* One context: a peer copy is a device-to-device copy between its own allocations. */
+static CUresult copy3d_peer(const CUDA_MEMCPY3D_PEER *c, CUstream h, unsigned how)
+{
+	if (!c)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (c->srcContext != &g_primary || c->dstContext != &g_primary)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	CUDA_MEMCPY3D x = {.srcXInBytes = c->srcXInBytes,
+	                   .srcY = c->srcY,
+	                   .srcZ = c->srcZ,
+	                   .srcMemoryType = c->srcMemoryType,
+	                   .srcHost = c->srcHost,
+	                   .srcDevice = c->srcDevice,
+	                   .srcArray = c->srcArray,
+	                   .srcPitch = c->srcPitch,
+	                   .srcHeight = c->srcHeight,
+	                   .dstXInBytes = c->dstXInBytes,
+	                   .dstY = c->dstY,
+	                   .dstZ = c->dstZ,
+	                   .dstMemoryType = c->dstMemoryType,
+	                   .dstHost = c->dstHost,
+	                   .dstDevice = c->dstDevice,
+	                   .dstArray = c->dstArray,
+	                   .dstPitch = c->dstPitch,
+	                   .dstHeight = c->dstHeight,
+	                   .WidthInBytes = c->WidthInBytes,
+	                   .Height = c->Height,
+	                   .Depth = c->Depth};
+	return copy3d(&x, h, how);
+}
+
+static CUresult copy_peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx,
+                          size_t bytes, CUstream h, unsigned how)
+{
+	if (dctx != &g_primary || sctx != &g_primary)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return copy(dst, src, bytes, h, how | COPY_D2D);
+}
+
+EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
+{
+	return copy2d(pCopy, NULL, C_SYNC);
+}
+
+EXPORT CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+{
+	return copy2d(pCopy, NULL, C_SYNC | C_PTDS);
+}
+
+EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
+{
+	return copy2d(pCopy, NULL, C_SYNC);
+}
+
+EXPORT CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+{
+	return copy2d(pCopy, NULL, C_SYNC | C_PTDS);
+}
+
+EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+	return copy2d(pCopy, hStream, 0);
+}
+
+EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+	return copy2d(pCopy, hStream, C_PTDS);
+}
+
+EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
+{
+	return copy3d(pCopy, NULL, C_SYNC);
+}
+
+EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
+{
+	return copy3d(pCopy, NULL, C_SYNC | C_PTDS);
+}
+
+EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
+{
+	return copy3d(pCopy, hStream, 0);
+}
+
+EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
+{
+	return copy3d(pCopy, hStream, C_PTDS);
+}
+
+EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
+{
+	return copy3d_peer(pCopy, NULL, C_SYNC);
+}
+
+EXPORT CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *pCopy)
+{
+	return copy3d_peer(pCopy, NULL, C_SYNC | C_PTDS);
+}
+
+EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+{
+	return copy3d_peer(pCopy, hStream, 0);
+}
+
+EXPORT CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+{
+	return copy3d_peer(pCopy, hStream, C_PTDS);
+}
+
+EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                             CUcontext srcContext, size_t ByteCount)
+{
+	return copy_peer(dstDevice, dstContext, srcDevice, srcContext, ByteCount, NULL, C_SYNC);
+}
+
+EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext,
+                                  CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+	return copy_peer(dstDevice, dstContext, srcDevice, srcContext, ByteCount, NULL,
+	                 C_SYNC | C_PTDS);
+}
+
+EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext,
+                                  CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount,
+                                  CUstream hStream)
+{
+	return copy_peer(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream, 0);
+}
+
+EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext,
+                                       CUdeviceptr srcDevice, CUcontext srcContext,
+                                       size_t ByteCount, CUstream hStream)
+{
+	return copy_peer(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream, C_PTDS);
 }
 
 /* ---- streams and events ------------------------------------------------------------ */
@@ -2419,6 +2699,317 @@ EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle
 	return m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* ---- stream-ordered allocation: pools --------------------------------------------- */
+
+/* Under g.lock: the pool handle, the default pool included; NULL if not one. */
+static struct CUmemPoolHandle_st *pool_get(CUmemoryPool p)
+{
+	if (p == &g_default_pool)
+		return &g_default_pool;
+	return hs_has(p, H_POOL) ? p : NULL;
+}
+
+/* Under g.lock: gives a kept block's memory back to the device. */
+static void block_release(struct pool_block *b)
+{
+	size_t bytes = b->r->bytes;
+	warn("dev_mem_free", dev_mem_free(g.dev, 0, (void *)b->r->start));
+	range_del(b->r);
+	used_give(bytes);
+	warn("dev_event_destroy", dev_event_destroy(b->ev));
+	free(b);
+}
+
+/* Under g.lock: releases the blocks of p whose free has completed, oldest
+ * first, until p keeps at most keep bytes. */
+static void pool_trim(struct CUmemPoolHandle_st *p, size_t keep)
+{
+	size_t kept = 0;
+	for (struct pool_block *b = p->free; b; b = b->next)
+		kept += b->r->bytes;
+	for (struct pool_block **pb = &p->free; *pb && kept > keep;) {
+		struct pool_block *b = *pb;
+		if (dev_event_query(b->ev) != 0) {
+			pb = &b->next;
+			continue;
+		}
+		*pb = b->next;
+		kept -= b->r->bytes;
+		block_release(b);
+	}
+}
+
+/* Under g.lock: every pool's completed blocks (the default pool and those
+ * created), to make room for an allocation. */
+static void pools_trim_all(void)
+{
+	pool_trim(&g_default_pool, 0);
+	for (size_t i = 0; i < g.hs_cap; i++)
+		if (g.hs[i].key > 1 && g.hs[i].kind == H_POOL)
+			pool_trim((struct CUmemPoolHandle_st *)g.hs[i].key, 0);
+}
+
+/* Reuses a block the pool keeps (bytes <= its size <= 2 bytes), first fit:
+ * on the stream that freed it at once, on another after the free's event (a
+ * stream dependency, as the driver's pools insert). Otherwise new memory,
+ * after releasing completed blocks when the device is full. */
+static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool hp, int cur, CUstream h,
+                            int ptds)
+{
+	NEED_INIT();
+	if (!dptr || !bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct thread_state *ts = thread_state();
+	if (!ts)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&g.lock);
+	struct CUmemPoolHandle_st *pool =
+	    cur ? (g.cur_pool ? g.cur_pool : &g_default_pool) : pool_get(hp);
+	struct CUstream_st *s = NULL;
+	CUresult rc = pool ? cu_err(after_fork()) : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		rc = stream_resolve(h, ptds, ts, &s);
+	struct pool_block **pb = &pool->free;
+	while (rc == CUDA_SUCCESS && *pb &&
+	       !((*pb)->r->bytes >= bytes && (*pb)->r->bytes / 2 <= bytes))
+		pb = &(*pb)->next;
+	if (rc == CUDA_SUCCESS && *pb) {
+		struct pool_block *b = *pb;
+		struct op wait = {.kind = OP_WAIT, .ev = b->ev};
+		int e = b->s == s ? 0 : queue_locked(s, &wait);
+		if (e == 0) {
+			*pb = b->next;
+			b->r->pool_freed = 0;
+			*dptr = b->r->start;
+			warn("dev_event_destroy", dev_event_destroy(b->ev)); /* the wait keeps it */
+			free(b);
+		}
+		pthread_mutex_unlock(&g.lock);
+		return cu_err(e);
+	}
+	void *p = NULL;
+	int e = rc == CUDA_SUCCESS ? 0 : -EINVAL;
+	if (e == 0 && !used_take(bytes)) {
+		pools_trim_all();
+		e = used_take(bytes) ? 0 : -ENOMEM;
+	}
+	if (e == 0) {
+		e = dev_mem_alloc(g.dev, 0, bytes, &p);
+		if (e == 0 && (e = range_add((uintptr_t)p, bytes, R_ALLOC)) < 0)
+			warn("dev_mem_free", dev_mem_free(g.dev, 0, p));
+		if (e < 0)
+			used_give(bytes);
+	}
+	if (e == 0)
+		range_find((uintptr_t)p)->pool = pool;
+	pthread_mutex_unlock(&g.lock);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (e == 0)
+		*dptr = (CUdeviceptr)(uintptr_t)p;
+	return cu_err(e);
+}
+
+/* The pool keeps the block, with an event recorded on the freeing stream; a
+ * cuMemAlloc allocation (or one of a destroyed pool) is freed after the
+ * device is idle, as cuMemFree. */
+static CUresult free_async(CUdeviceptr dptr, CUstream h, int ptds)
+{
+	NEED_INIT();
+	struct thread_state *ts = thread_state();
+	if (!ts)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	struct pool_block *b = calloc(1, sizeof(*b));
+	if (!b)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&g.lock);
+	struct range *r = range_find((uintptr_t)dptr);
+	CUresult rc = r && r->kind == R_ALLOC && r->start == dptr && !r->pool_freed
+	                  ? cu_err(after_fork())
+	                  : CUDA_ERROR_INVALID_VALUE;
+	int plain = rc == CUDA_SUCCESS && !r->pool;
+	struct CUstream_st *s = NULL;
+	if (rc == CUDA_SUCCESS && !plain)
+		rc = stream_resolve(h, ptds, ts, &s);
+	if (rc == CUDA_SUCCESS && !plain) {
+		int e = dev_event_create(g.dev, &b->ev);
+		struct op rec = {.kind = OP_RECORD, .ev = b->ev};
+		if (e == 0 && (e = queue_locked(s, &rec)) < 0)
+			warn("dev_event_destroy", dev_event_destroy(b->ev));
+		if (e == 0) {
+			b->r = r;
+			b->s = s;
+			r->pool_freed = 1;
+			struct pool_block **pb = &r->pool->free;
+			while (*pb)
+				pb = &(*pb)->next;
+			*pb = b;
+			b = NULL;
+		}
+		rc = cu_err(e);
+	}
+	pthread_mutex_unlock(&g.lock);
+	free(b);
+	if (rc == CUDA_SUCCESS && plain)
+		rc = mem_free(dptr, R_ALLOC);
+	return rc;
+}
+
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	return alloc_async(dptr, bytesize, NULL, 1, hStream, 0);
+}
+
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	return alloc_async(dptr, bytesize, NULL, 1, hStream, 1);
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                        CUstream hStream)
+{
+	return alloc_async(dptr, bytesize, pool, 0, hStream, 0);
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                             CUstream hStream)
+{
+	return alloc_async(dptr, bytesize, pool, 0, hStream, 1);
+}
+
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+	return free_async(dptr, hStream, 0);
+}
+
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+	return free_async(dptr, hStream, 1);
+}
+
+/* Device pools only; handle types none or POSIX file descriptors. */
+EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+	NEED_INIT();
+	if (!pool || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    (props->handleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (location_host(&props->location) != 0)
+		return props->location.type == CU_MEM_LOCATION_TYPE_DEVICE
+		           ? CUDA_ERROR_INVALID_DEVICE
+		           : CUDA_ERROR_NOT_SUPPORTED;
+	struct CUmemPoolHandle_st *p = calloc(1, sizeof(*p));
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	p->props = *props;
+	pthread_mutex_lock(&g.lock);
+	int e = hs_add(p, H_POOL);
+	pthread_mutex_unlock(&g.lock);
+	if (e < 0) {
+		free(p);
+		return cu_err(e);
+	}
+	*pool = p;
+	return CUDA_SUCCESS;
+}
+
+/* Waits for the device, releases the kept blocks. Live allocations stay valid
+ * and leave the pool (freeing one later frees it at once). */
+EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	NEED_INIT();
+	CUresult rc = ctx_sync();
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&g.lock);
+	struct CUmemPoolHandle_st *p = pool == &g_default_pool ? NULL : pool_get(pool);
+	if (p) {
+		pool_trim(p, 0);
+		hs_del(p);
+		for (size_t i = 0; i < g.nrg; i++)
+			if (g.rg[i]->pool == p)
+				g.rg[i]->pool = NULL;
+		if (g.cur_pool == p)
+			g.cur_pool = NULL;
+	}
+	pthread_mutex_unlock(&g.lock);
+	int ok = p != NULL;
+	free(p);
+	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+	NEED_INIT();
+	pthread_mutex_lock(&g.lock);
+	struct CUmemPoolHandle_st *p = pool_get(pool);
+	if (p)
+		pool_trim(p, minBytesToKeep);
+	pthread_mutex_unlock(&g.lock);
+	return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+	NEED_INIT();
+	if (!pool)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*pool = &g_default_pool;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+	NEED_INIT();
+	if (!pool)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&g.lock);
+	*pool = g.cur_pool ? g.cur_pool : &g_default_pool;
+	pthread_mutex_unlock(&g.lock);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+	NEED_INIT();
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&g.lock);
+	struct CUmemPoolHandle_st *p = pool_get(pool);
+	if (p)
+		g.cur_pool = p == &g_default_pool ? NULL : p;
+	pthread_mutex_unlock(&g.lock);
+	return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* A file descriptor (of /dev/null: nothing another process can open) for a
+ * pool created with that handle type. */
+EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+                                                 CUmemAllocationHandleType type,
+                                                 unsigned long long flags)
+{
+	NEED_INIT();
+	if (!handle_out || flags || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&g.lock);
+	struct CUmemPoolHandle_st *p = pool_get(pool);
+	int ok = p && (p->props.handleTypes & type);
+	int fd = ok ? open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
+	if (fd >= 0)
+		p->exported = 1;
+	pthread_mutex_unlock(&g.lock);
+	if (!ok)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (fd < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*(int *)handle_out = fd;
+	return CUDA_SUCCESS;
+}
+
 /* ---- entry points by name ------------------------------------------------------------ */
 
 EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
@@ -2442,123 +3033,154 @@ EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion
 
 /* Every export by base name, the CUDA version that introduced it and whether it is
  * the per-thread-default-stream variant, as the driver's own table. */
-#define PROCS(X)                                                                    \
-	X("cuInit", 2000, 0, cuInit)                                                \
-	X("cuDriverGetVersion", 2020, 0, cuDriverGetVersion)                        \
-	X("cuDeviceGet", 2000, 0, cuDeviceGet)                                      \
-	X("cuDeviceGetCount", 2000, 0, cuDeviceGetCount)                            \
-	X("cuDeviceGetName", 2000, 0, cuDeviceGetName)                              \
-	X("cuDeviceTotalMem", 2000, 0, cuDeviceTotalMem)                            \
-	X("cuDeviceTotalMem", 3020, 0, cuDeviceTotalMem_v2)                         \
-	X("cuDeviceGetAttribute", 2000, 0, cuDeviceGetAttribute)                    \
-	X("cuDevicePrimaryCtxRetain", 7000, 0, cuDevicePrimaryCtxRetain)            \
-	X("cuDevicePrimaryCtxRelease", 7000, 0, cuDevicePrimaryCtxRelease)          \
-	X("cuDevicePrimaryCtxRelease", 11000, 0, cuDevicePrimaryCtxRelease_v2)      \
-	X("cuCtxGetCurrent", 4000, 0, cuCtxGetCurrent)                              \
-	X("cuCtxSetCurrent", 4000, 0, cuCtxSetCurrent)                              \
-	X("cuCtxPushCurrent", 2000, 0, cuCtxPushCurrent)                            \
-	X("cuCtxPushCurrent", 4000, 0, cuCtxPushCurrent_v2)                         \
-	X("cuCtxPopCurrent", 2000, 0, cuCtxPopCurrent)                              \
-	X("cuCtxPopCurrent", 4000, 0, cuCtxPopCurrent_v2)                           \
-	X("cuCtxGetDevice", 2000, 0, cuCtxGetDevice)                                \
-	X("cuCtxSynchronize", 2000, 0, cuCtxSynchronize)                            \
-	X("cuGetErrorString", 6000, 0, cuGetErrorString)                            \
-	X("cuGetErrorName", 6000, 0, cuGetErrorName)                                \
-	X("cuMemAlloc", 2000, 0, cuMemAlloc)                                        \
-	X("cuMemAlloc", 3020, 0, cuMemAlloc_v2)                                     \
-	X("cuMemAllocPitch", 2000, 0, cuMemAllocPitch)                              \
-	X("cuMemAllocPitch", 3020, 0, cuMemAllocPitch_v2)                           \
-	X("cuMemFree", 2000, 0, cuMemFree)                                          \
-	X("cuMemFree", 3020, 0, cuMemFree_v2)                                       \
-	X("cuMemGetInfo", 2000, 0, cuMemGetInfo)                                    \
-	X("cuMemGetInfo", 3020, 0, cuMemGetInfo_v2)                                 \
-	X("cuMemGetAddressRange", 2000, 0, cuMemGetAddressRange)                    \
-	X("cuMemGetAddressRange", 3020, 0, cuMemGetAddressRange_v2)                 \
-	X("cuMemHostAlloc", 2020, 0, cuMemHostAlloc)                                \
-	X("cuMemAllocHost", 2000, 0, cuMemAllocHost)                                \
-	X("cuMemAllocHost", 3020, 0, cuMemAllocHost_v2)                             \
-	X("cuMemFreeHost", 2000, 0, cuMemFreeHost)                                  \
-	X("cuPointerGetAttribute", 4000, 0, cuPointerGetAttribute)                  \
-	X("cuIpcGetMemHandle", 4010, 0, cuIpcGetMemHandle)                          \
-	X("cuMemcpy", 4000, 0, cuMemcpy)                                            \
-	X("cuMemcpy", 7000, 1, cuMemcpy_ptds)                                       \
-	X("cuMemcpyAsync", 4000, 0, cuMemcpyAsync)                                  \
-	X("cuMemcpyAsync", 7000, 1, cuMemcpyAsync_ptsz)                             \
-	X("cuMemcpyHtoD", 2000, 0, cuMemcpyHtoD)                                    \
-	X("cuMemcpyHtoD", 3020, 0, cuMemcpyHtoD_v2)                                 \
-	X("cuMemcpyHtoD", 7000, 1, cuMemcpyHtoD_v2_ptds)                            \
-	X("cuMemcpyDtoH", 2000, 0, cuMemcpyDtoH)                                    \
-	X("cuMemcpyDtoH", 3020, 0, cuMemcpyDtoH_v2)                                 \
-	X("cuMemcpyDtoH", 7000, 1, cuMemcpyDtoH_v2_ptds)                            \
-	X("cuMemcpyDtoD", 2000, 0, cuMemcpyDtoD)                                    \
-	X("cuMemcpyDtoD", 3020, 0, cuMemcpyDtoD_v2)                                 \
-	X("cuMemcpyDtoD", 7000, 1, cuMemcpyDtoD_v2_ptds)                            \
-	X("cuMemcpyHtoDAsync", 2000, 0, cuMemcpyHtoDAsync)                          \
-	X("cuMemcpyHtoDAsync", 3020, 0, cuMemcpyHtoDAsync_v2)                       \
-	X("cuMemcpyHtoDAsync", 7000, 1, cuMemcpyHtoDAsync_v2_ptsz)                  \
-	X("cuMemcpyDtoHAsync", 2000, 0, cuMemcpyDtoHAsync)                          \
-	X("cuMemcpyDtoHAsync", 3020, 0, cuMemcpyDtoHAsync_v2)                       \
-	X("cuMemcpyDtoHAsync", 7000, 1, cuMemcpyDtoHAsync_v2_ptsz)                  \
-	X("cuMemcpyDtoDAsync", 3000, 0, cuMemcpyDtoDAsync)                          \
-	X("cuMemcpyDtoDAsync", 3020, 0, cuMemcpyDtoDAsync_v2)                       \
-	X("cuMemcpyDtoDAsync", 7000, 1, cuMemcpyDtoDAsync_v2_ptsz)                  \
-	X("cuMemsetD8", 2000, 0, cuMemsetD8)                                        \
-	X("cuMemsetD8", 3020, 0, cuMemsetD8_v2)                                     \
-	X("cuMemsetD8", 7000, 1, cuMemsetD8_v2_ptds)                                \
-	X("cuMemsetD16", 2000, 0, cuMemsetD16)                                      \
-	X("cuMemsetD16", 3020, 0, cuMemsetD16_v2)                                   \
-	X("cuMemsetD16", 7000, 1, cuMemsetD16_v2_ptds)                              \
-	X("cuMemsetD32", 2000, 0, cuMemsetD32)                                      \
-	X("cuMemsetD32", 3020, 0, cuMemsetD32_v2)                                   \
-	X("cuMemsetD32", 7000, 1, cuMemsetD32_v2_ptds)                              \
-	X("cuMemsetD8Async", 3020, 0, cuMemsetD8Async)                              \
-	X("cuMemsetD8Async", 7000, 1, cuMemsetD8Async_ptsz)                         \
-	X("cuMemsetD16Async", 3020, 0, cuMemsetD16Async)                            \
-	X("cuMemsetD16Async", 7000, 1, cuMemsetD16Async_ptsz)                       \
-	X("cuMemsetD32Async", 3020, 0, cuMemsetD32Async)                            \
-	X("cuMemsetD32Async", 7000, 1, cuMemsetD32Async_ptsz)                       \
-	X("cuStreamCreate", 2000, 0, cuStreamCreate)                                \
-	X("cuStreamDestroy", 2000, 0, cuStreamDestroy)                              \
-	X("cuStreamDestroy", 4000, 0, cuStreamDestroy_v2)                           \
-	X("cuStreamSynchronize", 2000, 0, cuStreamSynchronize)                      \
-	X("cuStreamSynchronize", 7000, 1, cuStreamSynchronize_ptsz)                 \
-	X("cuStreamQuery", 2000, 0, cuStreamQuery)                                  \
-	X("cuStreamQuery", 7000, 1, cuStreamQuery_ptsz)                             \
-	X("cuStreamWaitEvent", 3020, 0, cuStreamWaitEvent)                          \
-	X("cuStreamWaitEvent", 7000, 1, cuStreamWaitEvent_ptsz)                     \
-	X("cuEventCreate", 2000, 0, cuEventCreate)                                  \
-	X("cuEventDestroy", 2000, 0, cuEventDestroy)                                \
-	X("cuEventDestroy", 4000, 0, cuEventDestroy_v2)                             \
-	X("cuEventRecord", 2000, 0, cuEventRecord)                                  \
-	X("cuEventRecord", 7000, 1, cuEventRecord_ptsz)                             \
-	X("cuEventQuery", 2000, 0, cuEventQuery)                                    \
-	X("cuEventSynchronize", 2000, 0, cuEventSynchronize)                        \
-	X("cuEventElapsedTime", 2000, 0, cuEventElapsedTime)                        \
-	X("cuEventElapsedTime", 12080, 0, cuEventElapsedTime_v2)                    \
-	X("cuLaunchHostFunc", 10000, 0, cuLaunchHostFunc)                           \
-	X("cuLaunchHostFunc", 10000, 1, cuLaunchHostFunc_ptsz)                      \
-	X("cuModuleLoadData", 2000, 0, cuModuleLoadData)                            \
-	X("cuModuleUnload", 2000, 0, cuModuleUnload)                                \
-	X("cuModuleGetFunction", 2000, 0, cuModuleGetFunction)                      \
-	X("cuFuncGetParamInfo", 12040, 0, cuFuncGetParamInfo)                       \
-	X("cuFuncGetName", 12030, 0, cuFuncGetName)                                 \
-	X("cuLaunchKernel", 4000, 0, cuLaunchKernel)                                \
-	X("cuLaunchKernel", 7000, 1, cuLaunchKernel_ptsz)                           \
-	X("cuLaunchCooperativeKernel", 9000, 0, cuLaunchCooperativeKernel)          \
-	X("cuLaunchCooperativeKernel", 9000, 1, cuLaunchCooperativeKernel_ptsz)     \
-	X("cuLaunchKernelEx", 11060, 0, cuLaunchKernelEx)                           \
-	X("cuLaunchKernelEx", 11060, 1, cuLaunchKernelEx_ptsz)                      \
-	X("cuMemGetAllocationGranularity", 10020, 0, cuMemGetAllocationGranularity) \
-	X("cuMemAddressReserve", 10020, 0, cuMemAddressReserve)                     \
-	X("cuMemAddressFree", 10020, 0, cuMemAddressFree)                           \
-	X("cuMemCreate", 10020, 0, cuMemCreate)                                     \
-	X("cuMemRelease", 10020, 0, cuMemRelease)                                   \
-	X("cuMemMap", 10020, 0, cuMemMap)                                           \
-	X("cuMemUnmap", 10020, 0, cuMemUnmap)                                       \
-	X("cuMemSetAccess", 10020, 0, cuMemSetAccess)                               \
-	X("cuMemRetainAllocationHandle", 11000, 0, cuMemRetainAllocationHandle)     \
-	X("cuGetProcAddress", 11030, 0, cuGetProcAddress)                           \
-	X("cuGetProcAddress", 12000, 0, cuGetProcAddress_v2)                        \
+#define PROCS(X)                                                                          \
+	X("cuInit", 2000, 0, cuInit)                                                      \
+	X("cuDriverGetVersion", 2020, 0, cuDriverGetVersion)                              \
+	X("cuDeviceGet", 2000, 0, cuDeviceGet)                                            \
+	X("cuDeviceGetCount", 2000, 0, cuDeviceGetCount)                                  \
+	X("cuDeviceGetName", 2000, 0, cuDeviceGetName)                                    \
+	X("cuDeviceTotalMem", 2000, 0, cuDeviceTotalMem)                                  \
+	X("cuDeviceTotalMem", 3020, 0, cuDeviceTotalMem_v2)                               \
+	X("cuDeviceGetAttribute", 2000, 0, cuDeviceGetAttribute)                          \
+	X("cuDevicePrimaryCtxRetain", 7000, 0, cuDevicePrimaryCtxRetain)                  \
+	X("cuDevicePrimaryCtxRelease", 7000, 0, cuDevicePrimaryCtxRelease)                \
+	X("cuDevicePrimaryCtxRelease", 11000, 0, cuDevicePrimaryCtxRelease_v2)            \
+	X("cuCtxGetCurrent", 4000, 0, cuCtxGetCurrent)                                    \
+	X("cuCtxSetCurrent", 4000, 0, cuCtxSetCurrent)                                    \
+	X("cuCtxPushCurrent", 2000, 0, cuCtxPushCurrent)                                  \
+	X("cuCtxPushCurrent", 4000, 0, cuCtxPushCurrent_v2)                               \
+	X("cuCtxPopCurrent", 2000, 0, cuCtxPopCurrent)                                    \
+	X("cuCtxPopCurrent", 4000, 0, cuCtxPopCurrent_v2)                                 \
+	X("cuCtxGetDevice", 2000, 0, cuCtxGetDevice)                                      \
+	X("cuCtxSynchronize", 2000, 0, cuCtxSynchronize)                                  \
+	X("cuGetErrorString", 6000, 0, cuGetErrorString)                                  \
+	X("cuGetErrorName", 6000, 0, cuGetErrorName)                                      \
+	X("cuMemAlloc", 2000, 0, cuMemAlloc)                                              \
+	X("cuMemAlloc", 3020, 0, cuMemAlloc_v2)                                           \
+	X("cuMemAllocPitch", 2000, 0, cuMemAllocPitch)                                    \
+	X("cuMemAllocPitch", 3020, 0, cuMemAllocPitch_v2)                                 \
+	X("cuMemFree", 2000, 0, cuMemFree)                                                \
+	X("cuMemFree", 3020, 0, cuMemFree_v2)                                             \
+	X("cuMemGetInfo", 2000, 0, cuMemGetInfo)                                          \
+	X("cuMemGetInfo", 3020, 0, cuMemGetInfo_v2)                                       \
+	X("cuMemGetAddressRange", 2000, 0, cuMemGetAddressRange)                          \
+	X("cuMemGetAddressRange", 3020, 0, cuMemGetAddressRange_v2)                       \
+	X("cuMemHostAlloc", 2020, 0, cuMemHostAlloc)                                      \
+	X("cuMemAllocHost", 2000, 0, cuMemAllocHost)                                      \
+	X("cuMemAllocHost", 3020, 0, cuMemAllocHost_v2)                                   \
+	X("cuMemFreeHost", 2000, 0, cuMemFreeHost)                                        \
+	X("cuPointerGetAttribute", 4000, 0, cuPointerGetAttribute)                        \
+	X("cuIpcGetMemHandle", 4010, 0, cuIpcGetMemHandle)                                \
+	X("cuMemcpy", 4000, 0, cuMemcpy)                                                  \
+	X("cuMemcpy", 7000, 1, cuMemcpy_ptds)                                             \
+	X("cuMemcpyAsync", 4000, 0, cuMemcpyAsync)                                        \
+	X("cuMemcpyAsync", 7000, 1, cuMemcpyAsync_ptsz)                                   \
+	X("cuMemcpyHtoD", 2000, 0, cuMemcpyHtoD)                                          \
+	X("cuMemcpyHtoD", 3020, 0, cuMemcpyHtoD_v2)                                       \
+	X("cuMemcpyHtoD", 7000, 1, cuMemcpyHtoD_v2_ptds)                                  \
+	X("cuMemcpyDtoH", 2000, 0, cuMemcpyDtoH)                                          \
+	X("cuMemcpyDtoH", 3020, 0, cuMemcpyDtoH_v2)                                       \
+	X("cuMemcpyDtoH", 7000, 1, cuMemcpyDtoH_v2_ptds)                                  \
+	X("cuMemcpyDtoD", 2000, 0, cuMemcpyDtoD)                                          \
+	X("cuMemcpyDtoD", 3020, 0, cuMemcpyDtoD_v2)                                       \
+	X("cuMemcpyDtoD", 7000, 1, cuMemcpyDtoD_v2_ptds)                                  \
+	X("cuMemcpyHtoDAsync", 2000, 0, cuMemcpyHtoDAsync)                                \
+	X("cuMemcpyHtoDAsync", 3020, 0, cuMemcpyHtoDAsync_v2)                             \
+	X("cuMemcpyHtoDAsync", 7000, 1, cuMemcpyHtoDAsync_v2_ptsz)                        \
+	X("cuMemcpyDtoHAsync", 2000, 0, cuMemcpyDtoHAsync)                                \
+	X("cuMemcpyDtoHAsync", 3020, 0, cuMemcpyDtoHAsync_v2)                             \
+	X("cuMemcpyDtoHAsync", 7000, 1, cuMemcpyDtoHAsync_v2_ptsz)                        \
+	X("cuMemcpyDtoDAsync", 3000, 0, cuMemcpyDtoDAsync)                                \
+	X("cuMemcpyDtoDAsync", 3020, 0, cuMemcpyDtoDAsync_v2)                             \
+	X("cuMemcpyDtoDAsync", 7000, 1, cuMemcpyDtoDAsync_v2_ptsz)                        \
+	X("cuMemsetD8", 2000, 0, cuMemsetD8)                                              \
+	X("cuMemsetD8", 3020, 0, cuMemsetD8_v2)                                           \
+	X("cuMemsetD8", 7000, 1, cuMemsetD8_v2_ptds)                                      \
+	X("cuMemsetD16", 2000, 0, cuMemsetD16)                                            \
+	X("cuMemsetD16", 3020, 0, cuMemsetD16_v2)                                         \
+	X("cuMemsetD16", 7000, 1, cuMemsetD16_v2_ptds)                                    \
+	X("cuMemsetD32", 2000, 0, cuMemsetD32)                                            \
+	X("cuMemsetD32", 3020, 0, cuMemsetD32_v2)                                         \
+	X("cuMemsetD32", 7000, 1, cuMemsetD32_v2_ptds)                                    \
+	X("cuMemsetD8Async", 3020, 0, cuMemsetD8Async)                                    \
+	X("cuMemsetD8Async", 7000, 1, cuMemsetD8Async_ptsz)                               \
+	X("cuMemsetD16Async", 3020, 0, cuMemsetD16Async)                                  \
+	X("cuMemsetD16Async", 7000, 1, cuMemsetD16Async_ptsz)                             \
+	X("cuMemsetD32Async", 3020, 0, cuMemsetD32Async)                                  \
+	X("cuMemsetD32Async", 7000, 1, cuMemsetD32Async_ptsz)                             \
+	X("cuMemcpy2D", 3020, 0, cuMemcpy2D_v2)                                           \
+	X("cuMemcpy2D", 7000, 1, cuMemcpy2D_v2_ptds)                                      \
+	X("cuMemcpy2DUnaligned", 3020, 0, cuMemcpy2DUnaligned_v2)                         \
+	X("cuMemcpy2DUnaligned", 7000, 1, cuMemcpy2DUnaligned_v2_ptds)                    \
+	X("cuMemcpy2DAsync", 3020, 0, cuMemcpy2DAsync_v2)                                 \
+	X("cuMemcpy2DAsync", 7000, 1, cuMemcpy2DAsync_v2_ptsz)                            \
+	X("cuMemcpy3D", 3020, 0, cuMemcpy3D_v2)                                           \
+	X("cuMemcpy3D", 7000, 1, cuMemcpy3D_v2_ptds)                                      \
+	X("cuMemcpy3DAsync", 3020, 0, cuMemcpy3DAsync_v2)                                 \
+	X("cuMemcpy3DAsync", 7000, 1, cuMemcpy3DAsync_v2_ptsz)                            \
+	X("cuMemcpy3DPeer", 4000, 0, cuMemcpy3DPeer)                                      \
+	X("cuMemcpy3DPeer", 7000, 1, cuMemcpy3DPeer_ptds)                                 \
+	X("cuMemcpy3DPeerAsync", 4000, 0, cuMemcpy3DPeerAsync)                            \
+	X("cuMemcpy3DPeerAsync", 7000, 1, cuMemcpy3DPeerAsync_ptsz)                       \
+	X("cuMemcpyPeer", 4000, 0, cuMemcpyPeer)                                          \
+	X("cuMemcpyPeer", 7000, 1, cuMemcpyPeer_ptds)                                     \
+	X("cuMemcpyPeerAsync", 4000, 0, cuMemcpyPeerAsync)                                \
+	X("cuMemcpyPeerAsync", 7000, 1, cuMemcpyPeerAsync_ptsz)                           \
+	X("cuMemAllocAsync", 11020, 0, cuMemAllocAsync)                                   \
+	X("cuMemAllocAsync", 11020, 1, cuMemAllocAsync_ptsz)                              \
+	X("cuMemFreeAsync", 11020, 0, cuMemFreeAsync)                                     \
+	X("cuMemFreeAsync", 11020, 1, cuMemFreeAsync_ptsz)                                \
+	X("cuMemAllocFromPoolAsync", 11020, 0, cuMemAllocFromPoolAsync)                   \
+	X("cuMemAllocFromPoolAsync", 11020, 1, cuMemAllocFromPoolAsync_ptsz)              \
+	X("cuMemPoolCreate", 11020, 0, cuMemPoolCreate)                                   \
+	X("cuMemPoolDestroy", 11020, 0, cuMemPoolDestroy)                                 \
+	X("cuMemPoolTrimTo", 11020, 0, cuMemPoolTrimTo)                                   \
+	X("cuMemPoolExportToShareableHandle", 11020, 0, cuMemPoolExportToShareableHandle) \
+	X("cuDeviceGetDefaultMemPool", 11020, 0, cuDeviceGetDefaultMemPool)               \
+	X("cuDeviceGetMemPool", 11020, 0, cuDeviceGetMemPool)                             \
+	X("cuDeviceSetMemPool", 11020, 0, cuDeviceSetMemPool)                             \
+	X("cuStreamCreate", 2000, 0, cuStreamCreate)                                      \
+	X("cuStreamDestroy", 2000, 0, cuStreamDestroy)                                    \
+	X("cuStreamDestroy", 4000, 0, cuStreamDestroy_v2)                                 \
+	X("cuStreamSynchronize", 2000, 0, cuStreamSynchronize)                            \
+	X("cuStreamSynchronize", 7000, 1, cuStreamSynchronize_ptsz)                       \
+	X("cuStreamQuery", 2000, 0, cuStreamQuery)                                        \
+	X("cuStreamQuery", 7000, 1, cuStreamQuery_ptsz)                                   \
+	X("cuStreamWaitEvent", 3020, 0, cuStreamWaitEvent)                                \
+	X("cuStreamWaitEvent", 7000, 1, cuStreamWaitEvent_ptsz)                           \
+	X("cuEventCreate", 2000, 0, cuEventCreate)                                        \
+	X("cuEventDestroy", 2000, 0, cuEventDestroy)                                      \
+	X("cuEventDestroy", 4000, 0, cuEventDestroy_v2)                                   \
+	X("cuEventRecord", 2000, 0, cuEventRecord)                                        \
+	X("cuEventRecord", 7000, 1, cuEventRecord_ptsz)                                   \
+	X("cuEventQuery", 2000, 0, cuEventQuery)                                          \
+	X("cuEventSynchronize", 2000, 0, cuEventSynchronize)                              \
+	X("cuEventElapsedTime", 2000, 0, cuEventElapsedTime)                              \
+	X("cuEventElapsedTime", 12080, 0, cuEventElapsedTime_v2)                          \
+	X("cuLaunchHostFunc", 10000, 0, cuLaunchHostFunc)                                 \
+	X("cuLaunchHostFunc", 10000, 1, cuLaunchHostFunc_ptsz)                            \
+	X("cuModuleLoadData", 2000, 0, cuModuleLoadData)                                  \
+	X("cuModuleUnload", 2000, 0, cuModuleUnload)                                      \
+	X("cuModuleGetFunction", 2000, 0, cuModuleGetFunction)                            \
+	X("cuFuncGetParamInfo", 12040, 0, cuFuncGetParamInfo)                             \
+	X("cuFuncGetName", 12030, 0, cuFuncGetName)                                       \
+	X("cuLaunchKernel", 4000, 0, cuLaunchKernel)                                      \
+	X("cuLaunchKernel", 7000, 1, cuLaunchKernel_ptsz)                                 \
+	X("cuLaunchCooperativeKernel", 9000, 0, cuLaunchCooperativeKernel)                \
+	X("cuLaunchCooperativeKernel", 9000, 1, cuLaunchCooperativeKernel_ptsz)           \
+	X("cuLaunchKernelEx", 11060, 0, cuLaunchKernelEx)                                 \
+	X("cuLaunchKernelEx", 11060, 1, cuLaunchKernelEx_ptsz)                            \
+	X("cuMemGetAllocationGranularity", 10020, 0, cuMemGetAllocationGranularity)       \
+	X("cuMemAddressReserve", 10020, 0, cuMemAddressReserve)                           \
+	X("cuMemAddressFree", 10020, 0, cuMemAddressFree)                                 \
+	X("cuMemCreate", 10020, 0, cuMemCreate)                                           \
+	X("cuMemRelease", 10020, 0, cuMemRelease)                                         \
+	X("cuMemMap", 10020, 0, cuMemMap)                                                 \
+	X("cuMemUnmap", 10020, 0, cuMemUnmap)                                             \
+	X("cuMemSetAccess", 10020, 0, cuMemSetAccess)                                     \
+	X("cuMemRetainAllocationHandle", 11000, 0, cuMemRetainAllocationHandle)           \
+	X("cuGetProcAddress", 11030, 0, cuGetProcAddress)                                 \
+	X("cuGetProcAddress", 12000, 0, cuGetProcAddress_v2)                              \
 	X("cuGetExportTable", 3000, 0, cuGetExportTable)
 
 /* Hidden aliases: the table's addresses are this library's own functions, not

@@ -13,7 +13,13 @@
 #  - four threads allocating, copying, launching and freeing at once: the same
 #    checksums (and clean under TSAN=1, which builds all of this with it);
 #  - kernels reaching buffers through a pointer table in device memory: the
-#    same checksum with the host fallback, a fault without it.
+#    same checksum with the host fallback, a fault without it;
+#  - stream-ordered allocation (cuMemAllocAsync, a pool of the program's own),
+#    pitched 2D, 3D and peer copies at 3x the budget: the same checksum; a
+#    buffer freed on one stream and reused on another while the first still
+#    has work queued on it keeps the new owner's bytes; an exportable pool is
+#    passed through with one log line and counted in the budget (the emulated
+#    device's peak stays within it).
 set -u
 P="$O/lib/libspill-preload.so"
 D="$O/tests/shim"
@@ -90,6 +96,25 @@ if [ -z "${TSAN_OPTIONS:-}${ASAN_OPTIONS%%:verify_asan_link_order=0}" ]; then
 	SPILL_SHIM_HOST_FALLBACK=0 SPILL_DEVICE_MEM=16M shim "$D/cuprog_indirect" 12 4 3 >"$work/i2" 2>&1 &&
 		fail "indirect without the host fallback did not fault"
 fi
+
+# ---- stream-ordered allocation, pools, 2D/3D/peer copies: 3x the budget ---------------------
+for prog in cuprog_async cuprog_async_ptds; do
+	"$D/$prog" 12 4 3 >"$work/a0" 2>&1 || fail "$prog without the shim: $(tail -2 "$work/a0")"
+	SPILL_DEVICE_MEM=16M shim "$D/$prog" 12 4 3 >"$work/a1" 2>"$work/a1.err" ||
+		fail "$prog with the shim: $(tail -3 "$work/a1") $(grep -v '^[#a-z ]' "$work/a1.err" | tail -3)"
+	a=$(grep checksum= "$work/a0")
+	b=$(grep checksum= "$work/a1")
+	echo "$prog: without $a, with $b; $(grep -h '^reuse' "$work/a1" | tr '\n' ' ')$(grep 'device peak' "$work/a1")"
+	[ -n "$a" ] && [ "$a" = "$b" ] || fail "$prog: checksums differ"
+	for f in a0 a1; do
+		grep -q '^reuse=1$' "$work/$f" && grep -q '^reuse: ok$' "$work/$f" ||
+			fail "$prog ($f): no reuse across streams, or its bytes were overwritten"
+	done
+	[ "$(grep -c 'memory pool 0x[0-9a-f]* is exportable' "$work/a1.err")" -eq 1 ] ||
+		fail "$prog: not one log line for the exportable pool"
+	peak=$(sed -n 's/^device peak=//p' "$work/a1")
+	[ -n "$peak" ] && [ "$peak" -le $((16 << 20)) ] || fail "$prog: device peak $peak over the 16 MiB budget"
+done
 
 # ---- resolvers ------------------------------------------------------------------------
 SHIM_EXPECTED=0 "$D/cuprog_resolve" >"$work/r0" 2>&1 || fail "resolve without the shim: $(grep FAIL "$work/r0")"
