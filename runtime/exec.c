@@ -476,10 +476,12 @@ static int enomem_message(struct xs *x, int t, int q, int rc)
 {
 	char a[32], b[32];
 	int worst;
-	uint64_t need = 0, min = rt_prog_min_budget(x->p, &worst);
+	uint64_t need = 0, min = rt_prog_min_budget(x->p, x->rt->vmm, &worst);
 	const struct rt_task *tk = &x->p->task[t];
-	for (int r = 0; r < tk->nref; r++)
-		need += x->p->obj[tk->ref[r].obj].bytes;
+	for (int r = 0; r < tk->nref; r++) {
+		uint64_t ob = x->p->obj[tk->ref[r].obj].bytes;
+		need += q == x->cpu_q || !ob ? ob : vmm_device_footprint(x->rt->vmm, ob);
+	}
 	char msg[SP_ERROR_MSG_MAX];
 	snprintf(msg, sizeof(msg), "%s", sp_last_error());
 	return sp_error(rc,

@@ -307,7 +307,7 @@ out:
 	return rc;
 }
 
-uint64_t rt_prog_min_budget(const struct rt_prog *p, int *task)
+uint64_t rt_prog_min_budget(const struct rt_prog *p, const struct vmm *v, int *task)
 {
 	uint64_t best = 0;
 	int bt = -1;
@@ -316,8 +316,10 @@ uint64_t rt_prog_min_budget(const struct rt_prog *p, int *task)
 		if (t->dev == RT_HOST && t->constrained)
 			continue;
 		uint64_t ws = 0;
-		for (int r = 0; r < t->nref; r++)
-			ws += p->obj[t->ref[r].obj].bytes;
+		for (int r = 0; r < t->nref; r++) {
+			uint64_t b = p->obj[t->ref[r].obj].bytes;
+			ws += v && b ? vmm_device_footprint(v, b) : b;
+		}
 		if (ws > best) {
 			best = ws;
 			bt = i;

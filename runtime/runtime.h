@@ -272,9 +272,10 @@ int rt_exec_run(struct rt_ctx *rt, struct rt_prog *p, int iter) SP_MUST_CHECK;
 /* The device a task would run on now / ran on last (for tests). */
 int rt_exec_task_device(const struct rt_prog *p, int task);
 
-/* The largest working set of any task (bytes of its distinct objects): the
+/* The largest working set of any task (bytes of its distinct objects, as v's
+ * device pools hold them: aligned, in size classes; v NULL: raw bytes): the
  * smallest per-device vmm budget that can run the program. *task gets it. */
-uint64_t rt_prog_min_budget(const struct rt_prog *p, int *task);
+uint64_t rt_prog_min_budget(const struct rt_prog *p, const struct vmm *v, int *task);
 
 /* ---- collectives (collective.c) -------------------------------------------------- */
 

@@ -331,9 +331,7 @@ int vmm_obj_create(struct vmm *v, const struct vmm_obj_desc *desc, uint64_t *out
 			goto out;
 		}
 	} else {
-		dev_bytes = (desc->bytes + v->cfg.align - 1) & ~(uint64_t)(v->cfg.align - 1);
-		dev_bytes = sp_size_class(dev_bytes, v->cfg.size_class_bits, 64 * v->cfg.align);
-		dev_bytes = (dev_bytes + v->cfg.align - 1) & ~(uint64_t)(v->cfg.align - 1);
+		dev_bytes = vmm_device_footprint(v, desc->bytes);
 	}
 	void *va = NULL;
 	if (stable)
@@ -1071,6 +1069,13 @@ int vmm_place_peak(struct vmm *v, int place, uint64_t *peak)
 	pool->peak = pool->used;
 	pthread_mutex_unlock(&v->lock);
 	return 0;
+}
+
+uint64_t vmm_device_footprint(const struct vmm *v, uint64_t bytes)
+{
+	uint64_t a = v->cfg.align, b = (bytes + a - 1) & ~(a - 1);
+	b = sp_size_class(b, v->cfg.size_class_bits, 64 * a);
+	return (b + a - 1) & ~(a - 1);
 }
 
 int vmm_place_usage(struct vmm *v, int place, uint64_t *used, uint64_t *capacity)

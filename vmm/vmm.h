@@ -277,6 +277,9 @@ uint64_t vmm_xfer_bytes(struct vmm *v, enum vmm_xfer_kind kind);
 const char *vmm_xfer_kind_name(enum vmm_xfer_kind kind);
 const char *vmm_kind_name(enum vmm_kind kind);
 
+/* The bytes a device copy of an ordinary (not stable) object of `bytes` takes
+ * in a device pool: aligned and rounded up to its size class. */
+uint64_t vmm_device_footprint(const struct vmm *v, uint64_t bytes);
 /* Bytes in use / capacity of a place (device pool + stable, host pool, disk). */
 int vmm_place_usage(struct vmm *v, int place, uint64_t *used, uint64_t *capacity) SP_MUST_CHECK;
 
