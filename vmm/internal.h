@@ -145,7 +145,12 @@ struct vmm_place {
 	void *base;
 	uint64_t stable_cap, stable_used;
 	struct dev_stream *in, *out, *fence; /* copies into / out of the place, fences */
-	int32_t rhead;                       /* objects with space here (victim candidates) */
+	/* devices: P2P copies in, one stream per source device (made at first
+	 * use): a copy waiting for its source's writer must not hold up a copy
+	 * from another device behind it (in a pipeline, a prefetched boundary
+	 * from the previous stage blocked the next stage's gradient) */
+	struct dev_stream *in_peer[DEV_MAX];
+	int32_t rhead; /* objects with space here (victim candidates) */
 	/* devices: pool space freed while still read (a fence, a D2H) is reused in
 	 * stream order: the "reuse" stream waits for those readers, free_ev is
 	 * recorded there after the last such wait. Each such free gets the next

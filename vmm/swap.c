@@ -465,6 +465,12 @@ static int start_copy(struct vmm *v, uint32_t idx, int src, int dst, int drop_sr
 	} else {
 		kind = src == P_HOST(v) ? VMM_XFER_H2D : VMM_XFER_P2P;
 		st = v->pl[dst].in;
+		if (kind == VMM_XFER_P2P) {
+			struct dev_stream **ps = &v->pl[dst].in_peer[src];
+			if (!*ps)
+				SP_CHECK(dev_stream_create(v->ctx, dst, ps));
+			st = *ps;
+		}
 		evp = &d->ev;
 	}
 	double t0 = dev_now(v->ctx);

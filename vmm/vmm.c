@@ -133,6 +133,9 @@ void vmm_close(struct vmm *v)
 		for (int k = 0; k < 4; k++)
 			if (ss[k] && dev_stream_destroy(ss[k]) < 0)
 				SP_WARN(VMM, "stream destroy: %s", sp_last_error());
+		for (int k = 0; k < DEV_MAX; k++)
+			if (pl->in_peer[k] && dev_stream_destroy(pl->in_peer[k]) < 0)
+				SP_WARN(VMM, "stream destroy: %s", sp_last_error());
 		if (pl->base) {
 			int rc = p < P_HOST(v) ? dev_mem_free(v->ctx, p, pl->base)
 			         : v->cfg.host_fallback
