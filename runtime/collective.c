@@ -249,6 +249,39 @@ static int allreduce_host(struct rt_ctx *rt, struct coll *c, int n, void *const 
 	return 0;
 }
 
+/* ZeRO-1's weights: a chain from node root through the others in rank order
+ * (root, root + 1, ...), in chunks; then this node's members get member 0's. */
+struct host_bcast_args {
+	void *buf[DEV_MAX];
+	int n;
+	size_t bytes;
+	const struct rt_nodes *nodes;
+	int root, tag;
+	uint64_t *sent;
+};
+
+static void host_bcast_cpu(const void *a)
+{
+	const struct host_bcast_args *s = a;
+	const struct rt_nodes *nd = s->nodes;
+	if (nd && nd->size > 1) {
+		int N = nd->size, pos = (nd->rank - s->root + N) % N;
+		int prev = (nd->rank - 1 + N) % N, next = (nd->rank + 1) % N;
+		for (size_t off = 0; off < s->bytes; off += NODE_CHUNK) {
+			size_t len = s->bytes - off < NODE_CHUNK ? s->bytes - off : NODE_CHUNK;
+			char *p = (char *)s->buf[0] + off;
+			if (pos > 0)
+				node_recv(nd, prev, 2 * s->tag, p, len);
+			if (pos < N - 1)
+				node_send(nd, next, 2 * s->tag, p, len, s->sent);
+		}
+	}
+	for (int r = 1; r < s->n; r++)
+		memcpy(s->buf[r], s->buf[0], s->bytes);
+}
+
+static const struct dev_kernel host_bcast_kernel = {"bcast_host", host_bcast_cpu, NULL};
+
 /* ---- model: the ring's traffic ------------------------------------------------------ */
 
 static int allreduce_model(struct rt_ctx *rt, struct coll *c, int n, void *const *buf,
@@ -392,6 +425,92 @@ static int allreduce_nccl(struct rt_ctx *rt, struct coll *c, int n, const int *d
 	return 0;
 }
 #endif
+
+int rt_bcast_nodes(struct rt_ctx *rt, int n, const int *dev, void *const *buf,
+                   struct dev_stream *const *s, size_t bytes, int root, int tag)
+{
+	SP_CHECK_ARG(rt && buf && s && n >= 1 && n <= rt->ndev && tag >= 0 && tag <= 16000 &&
+	                 root >= 0 && root < rt_node_count(rt),
+	             "rt_bcast_nodes: bad arguments (n = %d, root %d, tag %d)", n, root, tag);
+	if ((n == 1 && !rt->nodes) || !bytes)
+		return 0;
+	struct coll *c = NULL;
+	SP_CHECK(coll_get(rt, n, &c));
+	int devs[DEV_MAX];
+	for (int i = 0; i < n; i++)
+		devs[i] = dev ? dev[i] : i;
+	int N = rt_node_count(rt);
+	switch (dev_backend(rt->dev)) {
+	case DEV_BACKEND_HOST: {
+		SP_CHECK_ARG(!rt->nodes || rt->nodes->send,
+		             "broadcast: several nodes on the host backend need a transport");
+		struct host_bcast_args a = {.n = n,
+		                            .bytes = bytes,
+		                            .nodes = rt->nodes,
+		                            .root = root,
+		                            .tag = tag,
+		                            .sent = &rt->st.internode};
+		for (int r = 0; r < n; r++) {
+			a.buf[r] = buf[r];
+			if (r) {
+				SP_CHECK(dev_event_record(c->ev[r], s[r]));
+				SP_CHECK(dev_stream_wait_event(s[0], c->ev[r]));
+			}
+		}
+		SP_CHECK(dev_launch(s[0], &host_bcast_kernel, &a, sizeof(a),
+		                    (struct dev_cost){0, (double)bytes * n, 0}));
+		SP_CHECK(dev_event_record(c->ev[0], s[0]));
+		for (int r = 1; r < n; r++)
+			SP_CHECK(dev_stream_wait_event(s[r], c->ev[0]));
+		rt->st.collective_p2p += bytes * (size_t)(n - 1);
+		return 0;
+	}
+	case DEV_BACKEND_MODEL:
+		for (int r = 1; r < n; r++) {
+			SP_CHECK(dev_event_record(c->ev[r], s[r]));
+			SP_CHECK(dev_stream_wait_event(s[0], c->ev[r]));
+		}
+		if (rt->nodes && N > 1) { /* a node in the chain's middle: in and out */
+			double bw = dev_net_bw(rt->dev), lat = dev_net_latency(rt->dev);
+			double first = (double)(bytes < NODE_CHUNK ? bytes : NODE_CHUNK);
+			SP_CHECK(dev_net_io_async(
+			    s[0], (size_t)((double)bytes + (N - 1) * (first + lat * bw))));
+			rt->st.internode += bytes;
+		}
+		SP_CHECK(dev_event_record(c->ev[0], s[0]));
+		for (int r = 1; r < n; r++) { /* member 0's bytes to the others */
+			SP_CHECK(dev_stream_wait_event(s[r], c->ev[0]));
+			SP_CHECK(dev_memcpy_async(s[r], buf[r], devs[r], buf[0], devs[0], bytes));
+			rt->st.collective_p2p += bytes;
+		}
+		return 0;
+	case DEV_BACKEND_CUDA: {
+#if SPILL_HAVE_NCCL
+		int k = nccl_comms(rt, c, n, devs);
+		if (k < 0)
+			return k;
+		int rroot = root * n; /* the owner's member 0 */
+		ncclResult_t r = ncclGroupStart();
+		for (int i = 0; i < n && r == ncclSuccess; i++)
+			r = ncclBroadcast(buf[i], buf[i], bytes, ncclUint8, rroot,
+			                  c->set[k].comm[i], (cudaStream_t)dev_stream_native(s[i]));
+		ncclResult_t r2 = ncclGroupEnd();
+		if (r == ncclSuccess)
+			r = r2;
+		if (r != ncclSuccess)
+			return nccl_err(r, "ncclBroadcast", n);
+		rt->st.collective_p2p += bytes * (size_t)(n - 1);
+		if (rt->nodes && rt->nodes->rank == root)
+			rt->st.internode += bytes;
+		return 0;
+#else
+		return sp_error(-ENOTSUP, "broadcast on %d GPUs needs NCCL", n);
+#endif
+	}
+	case DEV_BACKEND_DRIVER: break;
+	}
+	return sp_error(-EINVAL, "broadcast: unknown backend");
+}
 
 int rt_allreduce_sum(struct rt_ctx *rt, int n, void *const *buf, struct dev_stream *const *s,
                      size_t count)

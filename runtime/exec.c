@@ -733,7 +733,8 @@ static int issue_collective(struct xs *x, const int *members, int n)
 		x->comm[t] = 1;
 		/* an accumulating replica nobody wrote this iteration (every
 		 * microbatch of this device ran elsewhere) adds zeros */
-		int unwritten = p->obj[tk->ref[0].obj].accum && !x->written[tk->ref[0].obj];
+		int unwritten =
+		    !tk->coll_bcast && p->obj[tk->ref[0].obj].accum && !x->written[tk->ref[0].obj];
 		bind_refs(x, t, q);
 		SP_CHECK_GOTO(wait_deps(x, t, q, 1), rc, fail);
 		SP_CHECK_GOTO(acquire_all_on(x, t, q, &x->ptr[k], ss[k]), rc, fail);
@@ -750,7 +751,12 @@ static int issue_collective(struct xs *x, const int *members, int n)
 	}
 	for (int j = 0; j < n && p->t_start && !rc; j++)
 		rc = dev_event_record(p->ev_start[members[j]], ss[j]);
-	if (buf[0] && !rc) /* zero-byte gradients: nothing to reduce */
+	int root = p->task[members[0]].coll_bcast ? p->task[members[0]].coll_root : -1;
+	if (buf[0] && !rc && root >= 0) /* ZeRO-1: the owner's weights to everyone */
+		rc = rt_bcast_nodes(x->rt, n, devs, buf, ss,
+		                    p->obj[p->task[members[0]].ref[0].obj].bytes, root,
+		                    members[0] % 16000);
+	else if (buf[0] && !rc) /* zero-byte gradients: nothing to reduce */
 		rc = rt_allreduce_sum_nodes(x->rt, n, devs, buf, ss, count, dtype,
 		                            members[0] % 16000);
 	for (int j = 0; j < n; j++) {

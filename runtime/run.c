@@ -294,6 +294,8 @@ static int upd_task(const struct rt_launch *L, void *arg)
 	const struct tg_model_objs *mo = r->mo;
 	const struct rt_model *m = r->m;
 	int P = mo->P, pk = t->pack, rep = t->rep;
+	if (!tg_owns_pack(&r->plan, pk))
+		return 0; /* ZeRO-1: the owner updates; its weights come after */
 	char *W = ptr_of(L, mo->W[rep * P + pk]), *G = ptr_of(L, mo->G[rep * P + pk]);
 	char *O = ptr_of(L, mo->O[rep * P + pk]);
 	if (mo->N[rep] >= 0) { /* its NORM added the ties */
@@ -407,6 +409,38 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 	r->m = m;
 	r->plan = *plan;
 	r->plan.nodes = rt_node_count(rt); /* every pack's gradient added over the nodes */
+	r->plan.node_rank = rt_node_rank(rt);
+	if (r->plan.zero && r->plan.nodes <= 1)
+		r->plan.zero = 0; /* one node owns everything */
+	if (r->plan.zero) {       /* packs to nodes, largest optimizer state first, each to
+	                     * the node holding least (the same on every node) */
+		if (r->plan.nodes > 255) {
+			int n = r->plan.nodes;
+			free(r);
+			return sp_error(-EINVAL, "ZeRO-1 over %d nodes: at most 255", n);
+		}
+		int P = r->plan.npacks, order[TG_MAX_PACKS];
+		uint64_t bytes[TG_MAX_PACKS] = {0}, load[256] = {0};
+		for (int pk = 0, lo = 0; pk < P; lo = r->plan.pack_end[pk++]) {
+			for (int l = lo; l < r->plan.pack_end[pk]; l++)
+				bytes[pk] += m->layers[l].optim_bytes;
+			order[pk] = pk;
+		}
+		for (int i = 1; i < P; i++) /* by bytes, descending; ties: lower pack */
+			for (int k = i; k > 0 && bytes[order[k]] > bytes[order[k - 1]]; k--) {
+				int x = order[k];
+				order[k] = order[k - 1];
+				order[k - 1] = x;
+			}
+		for (int i = 0; i < P; i++) {
+			int best = 0;
+			for (int n = 1; n < r->plan.nodes; n++)
+				if (load[n] < load[best])
+					best = n;
+			r->plan.owner[order[i]] = (unsigned char)best;
+			load[best] += bytes[order[i]];
+		}
+	}
 	r->seed = seed;
 	rt_prog_init(&r->prog);
 	r->tgl = calloc((size_t)m->nlayers, sizeof(*r->tgl));
@@ -483,10 +517,12 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 			tk.fn = upd_task;
 			tk.flags = RT_TASK_UPDATE;
 			break;
-		default:
+		default: /* sums of G per pack; ZeRO-1's broadcasts of W after them */
 			tk.fn = allreduce_task;
 			tk.flags = RT_TASK_COLLECTIVE;
-			tk.coll_group = t->pack;
+			tk.coll_group = t->root < 0 ? t->pack : r->mo->P + t->pack;
+			tk.coll_bcast = t->root >= 0;
+			tk.coll_root = t->root;
 			tk.constrained = 1;
 			break;
 		}
@@ -807,12 +843,28 @@ static int write_host(struct rt_run *r, const struct rt_obj *o, uint64_t off, co
 	return vmm_release(r->rt->vmm, o->vid, VMM_HOST, NULL);
 }
 
+int rt_run_state_owner(const struct rt_run *r, int l, enum rt_state which)
+{
+	if (!r || l < 0 || l >= r->m->nlayers)
+		return -1;
+	int in_o = which == RT_OPTIM || r->m->layers[l].master_bytes;
+	return in_o && r->plan.zero && r->plan.nodes > 1 ? tg_pack_owner(&r->plan, r->pack_of[l])
+	                                                 : -1;
+}
+
 int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void *in)
 {
 	SP_CHECK_ARG(r && in && l >= 0 && l < r->m->nlayers, "rt_run_write_state: bad arguments");
 	SP_CHECK_ARG(r->rt->data, "rt_run_write_state: the model backend holds no data");
 	const struct rt_layer *ly = &r->m->layers[l];
 	uint64_t bytes = rt_run_state_bytes(r, l, which), off;
+	int owner = rt_run_state_owner(r, l, which);
+	if (owner >= 0 && owner != r->plan.node_rank) { /* ZeRO-1: another node's */
+		if (which == RT_OPTIM)
+			return 0;
+		which = RT_PARAMS; /* bf16: the weights here, the masters there */
+	}
+	int masters_here = owner < 0 || owner == r->plan.node_rank;
 	uint16_t *w = NULL; /* bf16 masters: the weights are their rounding */
 	if (which == RT_PARAMS && ly->master_bytes && bytes) {
 		uint64_t n = ly->master_bytes / sizeof(float);
@@ -824,7 +876,8 @@ int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void 
 	int rc = 0;
 	for (int rep = 0; rep < r->mo->nrep && bytes && !rc; rep++) {
 		const struct rt_obj *o = state_obj(r, l, which, rep, &off);
-		rc = write_host(r, o, off, in, bytes);
+		if (masters_here)
+			rc = write_host(r, o, off, in, bytes);
 		if (w && !rc)
 			rc = write_host(r, &r->prog.obj[r->mo->W[rep * r->mo->P + r->pack_of[l]]],
 			                r->poff[l], w, ly->param_bytes);
@@ -842,6 +895,13 @@ int rt_run_read_state(struct rt_run *r, int l, enum rt_state which, void *out)
 {
 	SP_CHECK_ARG(r && out && l >= 0 && l < r->m->nlayers, "rt_run_read_state: bad arguments");
 	SP_CHECK_ARG(r->rt->data, "rt_run_read_state: the model backend holds no data");
+	int owner = rt_run_state_owner(r, l, which);
+	if (owner >= 0 && owner != r->plan.node_rank)
+		return sp_error(-ENODATA,
+		                "rt_run_read_state: layer %d's %s is on node %d (ZeRO-1), not here "
+		                "(node %d)",
+		                l, which == RT_OPTIM ? "optimizer state" : "fp32 master weights",
+		                owner, r->plan.node_rank);
 	uint64_t off, bytes = rt_run_state_bytes(r, l, which);
 	const struct rt_obj *o = state_obj(r, l, which, 0, &off);
 	if (!bytes)

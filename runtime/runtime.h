@@ -186,8 +186,10 @@ struct rt_task {
 	void *arg;
 	unsigned flags;
 	int coll_group; /* RT_TASK_COLLECTIVE: the all-reduce this member belongs to */
-	double flops;   /* for reports */
-	int tg_task;    /* the taskgraph task it came from, or -1 */
+	int coll_bcast; /* ... 0: a sum; 1: a broadcast from node coll_root (ZeRO-1's weights) */
+	int coll_root;
+	double flops; /* for reports */
+	int tg_task;  /* the taskgraph task it came from, or -1 */
 	char name[32];
 };
 
@@ -302,6 +304,11 @@ int rt_allreduce_sum_dtype(struct rt_ctx *rt, int n, void *const *buf, struct de
 int rt_allreduce_sum_nodes(struct rt_ctx *rt, int n, const int *dev, void *const *buf,
                            struct dev_stream *const *s, size_t count, enum kn_dtype dtype,
                            int tag) SP_MUST_CHECK;
+/* The same members, but every buffer gets node root's buffer 0 (its members
+ * hold the same bytes): ZeRO-1's weights after their owner's update. bytes
+ * may be any size; one node: the members get member 0's. */
+int rt_bcast_nodes(struct rt_ctx *rt, int n, const int *dev, void *const *buf,
+                   struct dev_stream *const *s, size_t bytes, int root, int tag) SP_MUST_CHECK;
 void rt_collectives_close(struct rt_ctx *rt);
 
 /* ---- models of layers (model.c, gpt.c) ------------------------------------------------
@@ -534,6 +541,12 @@ enum rt_state { RT_PARAMS, RT_OPTIM };
 uint64_t rt_run_state_bytes(const struct rt_run *r, int l, enum rt_state which);
 int rt_run_read_state(struct rt_run *r, int l, enum rt_state which, void *out) SP_MUST_CHECK;
 int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void *in) SP_MUST_CHECK;
+/* ZeRO-1 (plan.zero over several nodes): the node that holds layer l's state
+ * `which` (its optimizer state; in bf16 its fp32 masters, RT_PARAMS, too), or
+ * -1 where every node does. Elsewhere read_state is -ENODATA naming the owner
+ * and write_state writes what is held there (the bf16 weights) and skips the
+ * rest. */
+int rt_run_state_owner(const struct rt_run *r, int l, enum rt_state which);
 /* Steps done so far: AdamW's step count and the data position of the next
  * step (rt_data_fn's iter). For resuming. */
 void rt_run_set_step(struct rt_run *r, int step);

@@ -67,7 +67,7 @@ static int obj_new(struct bld *b, int kind, int model, uint64_t bytes)
  * microbatch a task lists at most 4 reads (BWD of the last pack), 2 writes (FWD,
  * LOSS) and 2 deps (BWD), plus a few per task. */
 struct tspec {
-	int kind, model, pack, mb0, nmb, rep, dev, constrained, work;
+	int kind, model, pack, mb0, nmb, rep, dev, constrained, work, root;
 	double flops;
 	int r[4 * TG_MAX_GROUP + 8], nr, w[2 * TG_MAX_GROUP + 8], nw, d[2 * TG_MAX_GROUP + 8], nd;
 };
@@ -96,6 +96,7 @@ static int task_add(struct bld *b, struct tspec *s)
 	t->constrained = s->constrained;
 	t->work = s->work;
 	t->flops = s->flops;
+	t->root = s->kind == TG_ALLREDUCE ? s->root : -1;
 	/* offsets stored in the pointers' place as indices; fixed up at the end */
 	t->nread = s->nr;
 	t->nwrite = s->nw;
@@ -366,7 +367,8 @@ static int emit_ar(struct bld *b, struct mstate *st, int pk, int rep, int dev)
 	                  .rep = rep,
 	                  .dev = dev,
 	                  .constrained = 1,
-	                  .work = -1};
+	                  .work = -1,
+	                  .root = -1};
 	int P = st->P;
 	s.r[s.nr++] = st->G[rep * P + pk];
 	s.w[s.nw++] = st->G[rep * P + pk];
@@ -468,6 +470,31 @@ static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	return id;
 }
 
+/* ZeRO-1: after pack pk's UPD (the owner's update; a no-op elsewhere) its
+ * weights go from the owner to every other node, one member per replica. */
+static int emit_wbcast(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int rep,
+                       int dev)
+{
+	if (!p->zero || p->nodes <= 1)
+		return st->lastU[rep * st->P + pk];
+	int i = rep * st->P + pk;
+	struct tspec s = {.kind = TG_ALLREDUCE,
+	                  .model = st->m->id,
+	                  .pack = pk,
+	                  .rep = rep,
+	                  .dev = dev < 0 ? rep : dev,
+	                  .constrained = 1,
+	                  .work = -1,
+	                  .root = tg_pack_owner(p, pk)};
+	s.r[s.nr++] = st->W[i];
+	s.w[s.nw++] = st->W[i];
+	s.d[s.nd++] = st->lastU[i];
+	int id = task_add(b, &s);
+	if (id >= 0)
+		st->lastU[i] = id; /* the weights' last writer this iteration */
+	return id;
+}
+
 static int emit_upd_now(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int rep,
                         int dev)
 {
@@ -493,7 +520,7 @@ static int emit_upd_now(struct bld *b, struct mstate *st, const struct tg_plan *
 		int id = task_add(b, &s);
 		if (id >= 0)
 			st->lastU[i] = id;
-		return id;
+		return id < 0 ? id : emit_wbcast(b, st, p, pk, rep, dev);
 	}
 	s.d[s.nd++] = final_grad(st, i);
 	read_tied_grads(&s, st, pk, rep);
@@ -501,7 +528,7 @@ static int emit_upd_now(struct bld *b, struct mstate *st, const struct tg_plan *
 	int id = task_add(b, &s);
 	if (id >= 0)
 		st->lastU[i] = id;
-	return id;
+	return id < 0 ? id : emit_wbcast(b, st, p, pk, rep, dev);
 }
 
 /* Pipeline schedules over units of `unit` microbatches, pack pk on GPU pk mod N.
@@ -806,7 +833,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 		int pk = i % P;
 		OBJ(st.W[i], TG_O_WEIGHT, pack_sum(m, p, pk, 0));
 		OBJ(st.G[i], TG_O_GRAD, pack_sum(m, p, pk, 1));
-		OBJ(st.O[i], TG_O_OPT, pack_sum(m, p, pk, 2));
+		OBJ(st.O[i], TG_O_OPT, tg_owns_pack(p, pk) ? pack_sum(m, p, pk, 2) : 0);
 	}
 	for (int r = 0; r < nrep; r++) {
 		mo->N[r] = -1;

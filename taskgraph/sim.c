@@ -388,13 +388,13 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 				pin[tobj[j]] = 0;
 				s.dnext[base + tobj[j]] = rdn[r0 + j - a];
 			}
-			if (t->kind == TG_ALLREDUCE && s.count && nd > 1) /* ring share */
+			if (t->kind == TG_ALLREDUCE && t->root < 0 && s.count && nd > 1) /* ring */
 				sw.bytes[TG_L_P2P][TG_O_GRAD] +=
 				    2 * g->obj[t->read[0]].bytes * (uint64_t)(nd - 1) / nd;
 			if (tm) {
 				double st = ready > tm->dev_free[d] ? ready : tm->dev_free[d];
 				double dur = t->flops / tm->flops;
-				if (t->kind == TG_ALLREDUCE &&
+				if (t->kind == TG_ALLREDUCE && t->root < 0 &&
 				    nd > 1) /* the ring on the peer links */
 					dur = 2.0 * (double)g->obj[t->read[0]].bytes * (nd - 1) /
 					      nd / tm->p2p_bw;

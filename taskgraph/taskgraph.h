@@ -129,7 +129,27 @@ struct tg_plan {
 	 * every schedule (it adds the other nodes' gradients), even with one
 	 * replica on the node */
 	int nodes;
+	/* ZeRO-1 across the nodes (nodes > 1): pack pk's optimizer state (and
+	 * bf16's fp32 masters in it) lives on node owner[pk] alone; this graph
+	 * is node `node_rank`'s. Every node runs every UPD task, but only the
+	 * owner's updates (elsewhere its optimizer state has no bytes and the
+	 * task no work); an ALLREDUCE with root = the owner then broadcasts the
+	 * pack's new weights to the other nodes. */
+	int zero;
+	int node_rank;
+	unsigned char owner[TG_MAX_PACKS]; /* zero: the node updating each pack */
 };
+
+/* ZeRO-1: the node that updates pack pk (0 without sharding: every node does). */
+static inline int tg_pack_owner(const struct tg_plan *p, int pk)
+{
+	return p->zero && p->nodes > 1 ? p->owner[pk] : 0;
+}
+/* Does this graph's node update pack pk? */
+static inline int tg_owns_pack(const struct tg_plan *p, int pk)
+{
+	return !(p->zero && p->nodes > 1) || p->owner[pk] == p->node_rank;
+}
 
 /* Does pack pk's backward run its forward again (plan.recompute, except the
  * packs that keep their stash)? */
@@ -180,6 +200,7 @@ struct tg_task {
 	int nread, nwrite, ndep;
 	int *read, *write, *dep; /* into the graph's pool */
 	double flops;
+	int root; /* ALLREDUCE: -1 sums G; >= 0 broadcasts W from that node (ZeRO-1) */
 };
 
 struct tg_obj {

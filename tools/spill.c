@@ -457,7 +457,9 @@ static const char train_help[] =
     "Several nodes: mpirun -np N spill train ... (or srun): one process per node, each\n"
     "on its own devices over batch / N of every step's samples, the gradients added\n"
     "across the nodes in a fixed order (the bits of one process with all the devices;\n"
-    "docs/train.md \"Several nodes\"). spill sim --nodes N predicts it.\n";
+    "docs/train.md \"Several nodes\"). spill sim --nodes N predicts it. --zero1: each\n"
+    "node keeps and updates 1/N of the optimizer state (and bf16's fp32 masters)\n"
+    "and sends the new weights to the others (ZeRO-1); the same bits.\n";
 
 static const char sim_help[] =
     "usage: spill sim [flags]    spill train's run on the model backend, in virtual time\n"
@@ -481,7 +483,8 @@ static const char sim_help[] =
     "nodes:   --nodes N (N nodes of these devices, data parallel: --batch is the\n"
     "         global batch; prints per-node utilization and the scaling against one\n"
     "         node) --net RATE (each node's inter-node link per direction, e.g.\n"
-    "         200Gb/s or 25GB/s; default the profile's net, else 200Gb/s)\n"
+    "         200Gb/s or 25GB/s; default the profile's net, else 200Gb/s) --zero1 (the\n"
+    "         optimizer state sharded over the nodes; the weights broadcast after)\n"
     "Sizes take K/M/G/T, at least 64K. Refused here (no data, no state): --data,\n"
     "--checkpoint, --resume, --init, --eval-every, --tune.\n";
 
@@ -653,6 +656,7 @@ static int train_parse(const char *cmd, int sim, int argc, char **argv, struct t
 	    {"--total-batch", &c.total_batch, NULL, NULL, 0},
 	    {"--init", NULL, &c.init, NULL, 0},
 	    {"--nodes", &c.sim_nodes, NULL, NULL, 0},
+	    {"--zero1", &c.zero1, NULL, NULL, 1},
 	    {"--net", NULL, &net, NULL, 0},
 	};
 	if (wants_help(argc, argv)) {
@@ -756,6 +760,7 @@ static int sim_scaling(const struct tr_config *c, const struct tr_result *res)
 	int N = c->sim_nodes;
 	struct tr_config one = *c;
 	one.sim_nodes = 1;
+	one.zero1 = 0; /* nothing to shard on one node */
 	one.stats_json = NULL;
 	one.trace_file = NULL;
 	one.tty = 0;

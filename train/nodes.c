@@ -197,6 +197,37 @@ int tr_nodes_sum_doubles(struct tr_nodes *n, double *x, int count)
 	return 0;
 }
 
+/* MPI counts are ints: a large buffer goes in pieces of at most 1 GiB. */
+#define PIECE ((size_t)1 << 30)
+
+int tr_nodes_send(struct tr_nodes *n, int to, int tag, const void *buf, size_t bytes)
+{
+	for (size_t off = 0; off < bytes || !bytes; off += PIECE) {
+		size_t len = bytes - off < PIECE ? bytes - off : PIECE;
+		if (MPI_Send((const char *)buf + off, (int)len, MPI_BYTE, to, tag,
+		             MPI_COMM_WORLD) != MPI_SUCCESS)
+			return sp_error(-EIO, "nodes: sending %zu bytes to node %d failed", bytes,
+			                to);
+		if (!bytes)
+			break;
+	}
+	return 0;
+}
+
+int tr_nodes_recv(struct tr_nodes *n, int from, int tag, void *buf, size_t bytes)
+{
+	for (size_t off = 0; off < bytes || !bytes; off += PIECE) {
+		size_t len = bytes - off < PIECE ? bytes - off : PIECE;
+		if (MPI_Recv((char *)buf + off, (int)len, MPI_BYTE, from, tag, MPI_COMM_WORLD,
+		             MPI_STATUS_IGNORE) != MPI_SUCCESS)
+			return sp_error(-EIO, "nodes: receiving %zu bytes from node %d failed",
+			                bytes, from);
+		if (!bytes)
+			break;
+	}
+	return 0;
+}
+
 int tr_nodes_failed(struct tr_nodes *n, int failed, int *first)
 {
 	*first = failed ? 0 : -1;
@@ -270,6 +301,16 @@ int tr_nodes_failed(struct tr_nodes *n, int failed, int *first)
 int tr_nodes_sum_doubles(struct tr_nodes *n, double *x, int count)
 {
 	return 0;
+}
+
+int tr_nodes_send(struct tr_nodes *n, int to, int tag, const void *buf, size_t bytes)
+{
+	return sp_error(-ENOTSUP, "nodes: built without MPI");
+}
+
+int tr_nodes_recv(struct tr_nodes *n, int from, int tag, void *buf, size_t bytes)
+{
+	return sp_error(-ENOTSUP, "nodes: built without MPI");
 }
 
 #endif

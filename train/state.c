@@ -283,11 +283,47 @@ int tr_claim_dir(struct run *r, int remove)
 	return rc;
 }
 
+/* ZeRO-1: the state of layer l this node holds for node 0's checkpoint (a
+ * message per layer and kind, tagged with them). */
+static int state_tag(int l, enum rt_state which)
+{
+	return (2 * l + (which == RT_OPTIM)) % 32000;
+}
+
+static int send_owned_state(struct run *r)
+{
+	int rank = tr_nodes_rank(r->c.nodes), rc = 0;
+	for (int l = 0; l < r->m.nlayers && !rc; l++)
+		for (int k = 0; k < 2 && !rc; k++) {
+			enum rt_state which = k ? RT_OPTIM : RT_PARAMS;
+			if (rt_run_state_owner(r->run, l, which) != rank)
+				continue;
+			uint64_t bytes = rt_run_state_bytes(r->run, l, which);
+			void *b = malloc(bytes + 4);
+			rc = b ? rt_run_read_state(r->run, l, which, b)
+			       : sp_error(-ENOMEM, "checkpoint: out of memory");
+			if (!rc)
+				rc = tr_nodes_send(r->c.nodes, 0, state_tag(l, which), b, bytes);
+			free(b);
+		}
+	return rc;
+}
+
+/* Layer l's state, here or (ZeRO-1) from the node that holds it. */
+static int read_state_any(struct run *r, int l, enum rt_state which, void *out)
+{
+	int owner = rt_run_state_owner(r->run, l, which);
+	if (owner < 0 || owner == tr_nodes_rank(r->c.nodes))
+		return rt_run_read_state(r->run, l, which, out);
+	return tr_nodes_recv(r->c.nodes, owner, state_tag(l, which), out,
+	                     rt_run_state_bytes(r->run, l, which));
+}
+
 int tr_checkpoint(struct run *r, int step)
 {
 	if (!tr_writer(r)) { /* node 0 writes the run's one checkpoint */
 		path_of(r, step, r->last_ckpt, sizeof(r->last_ckpt));
-		return 0;
+		return r->plan.zero ? send_owned_state(r) : 0;
 	}
 	if (mkdir(r->c.checkpoint_dir, 0755) < 0 && errno != EEXIST)
 		return sp_error(-errno, "checkpoint: cannot create %s: %s", r->c.checkpoint_dir,
@@ -318,8 +354,7 @@ int tr_checkpoint(struct run *r, int step)
 					buf[2 * l + s] =
 					    malloc(rt_run_state_bytes(r->run, l, which) + 4);
 					rc = buf[2 * l + s]
-					         ? rt_run_read_state(r->run, l, which,
-					                             buf[2 * l + s])
+					         ? read_state_any(r, l, which, buf[2 * l + s])
 					         : sp_error(-ENOMEM, "checkpoint: out of memory");
 				}
 			}

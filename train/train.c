@@ -354,7 +354,13 @@ int tr_choose_plan(struct run *r, struct tg_plan *plan, const char *twin)
 	                            .upd_cpu = c->upd_cpu,
 	                            .recompute = c->recompute,
 	                            .twin_profile = twin};
-	return rt_plan_choose(r->rt, &r->m, &q, plan);
+	SP_CHECK(rt_plan_choose(r->rt, &r->m, &q, plan));
+	if (c->zero1 && tr_run_nodes(r) <= 1)
+		return sp_error(-EINVAL,
+		                "--zero1 shards the optimizer state over the nodes of a run "
+		                "(mpirun -np N, N > 1); this run has one");
+	plan->zero = c->zero1;
+	return 0;
 }
 
 /* ---- progress ---------------------------------------------------------------------- */
@@ -688,9 +694,23 @@ static void banner(struct run *r)
 	if (N > 1 && r->c.nodes)
 		fprintf(r->out,
 		        "nodes: %d processes (this is node 0), each on batch %d of %d; gradients "
-		        "added across them in rank order\n",
-		        N, r->batch / N, r->batch);
-	else if (N > 1)
+		        "added across them in rank order%s\n",
+		        N, r->batch / N, r->batch,
+		        r->plan.zero ? "; ZeRO-1: each updates 1/N of the packs and sends their "
+		                       "weights"
+		                     : "");
+	if (N > 1 && r->plan.zero) { /* what sharding saved here */
+		uint64_t held = 0, all = 0;
+		const struct tg_model_objs *mo = r->run->mo;
+		for (int i = 0; i < mo->nrep * mo->P; i++)
+			held += r->run->g.obj[mo->O[i]].bytes;
+		for (int l = 0; l < r->m.nlayers; l++)
+			all += r->m.layers[l].optim_bytes;
+		all *= (uint64_t)mo->nrep;
+		fprintf(r->out, "ZeRO-1: node 0 holds %s of the optimizer state's %s (%.0f%%)\n",
+		        sp_format_size(held, a, sizeof(a)), sp_format_size(all, b, sizeof(b)),
+		        all ? 100.0 * (double)held / (double)all : 0);
+	} else if (N > 1)
 		fprintf(r->out,
 		        "nodes: %d simulated, each on batch %d of %d; inter-node link %.1f GB/s "
 		        "(%.0f Gb/s) each way, %.0f us a message\n",
@@ -781,13 +801,13 @@ static int same_on_every_node(struct run *r, int rc)
 	char what[1024];
 	snprintf(what, sizeof(what),
 	         "%s L%d C%d NH%d V%d T%d B%d %s seed %llu lr %.9g/%d/%d/%.9g wd %.9g clip "
-	         "%.9g steps %d optim %s %.9g start %d data %s plan %s",
+	         "%.9g steps %d optim %s %.9g start %d data %s plan %s zero1 %d",
 	         r->preset, r->kc.L, r->kc.C, r->kc.NH, r->kc.V, r->T, r->batch,
 	         r->kc.dtype == KN_BF16 ? "bf16" : "fp32", (unsigned long long)r->c.seed,
 	         (double)r->lr, r->warmup, r->sched, (double)r->c.lr_min, (double)r->c.weight_decay,
 	         (double)r->c.grad_clip, r->steps, rt_optimizer_name(r->m.opt.kind),
 	         (double)r->m.opt.momentum, r->start,
-	         r->data ? tr_data_describe(r->data) : "synthetic", r->plan_name);
+	         r->data ? tr_data_describe(r->data) : "synthetic", r->plan_name, r->c.zero1);
 	int bad = -1;
 	SP_CHECK(tr_nodes_gather_hash(n, fnv1a(0xcbf29ce484222325ull, what), &bad));
 	if (bad < 0)

@@ -270,6 +270,10 @@ struct tr_config {
 	struct tr_nodes *nodes;
 	int sim_nodes;
 	double net_bw;
+	/* ZeRO-1 across the nodes: pack k's optimizer state (and bf16's fp32
+	 * masters) on node k mod N alone, which updates it and broadcasts the
+	 * weights; checkpoints gather it on node 0 (the same file as without) */
+	int zero1;
 };
 void tr_config_defaults(struct tr_config *c);
 
@@ -402,6 +406,10 @@ int tr_nodes_rank(const struct tr_nodes *n); /* 0 for NULL */
 int tr_nodes_size(const struct tr_nodes *n); /* 1 for NULL */
 /* 1 when any node's flag is non-zero (every node must call it). */
 int tr_nodes_any(struct tr_nodes *n, int flag);
+/* Blocking messages between the trainers of two nodes (not the runtime's):
+ * ZeRO-1's checkpoints gather the optimizer state on node 0. tag 0..32767. */
+int tr_nodes_send(struct tr_nodes *n, int to, int tag, const void *buf, size_t bytes) SP_MUST_CHECK;
+int tr_nodes_recv(struct tr_nodes *n, int from, int tag, void *buf, size_t bytes) SP_MUST_CHECK;
 /* x[0..count) summed over the nodes, in place, on every node. */
 int tr_nodes_sum_doubles(struct tr_nodes *n, double *x, int count) SP_MUST_CHECK;
 /* *first: the first node (in rank order) whose failed is non-zero, or -1. */

@@ -150,8 +150,9 @@ static void one(enum tg_sched s, int p, int m, int v)
 	}
 	/* stash peaks: ends before starts at the same time */
 	for (int i = 1; i < nev; i++)
-		for (int k = i; k > 0 && (evs[k].t < evs[k - 1].t ||
-		                          (evs[k].t == evs[k - 1].t && evs[k].delta < evs[k - 1].delta));
+		for (int k = i;
+		     k > 0 && (evs[k].t < evs[k - 1].t ||
+		               (evs[k].t == evs[k - 1].t && evs[k].delta < evs[k - 1].delta));
 		     k--) {
 			struct ev x = evs[k];
 			evs[k] = evs[k - 1];

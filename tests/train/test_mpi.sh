@@ -7,6 +7,10 @@
 #    reference loop), and under `mpirun -np 1`: the same per-step losses and
 #    byte-identical final checkpoints; also in bf16, and with --update-on-cpu
 #    and recompute;
+#  - --zero1 (ZeRO-1: each process holds and updates its packs' optimizer
+#    state, bf16's masters too, and broadcasts their weights): the same
+#    losses and checkpoints on dp-swap, 1f1b, harmony-dp with the CPU update,
+#    bf16, and resumed; one process refuses it;
 #  - resumed under mpirun from a mid-run checkpoint (and that checkpoint
 #    resumed by one process): the uninterrupted run's checkpoint, byte for
 #    byte;
@@ -94,6 +98,28 @@ same onecpu np2cpu
 run onebf 1 2 dp-swap --precision bf16
 run np2bf 2 1 dp-swap --precision bf16
 same onebf np2bf
+
+# ZeRO-1: the optimizer state (and bf16's masters) sharded over the processes,
+# the weights broadcast from each pack's owner: the same bits, the same file
+run np2z 2 1 dp-swap --zero1
+same one np2z
+grep -q "^ZeRO-1: node 0 holds" "$work/np2z.out" || fail "np2z: no ZeRO-1 line"
+run np2zpipe 2 2 1f1b --zero1
+same one np2zpipe
+run np2zcpu 2 1 harmony-dp --update-on-cpu --recompute --zero1
+same onecpu np2zcpu
+run np2zbf 2 1 dp-swap --precision bf16 --zero1
+same onebf np2zbf
+mkdir -p "$work/resz"
+cp "$work/np2z/step_00000003.safetensors" "$work/resz/"
+"${mpi[@]}" -np 2 "$spill" train "${model[@]}" --devices 1 --schedule dp-swap --zero1 \
+	--checkpoint "$work/resz" --resume >"$work/resz.out" 2>&1 || fail "resume with --zero1"
+cmp -s "$work/resz/step_00000006.safetensors" "$work/one/step_00000006.safetensors" ||
+	fail "resumed with --zero1: not the uninterrupted run's checkpoint"
+"$spill" train "${model[@]}" --devices 2 --zero1 --steps 1 >"$work/z1.out" 2>&1 &&
+	fail "--zero1 in one process ran"
+grep -q "zero1 shards the optimizer state over the nodes" "$work/z1.out" ||
+	fail "--zero1 alone: $(cat "$work/z1.out")"
 
 # 2. resumed under mpirun from step 3, and that checkpoint in one process
 mkdir -p "$work/res2" "$work/res1"
