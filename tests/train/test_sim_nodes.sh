@@ -5,6 +5,7 @@
 #    exactly 2 x the gradient bytes a node in the middle of the chain sends,
 #    and the scaling against one node (weak and strong) is printed;
 #  - a slower link (10 Gb/s) costs: weak-scaling efficiency falls;
+#  - --zero1: node 0 holds about a quarter of the optimizer state;
 #  - bad input: --nodes that does not divide the batch, --net that is no
 #    rate, --nodes under spill train: one line each, a non-zero exit.
 set -u
@@ -39,6 +40,12 @@ sw=$(weak "$work/slow.out")
 [ -n "$sw" ] && [ "$sw" -lt "$fw" ] || fail "10 Gb/s: weak scaling $sw% not below 200 Gb/s's $fw%"
 echo "weak scaling: $fw% at 200 Gb/s, $sw% at 10 Gb/s"
 grep -q '"nodes": 4' "$work/fast.json" || fail "stats: no nodes"
+# ZeRO-1: node 0 holds about a quarter of the optimizer state
+"$spill" sim "${args[@]}" --nodes 4 --zero1 >"$work/zero.out" 2>&1 || fail "sim --zero1"
+pct=$(sed -n 's/^ZeRO-1: node 0 holds .* (\([0-9]*\)%)$/\1/p' "$work/zero.out")
+[ -n "$pct" ] && [ "$pct" -ge 10 ] && [ "$pct" -le 35 ] ||
+	fail "ZeRO-1 on 4 nodes: node 0 holds '$pct'% of the optimizer state"
+grep "^ZeRO-1" "$work/zero.out"
 
 "$spill" sim "${args[@]}" --nodes 3 >"$work/bad1" 2>&1 && fail "--nodes 3 with batch 128 ran"
 grep -q "^spill sim: --batch 128 does not split over 3 nodes (--nodes 3)" "$work/bad1" ||
