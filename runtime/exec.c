@@ -755,10 +755,10 @@ static int issue_collective(struct xs *x, const int *members, int n)
 	if (buf[0] && !rc && root >= 0) /* ZeRO-1: the owner's weights to everyone */
 		rc = rt_bcast_nodes(x->rt, n, devs, buf, ss,
 		                    p->obj[p->task[members[0]].ref[0].obj].bytes, root,
-		                    members[0] % 16000);
+		                    p->task[members[0]].coll_group % 16000);
 	else if (buf[0] && !rc) /* zero-byte gradients: nothing to reduce */
 		rc = rt_allreduce_sum_nodes(x->rt, n, devs, buf, ss, count, dtype,
-		                            members[0] % 16000);
+		                            p->task[members[0]].coll_group % 16000);
 	for (int j = 0; j < n; j++) {
 		int t = members[j], q = p->task[t].dev;
 		int e = dev_event_record(p->ev[t], ss[j]);

@@ -300,7 +300,7 @@ int rt_allreduce_sum_dtype(struct rt_ctx *rt, int n, void *const *buf, struct de
  * member order; dev NULL: devices 0..n-1); with several nodes (rt_set_nodes)
  * the sum covers every node's members, node by node in rank order, and n may
  * be 1. tag (0..16000) must differ between all-reduces that may run at once
- * (the executor's: the first member's task index). */
+ * (the executor's: the collective group, one per pack and kind). */
 int rt_allreduce_sum_nodes(struct rt_ctx *rt, int n, const int *dev, void *const *buf,
                            struct dev_stream *const *s, size_t count, enum kn_dtype dtype,
                            int tag) SP_MUST_CHECK;

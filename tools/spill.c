@@ -743,6 +743,8 @@ static int train_parse(const char *cmd, int sim, int argc, char **argv, struct t
 		                "--nodes");
 	if (net && !sim)
 		return bad_flag(cmd, "the inter-node link is spill sim's:", "--net");
+	if (net && c.sim_nodes <= 1)
+		return bad_flag(cmd, "the inter-node link needs --nodes N (N > 1) with", "--net");
 	if (net && !(c.net_bw = parse_link_rate(net))) {
 		fprintf(stderr, "spill %s: --net %s: wants a rate such as 200Gb/s or 25GB/s\n", cmd,
 		        net);

@@ -437,6 +437,53 @@ static int validate(struct tune *t)
 	return rc;
 }
 
+/* Several nodes: every node's rc; the first that failed says why. */
+static int agree(struct tune *t, int rc)
+{
+	if (!t->c->base.nodes)
+		return rc;
+	int first = -1;
+	char msg[SP_ERROR_MSG_MAX];
+	snprintf(msg, sizeof(msg), "%s", sp_last_error());
+	int e = tr_nodes_failed(t->c->base.nodes, rc < 0, &first);
+	if (e < 0)
+		return e;
+	if (rc < 0)
+		return sp_error(rc, "%s", msg);
+	if (first >= 0)
+		return sp_error(-ECANCELED, "node %d failed to start (its message above)", first);
+	return 0;
+}
+
+/* Several nodes: the same models, steps and data everywhere (node 0's labels
+ * are printed with every node's results). */
+static int same_models(struct tune *t)
+{
+	const struct tr_tune_config *c = t->c;
+	uint64_t h = 0xcbf29ce484222325ull;
+	char buf[512];
+	for (int i = 0; i < t->n; i++) {
+		snprintf(buf, sizeof(buf), "%s|%d|%d|%d|%.9g|%.9g|%llu|", t->label[i], t->steps[i],
+		         t->v[i]->T, t->v[i]->batch, (double)t->v[i]->lr,
+		         (double)t->v[i]->c.grad_clip, (unsigned long long)c->base.seed);
+		for (const char *p = buf; *p; p++)
+			h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+	}
+	snprintf(buf, sizeof(buf), "%s|%s|%d|%d|%.6g|%d", t->data ? tr_data_describe(t->data) : "-",
+	         c->policy ? c->policy : "lrtf", c->no_double_buffer, c->recover, c->reserve,
+	         c->base.eval_batches);
+	for (const char *p = buf; *p; p++)
+		h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+	int bad = -1;
+	SP_CHECK(tr_nodes_gather_hash(c->base.nodes, h, &bad));
+	if (bad < 0)
+		return 0;
+	return sp_error(-EINVAL,
+	                "node %d was launched with other flags or data than node 0 (every node "
+	                "must run the same command on the same files)",
+	                bad);
+}
+
 int tr_tune_models(const struct tr_tune_config *c)
 {
 	SP_CHECK_ARG(c, "tr_tune_models: NULL config");
@@ -467,11 +514,15 @@ int tr_tune_models(const struct tr_tune_config *c)
 		rc = tr_data_open(c->base.data, &t.data);
 	if (rc == 0)
 		rc = variants(&t, ax, nax);
+	rc = agree(&t, rc);
+	if (rc == 0 && t.nodes > 1)
+		rc = same_models(&t);
 	if (rc == 0 && t.nodes > 1 && t.n < t.nodes)
 		rc = sp_error(-EINVAL,
 		              "%d models on %d nodes: a node would train none (give at least %d "
 		              "models, or fewer processes)",
 		              t.n, t.nodes, t.nodes);
+	rc = agree(&t, rc); /* node 0 says it for every node */
 	if (rc == 0 && t.nodes > 1)
 		keep_mine(&t);
 	for (int i = 0; i < t.n; i++) /* rungs: every halving-th step */
@@ -483,19 +534,7 @@ int tr_tune_models(const struct tr_tune_config *c)
 		rc = sp_error(-ENOMEM, "tune: successive halving state");
 	if (rc == 0)
 		rc = open_all(&t, reserve);
-	if (c->base.nodes) { /* every node started, or the first that failed says why */
-		int first = -1;
-		char msg[SP_ERROR_MSG_MAX];
-		snprintf(msg, sizeof(msg), "%s", sp_last_error());
-		int e = tr_nodes_failed(c->base.nodes, rc < 0, &first);
-		if (e < 0)
-			rc = e;
-		else if (rc < 0)
-			sp_error(rc, "%s", msg);
-		else if (first >= 0)
-			rc = sp_error(-ECANCELED, "node %d failed to start (its message above)",
-			              first);
-	}
+	rc = agree(&t, rc);
 	if (rc < 0) {
 		tune_free(&t);
 		return rc;

@@ -64,7 +64,8 @@ int tr_nodes_env_rank(void)
 
 struct tr_nodes {
 	struct rt_nodes rt;
-	MPI_Comm comm; /* the runtime's messages */
+	MPI_Comm comm;      /* the runtime's messages */
+	MPI_Comm fail_comm; /* tr_nodes_all_failed's agreement, apart from the rest */
 	const volatile sig_atomic_t *stop;
 	const char *last_ckpt; /* the trainer's newest checkpoint ("": none), for the last line */
 	int agreed_first;      /* tr_nodes_failed's last answer */
@@ -81,8 +82,11 @@ static double now_s(void)
 static void give_up(const struct tr_nodes *n, const char *what, int peer, const char *why)
 {
 	const char *ck = n->last_ckpt ? n->last_ckpt : "";
-	fprintf(stderr, "spill: node %d: %s while %s node %d; exiting: %s%s\n", n->rt.rank, why,
-	        what, peer, *ck ? "the last checkpoint is " : "no checkpoint was written", ck);
+	char who[32] = "the other nodes";
+	if (peer >= 0)
+		snprintf(who, sizeof(who), "node %d", peer);
+	fprintf(stderr, "spill: node %d: %s while %s %s; exiting: %s%s\n", n->rt.rank, why, what,
+	        who, *ck ? "the last checkpoint is " : "no checkpoint was written", ck);
 	fflush(stderr);
 	_exit(1);
 }
@@ -98,7 +102,10 @@ static int wait_req(struct tr_nodes *n, MPI_Request *req, const char *what, int 
 			give_up(n, what, peer, "its connection failed");
 		if (done)
 			return 0;
-		if (n->stop && *n->stop) {
+		/* SIGTERM: mpirun ends the job (a node died; SIGKILL follows in 1 s).
+		 * SIGINT reaches every node (Ctrl-C): each finishes its step and
+		 * they stop together, however slow one of them is */
+		if (n->stop && *n->stop == SIGTERM) {
 			double t = now_s();
 			if (!stop_since)
 				stop_since = t;
@@ -154,6 +161,7 @@ int tr_nodes_init(int *argc, char ***argv, const volatile sig_atomic_t *stop, st
 	MPI_Comm_rank(MPI_COMM_WORLD, &n->rt.rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &n->rt.size);
 	MPI_Comm_dup(MPI_COMM_WORLD, &n->comm);
+	MPI_Comm_dup(MPI_COMM_WORLD, &n->fail_comm);
 	/* a dead peer is an error to report (wait_req), not MPI's abort banner */
 	MPI_Comm_set_errhandler(n->comm, MPI_ERRORS_RETURN);
 	n->rt.send = mpi_send;
@@ -174,6 +182,7 @@ void tr_nodes_finish(struct tr_nodes *n, int failed)
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
 	MPI_Comm_free(&n->comm);
+	MPI_Comm_free(&n->fail_comm);
 	free(n);
 	MPI_Finalize();
 }
@@ -183,17 +192,44 @@ int tr_nodes_any(struct tr_nodes *n, int flag)
 	if (!n)
 		return flag;
 	int any = 0;
-	MPI_Allreduce(&flag, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	MPI_Request req;
+	if (MPI_Iallreduce(&flag, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req) != MPI_SUCCESS)
+		give_up(n, "agreeing with", -1, "the MPI call failed");
+	wait_req(n, &req, "agreeing with", -1);
 	return any;
+}
+
+int tr_nodes_all_failed(struct tr_nodes *n, double timeout_s)
+{
+	if (!n)
+		return 1;
+	int one = 1, all = 0;
+	MPI_Request req;
+	if (MPI_Iallreduce(&one, &all, 1, MPI_INT, MPI_SUM, n->fail_comm, &req) != MPI_SUCCESS)
+		return 0;
+	double t0 = now_s();
+	for (;;) {
+		int done = 0;
+		if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+			return 0;
+		if (done)
+			return all == n->rt.size;
+		if (now_s() - t0 > timeout_s)
+			return 0; /* the others go on: the caller ends the job */
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
 }
 
 int tr_nodes_sum_doubles(struct tr_nodes *n, double *x, int count)
 {
 	if (!n)
 		return 0;
-	if (MPI_Allreduce(MPI_IN_PLACE, x, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) !=
+	MPI_Request req;
+	if (MPI_Iallreduce(MPI_IN_PLACE, x, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req) !=
 	    MPI_SUCCESS)
-		return sp_error(-EIO, "nodes: MPI_Allreduce of %d doubles failed", count);
+		return sp_error(-EIO, "nodes: MPI_Iallreduce of %d doubles failed", count);
+	wait_req(n, &req, "gathering results from", -1);
 	return 0;
 }
 
@@ -236,7 +272,13 @@ int tr_nodes_failed(struct tr_nodes *n, int failed, int *first)
 	int *all = calloc((size_t)n->rt.size, sizeof(*all));
 	if (!all)
 		return sp_error(-ENOMEM, "nodes: out of memory");
-	MPI_Allgather(&failed, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
+	MPI_Request req;
+	if (MPI_Iallgather(&failed, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD, &req) !=
+	    MPI_SUCCESS) {
+		free(all);
+		return sp_error(-EIO, "nodes: MPI_Iallgather failed");
+	}
+	wait_req(n, &req, "starting with", -1);
 	*first = -1;
 	for (int r = 0; r < n->rt.size && *first < 0; r++)
 		if (all[r])
@@ -254,7 +296,13 @@ int tr_nodes_gather_hash(struct tr_nodes *n, uint64_t h, int *first_bad)
 	uint64_t *all = calloc((size_t)n->rt.size, sizeof(*all));
 	if (!all)
 		return sp_error(-ENOMEM, "nodes: out of memory");
-	MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+	MPI_Request req;
+	if (MPI_Iallgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD, &req) !=
+	    MPI_SUCCESS) {
+		free(all);
+		return sp_error(-EIO, "nodes: MPI_Iallgather failed");
+	}
+	wait_req(n, &req, "comparing the launch with", -1);
 	for (int r = 1; r < n->rt.size && *first_bad < 0; r++)
 		if (all[r] != all[0])
 			*first_bad = r;
@@ -301,6 +349,11 @@ int tr_nodes_failed(struct tr_nodes *n, int failed, int *first)
 int tr_nodes_sum_doubles(struct tr_nodes *n, double *x, int count)
 {
 	return 0;
+}
+
+int tr_nodes_all_failed(struct tr_nodes *n, double timeout_s)
+{
+	return 1;
 }
 
 int tr_nodes_send(struct tr_nodes *n, int to, int tag, const void *buf, size_t bytes)

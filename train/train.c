@@ -783,7 +783,8 @@ static uint64_t fnv1a(uint64_t h, const char *s)
 
 /* Nodes launched alike: every node's setup result, then a hash of what must
  * be the same everywhere (the model, the run's recipe, the data, the plan,
- * the step it starts from). Node 0 reports what differs; the others return
+ * the step it starts from, and whatever makes a node talk to the others:
+ * evaluations, checkpoints). Node 0 reports what differs; the others return
  * the error quietly (tr_result.quiet). */
 static int same_on_every_node(struct run *r, int rc)
 {
@@ -798,16 +799,19 @@ static int same_on_every_node(struct run *r, int rc)
 		              : sp_error(-ECANCELED, "node %d failed to start (its message above)",
 		                         first);
 	}
-	char what[1024];
+	char what[4096];
 	snprintf(what, sizeof(what),
 	         "%s L%d C%d NH%d V%d T%d B%d %s seed %llu lr %.9g/%d/%d/%.9g wd %.9g clip "
-	         "%.9g steps %d optim %s %.9g start %d data %s plan %s zero1 %d",
+	         "%.9g steps %d optim %s %.9g start %d data %s plan %s zero1 %d eval %d/%d "
+	         "ckpt %d/%d",
 	         r->preset, r->kc.L, r->kc.C, r->kc.NH, r->kc.V, r->T, r->batch,
 	         r->kc.dtype == KN_BF16 ? "bf16" : "fp32", (unsigned long long)r->c.seed,
 	         (double)r->lr, r->warmup, r->sched, (double)r->c.lr_min, (double)r->c.weight_decay,
 	         (double)r->c.grad_clip, r->steps, rt_optimizer_name(r->m.opt.kind),
 	         (double)r->m.opt.momentum, r->start,
-	         r->data ? tr_data_describe(r->data) : "synthetic", r->plan_name, r->c.zero1);
+	         r->data ? tr_data_describe(r->data) : "synthetic", r->plan_name, r->c.zero1,
+	         r->c.eval_every, r->c.eval_batches, r->c.checkpoint_dir != NULL,
+	         r->c.checkpoint_every);
 	int bad = -1;
 	SP_CHECK(tr_nodes_gather_hash(n, fnv1a(0xcbf29ce484222325ull, what), &bad));
 	if (bad < 0)
@@ -944,6 +948,10 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 		rc = tr_trace_write(&r->trace, r, r->c.trace_file);
 out:
 	if (rc == -EINTR || r->diverged) { /* every node stops at the same step */
+		r->res.agreed = 1;
+		r->res.quiet = !tr_writer(r);
+	} else if (rc < 0 && r->c.nodes && !r->res.agreed &&
+	           tr_nodes_all_failed(r->c.nodes, 10.0)) { /* the same error everywhere */
 		r->res.agreed = 1;
 		r->res.quiet = !tr_writer(r);
 	}

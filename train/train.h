@@ -410,6 +410,10 @@ int tr_nodes_any(struct tr_nodes *n, int flag);
  * ZeRO-1's checkpoints gather the optimizer state on node 0. tag 0..32767. */
 int tr_nodes_send(struct tr_nodes *n, int to, int tag, const void *buf, size_t bytes) SP_MUST_CHECK;
 int tr_nodes_recv(struct tr_nodes *n, int from, int tag, void *buf, size_t bytes) SP_MUST_CHECK;
+/* After an error mid-run: 1 when every node met one (called by each within
+ * timeout_s of the others: a deterministic error, the same everywhere; node 0
+ * alone reports it), 0 when the others go on (the caller must end the job). */
+int tr_nodes_all_failed(struct tr_nodes *n, double timeout_s);
 /* x[0..count) summed over the nodes, in place, on every node. */
 int tr_nodes_sum_doubles(struct tr_nodes *n, double *x, int count) SP_MUST_CHECK;
 /* *first: the first node (in rank order) whose failed is non-zero, or -1. */
