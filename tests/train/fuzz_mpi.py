@@ -15,7 +15,14 @@ bits: replicas summed in rank order, each replica's microbatches in order).
 Compares the --stats-json losses and the final checkpoint bytes. A run that
 must fail (a batch N does not divide) must print one line and exit non-zero
 on every node, within the timeout. Prints one line per configuration and a
-summary; exits 1 on any failure.
+summary; exits 1 on any failure. Outputs stay in WORKDIR/<tag>{a,b,c}.out.
+Environment: TIGHT (share of configurations at a node's smallest budget +10%,
+0.3), JITTER (share under SPILL_HOST_JITTER, 0.5), WINDOWS (share with a
+random SPILL_WINDOW, 0.3), PIPE_ONLY=1 (pipeline schedules, 2-4 devices per
+node, 6 steps), RANK_JITTER=1 (every node its own jitter seed, node r up to
+(r+1) x the delay). "diff-plan": A's plan has other replicas or microbatch
+than B's, and A equals C. "FAIL-NOISY": A failed as one node's share fails
+alone too, but with more than one line.
 """
 import hashlib
 import json
