@@ -97,8 +97,9 @@ struct rt_ctx {
  * over its share of the batch (rt_model.sample0 and batch_total), and every
  * pack's gradient is added over all of them in DESIGN §9.1's order: node 0's
  * replicas in rank order, then node 1's, ... — a chain through the nodes, in
- * chunks so it pipelines, the sum handed back down it — so N nodes of d
- * devices give the bits of one process of N*d devices (host backend). The
+ * chunks so it pipelines, the sum handed back down it — so N nodes give the
+ * bits of one process with the same replicas (N*d devices of a data-parallel
+ * plan; N for pipelines, a replica per node) on the host backend. The
  * loss is summed along the same chain. The taskgraph gives every pack an
  * all-reduce (tg_plan.nodes) on every schedule.
  * send and recv are blocking, tagged (0..32767; the runtime's own traffic,

@@ -456,7 +456,7 @@ static const char train_help[] =
     "names a preset: that gets the whole device).\n"
     "Several nodes: mpirun -np N spill train ... (or srun): one process per node, each\n"
     "on its own devices over batch / N of every step's samples, the gradients added\n"
-    "across the nodes in a fixed order (the bits of one process with all the devices;\n"
+    "across the nodes in a fixed order (the bits of one process with the same replicas;\n"
     "docs/train.md \"Several nodes\"). spill sim --nodes N predicts it. --zero1: each\n"
     "node keeps and updates 1/N of the optimizer state (and bf16's fp32 masters)\n"
     "and sends the new weights to the others (ZeRO-1); the same bits.\n";

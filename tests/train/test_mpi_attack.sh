@@ -1,7 +1,14 @@
-# Reproductions of defects found reviewing `mpirun -np N spill train/tune`
-# (host backend, localhost). Each case prints PASS (the documented contract
-# holds) or FAIL with what happened. ~2 minutes; every run has a timeout.
-#   O=build/release bash tests/train/attack_mpi.sh
+# Defects an adversarial review of `mpirun -np N spill train/tune` found
+# (host backend, localhost), kept as regressions; each failed before its fix:
+#  1. a node with another --eval-every / --eval-batches: refused at start
+#     (the loss chain deadlocked);
+#  2. spill tune with another grid on one node: refused (node 0 printed its
+#     labels with node 1's results);
+#  3. SIGINT to every node while one is slow: all stop after the same step
+#     with a checkpoint, exit 130 (the waiting node gave up);
+#  4. an error every node meets mid-run: one line, no MPI_Abort banner.
+# Each case prints PASS or FAIL with what happened; every run has a timeout.
+#   O=build/release bash tests/train/test_mpi_attack.sh
 set -u
 spill="$(cd "$(dirname "$O/bin/spill")" && pwd)/spill"
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun"; exit 77; }
@@ -86,8 +93,7 @@ else
 fi
 
 # 4. an error every node meets mid-run (this plan does not fit at step 1, in
-#    one process too): one line from node 0 expected, every node reports and
-#    MPI_Abort's banner follows
+#    one process too): one line from node 0
 timeout -k 5 60 "${mpi[@]}" -np 2 "$spill" train --layers 2 --channels 64 --heads 4 --seq 32 \
 	--batch 6 --data "$work/data" --backend host --no-tune --steps 4 --devices 1 \
 	--schedule interleaved --chunks 2 --precision bf16 >"$work/x.out" 2>&1
