@@ -10,6 +10,7 @@
  *   pool.c    stream-ordered allocation: cuMemAllocAsync, cuMemFreeAsync, pools
  *   record.c  the launch recorder: finds the repeating iteration, Belady hints
  *   mode.c    the baselines SPILL_SHIM_MODE=uvm|uvm-prefetch|hostmap
+ *   vmmap.c   cuMemCreate/cuMemMap chunks the program maps itself
  *   report.c  swap volume per allocation and per kernel, JSON, Chrome trace
  * The public interface is the CUDA driver API itself and SPILL_* variables
  * (docs/shim.md). Only cu* and dlsym are exported (shim/exports.map).
@@ -36,116 +37,121 @@
 
 /* Real driver entry points by concrete export name, resolved from libcuda.so.1
  * itself (never through the shim's own hooks). NULL when the driver lacks one. */
-#define SHIM_REAL_FNS(X)                    \
-	X(cuInit)                           \
-	X(cuGetErrorString)                 \
-	X(cuGetProcAddress)                 \
-	X(cuGetProcAddress_v2)              \
-	X(cuCtxGetCurrent)                  \
-	X(cuCtxGetDevice)                   \
-	X(cuCtxPushCurrent_v2)              \
-	X(cuCtxPopCurrent_v2)               \
-	X(cuCtxSynchronize)                 \
-	X(cuDeviceTotalMem_v2)              \
-	X(cuDeviceGetName)                  \
-	X(cuMemAlloc_v2)                    \
-	X(cuMemAllocPitch_v2)               \
-	X(cuMemFree_v2)                     \
-	X(cuMemGetInfo_v2)                  \
-	X(cuMemGetAddressRange_v2)          \
-	X(cuMemHostAlloc)                   \
-	X(cuMemHostGetDevicePointer_v2)     \
-	X(cuMemAllocManaged)                \
-	X(cuMemPrefetchAsync_v2)            \
-	X(cuMemPrefetchAsync_v2_ptsz)       \
-	X(cuMemFreeHost)                    \
-	X(cuMemAddressReserve)              \
-	X(cuMemAddressFree)                 \
-	X(cuMemCreate)                      \
-	X(cuMemRelease)                     \
-	X(cuMemMap)                         \
-	X(cuMemUnmap)                       \
-	X(cuMemSetAccess)                   \
-	X(cuMemGetAllocationGranularity)    \
-	X(cuIpcGetMemHandle)                \
-	X(cuStreamCreate)                   \
-	X(cuStreamDestroy_v2)               \
-	X(cuStreamSynchronize)              \
-	X(cuStreamWaitEvent)                \
-	X(cuStreamBeginCapture_v2)          \
-	X(cuStreamBeginCapture_v2_ptsz)     \
-	X(cuEventCreate)                    \
-	X(cuEventDestroy_v2)                \
-	X(cuEventRecord)                    \
-	X(cuEventQuery)                     \
-	X(cuEventSynchronize)               \
-	X(cuEventElapsedTime_v2)            \
-	X(cuLaunchHostFunc)                 \
-	X(cuFuncGetParamInfo)               \
-	X(cuKernelGetParamInfo)             \
-	X(cuFuncGetName)                    \
-	X(cuLaunchKernel)                   \
-	X(cuLaunchKernel_ptsz)              \
-	X(cuLaunchKernelEx)                 \
-	X(cuLaunchKernelEx_ptsz)            \
-	X(cuLaunchCooperativeKernel)        \
-	X(cuLaunchCooperativeKernel_ptsz)   \
-	X(cuMemcpy)                         \
-	X(cuMemcpy_ptds)                    \
-	X(cuMemcpyAsync)                    \
-	X(cuMemcpyAsync_ptsz)               \
-	X(cuMemcpyHtoD_v2)                  \
-	X(cuMemcpyHtoD_v2_ptds)             \
-	X(cuMemcpyDtoH_v2)                  \
-	X(cuMemcpyDtoH_v2_ptds)             \
-	X(cuMemcpyDtoD_v2)                  \
-	X(cuMemcpyDtoD_v2_ptds)             \
-	X(cuMemcpyHtoDAsync_v2)             \
-	X(cuMemcpyHtoDAsync_v2_ptsz)        \
-	X(cuMemcpyDtoHAsync_v2)             \
-	X(cuMemcpyDtoHAsync_v2_ptsz)        \
-	X(cuMemcpyDtoDAsync_v2)             \
-	X(cuMemcpyDtoDAsync_v2_ptsz)        \
-	X(cuMemsetD8_v2)                    \
-	X(cuMemsetD8_v2_ptds)               \
-	X(cuMemsetD16_v2)                   \
-	X(cuMemsetD16_v2_ptds)              \
-	X(cuMemsetD32_v2)                   \
-	X(cuMemsetD32_v2_ptds)              \
-	X(cuMemsetD8Async)                  \
-	X(cuMemsetD8Async_ptsz)             \
-	X(cuMemsetD16Async)                 \
-	X(cuMemsetD16Async_ptsz)            \
-	X(cuMemsetD32Async)                 \
-	X(cuMemsetD32Async_ptsz)            \
-	X(cuMemAllocAsync)                  \
-	X(cuMemAllocAsync_ptsz)             \
-	X(cuMemFreeAsync)                   \
-	X(cuMemFreeAsync_ptsz)              \
-	X(cuMemAllocFromPoolAsync)          \
-	X(cuMemAllocFromPoolAsync_ptsz)     \
-	X(cuMemPoolCreate)                  \
-	X(cuMemPoolDestroy)                 \
-	X(cuMemPoolTrimTo)                  \
-	X(cuMemPoolExportToShareableHandle) \
-	X(cuDeviceGetMemPool)               \
-	X(cuMemcpy2D_v2)                    \
-	X(cuMemcpy2D_v2_ptds)               \
-	X(cuMemcpy2DUnaligned_v2)           \
-	X(cuMemcpy2DUnaligned_v2_ptds)      \
-	X(cuMemcpy2DAsync_v2)               \
-	X(cuMemcpy2DAsync_v2_ptsz)          \
-	X(cuMemcpy3D_v2)                    \
-	X(cuMemcpy3D_v2_ptds)               \
-	X(cuMemcpy3DAsync_v2)               \
-	X(cuMemcpy3DAsync_v2_ptsz)          \
-	X(cuMemcpy3DPeer)                   \
-	X(cuMemcpy3DPeer_ptds)              \
-	X(cuMemcpy3DPeerAsync)              \
-	X(cuMemcpy3DPeerAsync_ptsz)         \
-	X(cuMemcpyPeer)                     \
-	X(cuMemcpyPeer_ptds)                \
-	X(cuMemcpyPeerAsync)                \
+#define SHIM_REAL_FNS(X)                          \
+	X(cuInit)                                 \
+	X(cuGetErrorString)                       \
+	X(cuGetProcAddress)                       \
+	X(cuGetProcAddress_v2)                    \
+	X(cuCtxGetCurrent)                        \
+	X(cuCtxGetDevice)                         \
+	X(cuCtxPushCurrent_v2)                    \
+	X(cuCtxPopCurrent_v2)                     \
+	X(cuCtxSynchronize)                       \
+	X(cuDeviceTotalMem_v2)                    \
+	X(cuDeviceGetName)                        \
+	X(cuMemAlloc_v2)                          \
+	X(cuMemAllocPitch_v2)                     \
+	X(cuMemFree_v2)                           \
+	X(cuMemGetInfo_v2)                        \
+	X(cuMemGetAddressRange_v2)                \
+	X(cuMemHostAlloc)                         \
+	X(cuMemHostGetDevicePointer_v2)           \
+	X(cuMemAllocManaged)                      \
+	X(cuMemPrefetchAsync_v2)                  \
+	X(cuMemPrefetchAsync_v2_ptsz)             \
+	X(cuMemFreeHost)                          \
+	X(cuMemAddressReserve)                    \
+	X(cuMemAddressFree)                       \
+	X(cuMemCreate)                            \
+	X(cuMemRelease)                           \
+	X(cuMemMap)                               \
+	X(cuMemUnmap)                             \
+	X(cuMemSetAccess)                         \
+	X(cuMemRetainAllocationHandle)            \
+	X(cuMemGetAllocationPropertiesFromHandle) \
+	X(cuMemExportToShareableHandle)           \
+	X(cuMulticastBindMem)                     \
+	X(cuMulticastBindAddr)                    \
+	X(cuMemGetAllocationGranularity)          \
+	X(cuIpcGetMemHandle)                      \
+	X(cuStreamCreate)                         \
+	X(cuStreamDestroy_v2)                     \
+	X(cuStreamSynchronize)                    \
+	X(cuStreamWaitEvent)                      \
+	X(cuStreamBeginCapture_v2)                \
+	X(cuStreamBeginCapture_v2_ptsz)           \
+	X(cuEventCreate)                          \
+	X(cuEventDestroy_v2)                      \
+	X(cuEventRecord)                          \
+	X(cuEventQuery)                           \
+	X(cuEventSynchronize)                     \
+	X(cuEventElapsedTime_v2)                  \
+	X(cuLaunchHostFunc)                       \
+	X(cuFuncGetParamInfo)                     \
+	X(cuKernelGetParamInfo)                   \
+	X(cuFuncGetName)                          \
+	X(cuLaunchKernel)                         \
+	X(cuLaunchKernel_ptsz)                    \
+	X(cuLaunchKernelEx)                       \
+	X(cuLaunchKernelEx_ptsz)                  \
+	X(cuLaunchCooperativeKernel)              \
+	X(cuLaunchCooperativeKernel_ptsz)         \
+	X(cuMemcpy)                               \
+	X(cuMemcpy_ptds)                          \
+	X(cuMemcpyAsync)                          \
+	X(cuMemcpyAsync_ptsz)                     \
+	X(cuMemcpyHtoD_v2)                        \
+	X(cuMemcpyHtoD_v2_ptds)                   \
+	X(cuMemcpyDtoH_v2)                        \
+	X(cuMemcpyDtoH_v2_ptds)                   \
+	X(cuMemcpyDtoD_v2)                        \
+	X(cuMemcpyDtoD_v2_ptds)                   \
+	X(cuMemcpyHtoDAsync_v2)                   \
+	X(cuMemcpyHtoDAsync_v2_ptsz)              \
+	X(cuMemcpyDtoHAsync_v2)                   \
+	X(cuMemcpyDtoHAsync_v2_ptsz)              \
+	X(cuMemcpyDtoDAsync_v2)                   \
+	X(cuMemcpyDtoDAsync_v2_ptsz)              \
+	X(cuMemsetD8_v2)                          \
+	X(cuMemsetD8_v2_ptds)                     \
+	X(cuMemsetD16_v2)                         \
+	X(cuMemsetD16_v2_ptds)                    \
+	X(cuMemsetD32_v2)                         \
+	X(cuMemsetD32_v2_ptds)                    \
+	X(cuMemsetD8Async)                        \
+	X(cuMemsetD8Async_ptsz)                   \
+	X(cuMemsetD16Async)                       \
+	X(cuMemsetD16Async_ptsz)                  \
+	X(cuMemsetD32Async)                       \
+	X(cuMemsetD32Async_ptsz)                  \
+	X(cuMemAllocAsync)                        \
+	X(cuMemAllocAsync_ptsz)                   \
+	X(cuMemFreeAsync)                         \
+	X(cuMemFreeAsync_ptsz)                    \
+	X(cuMemAllocFromPoolAsync)                \
+	X(cuMemAllocFromPoolAsync_ptsz)           \
+	X(cuMemPoolCreate)                        \
+	X(cuMemPoolDestroy)                       \
+	X(cuMemPoolTrimTo)                        \
+	X(cuMemPoolExportToShareableHandle)       \
+	X(cuDeviceGetMemPool)                     \
+	X(cuMemcpy2D_v2)                          \
+	X(cuMemcpy2D_v2_ptds)                     \
+	X(cuMemcpy2DUnaligned_v2)                 \
+	X(cuMemcpy2DUnaligned_v2_ptds)            \
+	X(cuMemcpy2DAsync_v2)                     \
+	X(cuMemcpy2DAsync_v2_ptsz)                \
+	X(cuMemcpy3D_v2)                          \
+	X(cuMemcpy3D_v2_ptds)                     \
+	X(cuMemcpy3DAsync_v2)                     \
+	X(cuMemcpy3DAsync_v2_ptsz)                \
+	X(cuMemcpy3DPeer)                         \
+	X(cuMemcpy3DPeer_ptds)                    \
+	X(cuMemcpy3DPeerAsync)                    \
+	X(cuMemcpy3DPeerAsync_ptsz)               \
+	X(cuMemcpyPeer)                           \
+	X(cuMemcpyPeer_ptds)                      \
+	X(cuMemcpyPeerAsync)                      \
 	X(cuMemcpyPeerAsync_ptsz)
 
 struct shim_real {
@@ -176,6 +182,7 @@ enum shim_backing {
 	SHIM_BACK_DEVICE,       /* cuMemAlloc (hostmap, within the budget) */
 	SHIM_BACK_DEVICE_ASYNC, /* cuMemAllocAsync/FromPoolAsync (hostmap, within the budget) */
 	SHIM_BACK_HOST,         /* cuMemHostAlloc, device-mapped (hostmap, beyond the budget) */
+	SHIM_BACK_CHUNK,        /* a cuMemCreate chunk the program mapped (vmmap.c) */
 };
 
 /* ---- mem.c: allocations and residency ---- */
@@ -249,6 +256,8 @@ CUresult shim_alloc_insert(CUdeviceptr base, size_t bytes, enum shim_backing bac
                            struct shim_alloc **out);
 /* A retired baseline allocation whose memory went back: kept for the report. */
 void shim_alloc_bury(struct shim_alloc *a);
+/* The allocation holding p, or else the first one above p; NULL if none. */
+struct shim_alloc *shim_alloc_next(CUdeviceptr p);
 /* Evicts released allocations until the vmm's use, shim.ext_bytes and need fit
  * the budget (pass-through pools count against it). */
 void shim_mem_fit_external(size_t need, struct shim_alloc *const *keep, int nkeep);
@@ -299,6 +308,35 @@ void shim_base_get_info(size_t *free_b, size_t *total_b);
 void shim_base_report(FILE *f);
 void shim_base_json(FILE *f);
 
+/* ---- vmmap.c: chunks the program maps itself (cuMemCreate, cuMemMap) ---- */
+
+/* The wrappers' work: each takes the lock; handles and ranges the shim did
+ * not make go to the driver. */
+CUresult shim_chunk_create(CUmemGenericAllocationHandle *h, size_t size,
+                           const CUmemAllocationProp *prop, unsigned long long flags);
+CUresult shim_chunk_release(CUmemGenericAllocationHandle h);
+CUresult shim_chunk_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                        unsigned long long flags);
+CUresult shim_chunk_unmap(CUdeviceptr ptr, size_t size);
+CUresult shim_chunk_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                               size_t count);
+CUresult shim_chunk_retain(CUmemGenericAllocationHandle *h, void *addr);
+CUresult shim_chunk_props(CUmemAllocationProp *prop, CUmemGenericAllocationHandle h);
+CUresult shim_chunk_export(void *out, CUmemGenericAllocationHandle h,
+                           CUmemAllocationHandleType type, unsigned long long flags);
+CUresult shim_chunk_multicast(CUmemGenericAllocationHandle mc, size_t mc_off,
+                              CUmemGenericAllocationHandle h, size_t off, size_t size,
+                              unsigned long long flags);
+CUresult shim_chunk_multicast_addr(CUmemGenericAllocationHandle mc, size_t mc_off, CUdeviceptr ptr,
+                                   size_t size, unsigned long long flags);
+/* Under the lock: a chunk entry resident for an operation (its bytes back
+ * unless overwrite; room made first). Returns 0 or -errno. */
+int shim_chunk_hold(struct shim_alloc *a, struct shim_alloc *const *keep, int nkeep, int overwrite);
+/* Under the lock: copies a released chunk out to the vmm and unmaps it.
+ * Returns 0, -EBUSY (held, pinned, evicted) or -errno. */
+int shim_chunk_evict(struct shim_alloc *a);
+int shim_chunk_resident(const struct shim_alloc *a);
+
 /* ---- record.c: the launch recorder and its policy ---- */
 
 struct shim_alloc;
@@ -336,12 +374,13 @@ struct shim_alloc {
 	uint64_t obj; /* vmm object */
 	uint64_t seq; /* allocation number, for names */
 	enum shim_backing backing;
-	uint64_t prefetched_op;  /* uvm-prefetch: the operation it was last prefetched for */
-	void *host;              /* SHIM_BACK_HOST: the host address (cuMemFreeHost) */
-	int held;                /* acquired on the device (the shim releases in batches) */
-	int pinned;              /* never released (captured, exported, ...) */
-	struct dev_event *ready; /* the acquire's event, until it is known complete */
-	CUstream ready_waited;   /* the stream that already waits for it (if waited) */
+	uint64_t prefetched_op;   /* uvm-prefetch: the operation it was last prefetched for */
+	void *host;               /* SHIM_BACK_HOST: the host address (cuMemFreeHost) */
+	struct shim_chunk *chunk; /* SHIM_BACK_CHUNK: the program's chunk */
+	int held;                 /* acquired on the device (the shim releases in batches) */
+	int pinned;               /* never released (captured, exported, ...) */
+	struct dev_event *ready;  /* the acquire's event, until it is known complete */
+	CUstream ready_waited;    /* the stream that already waits for it (if waited) */
 	int waited;
 	uint32_t first_k;                  /* kstat of the first operation that used it, or -1 */
 	uint64_t h2d, d2h, h2disk, disk2h; /* bytes moved, filled in at free */
@@ -402,6 +441,8 @@ struct shim_state {
 	uint64_t freed_bytes;
 	uint64_t ext_bytes; /* held by allocations that pass through (counted in the budget) */
 	uint64_t async_allocs, async_reuses, async_waits;
+	/* chunks the program maps itself (vmmap.c) */
+	uint64_t nchunks_made, chunk_evictions, chunk_restores, chunk_h2d, chunk_d2h;
 	double t0;
 };
 extern struct shim_state shim;

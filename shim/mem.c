@@ -412,7 +412,7 @@ static struct dev_event *join_uses(void)
 
 static void release_one(struct shim_alloc *a, struct dev_event *done)
 {
-	if (vmm_release(shim.vmm, a->obj, 0, done) < 0)
+	if (a->backing == SHIM_BACK_VMM && vmm_release(shim.vmm, a->obj, 0, done) < 0)
 		SP_WARN(SHIM, "release of allocation %" PRIu64 ": %s", a->seq, sp_last_error());
 	a->held = 0;
 	a->ready = NULL;
@@ -446,6 +446,10 @@ static int hold(struct shim_alloc *a, struct shim_alloc *const *keep, int nkeep,
 {
 	void *ptr = NULL;
 	struct dev_event *ready = NULL;
+	if (a->backing == SHIM_BACK_CHUNK) {
+		*where = shim_chunk_resident(a) ? 1u : VMM_INFO_HOST;
+		return shim_chunk_hold(a, keep, nkeep, acc == VMM_OVERWRITE);
+	}
 	*where = vmm_obj_where(shim.vmm, a->obj);
 	if (!(*where & 1u)) {
 		/* a miss that must evict: let the policy choose among everything the
@@ -492,8 +496,10 @@ void shim_mem_fit_external(size_t need, struct shim_alloc *const *keep, int nkee
 			int k = 0;
 			while (k < nkeep && keep[k] != a)
 				k++;
-			if (k < nkeep || a->held || a->pinned ||
-			    !(vmm_obj_where(shim.vmm, a->obj) & 1u))
+			int resident = a->backing == SHIM_BACK_CHUNK
+			                   ? shim_chunk_resident(a)
+			                   : (vmm_obj_where(shim.vmm, a->obj) & 1u) != 0;
+			if (k < nkeep || a->held || a->pinned || !resident)
 				continue;
 			if (!victim || a->last_use < victim->last_use)
 				victim = a;
@@ -503,7 +509,9 @@ void shim_mem_fit_external(size_t need, struct shim_alloc *const *keep, int nkee
 			released = 1;
 			continue;
 		}
-		if (!victim || vmm_evict(shim.vmm, victim->obj, 0) < 0)
+		if (!victim ||
+		    (victim->backing == SHIM_BACK_CHUNK ? shim_chunk_evict(victim)
+		                                        : vmm_evict(shim.vmm, victim->obj, 0)) < 0)
 			return; /* the acquire then fails, or fits the vmm's own room */
 	}
 }
@@ -818,7 +826,8 @@ void shim_op_end(struct shim_op *op, CUresult driver_result)
 	int released = 0;
 	for (int i = 0; i < npre; i++) {
 		struct shim_alloc *a = find((CUdeviceptr)pre[i]);
-		if (!a || a->held || (vmm_obj_where(shim.vmm, a->obj) & 1u))
+		if (!a || a->held || a->backing != SHIM_BACK_VMM ||
+		    (vmm_obj_where(shim.vmm, a->obj) & 1u))
 			continue;
 		uint64_t used = 0, cap = 0;
 		if (!released && vmm_place_usage(shim.vmm, 0, &used, &cap) == 0 &&
@@ -944,6 +953,14 @@ struct shim_alloc *shim_alloc_find(CUdeviceptr p)
 	return find(p);
 }
 
+struct shim_alloc *shim_alloc_next(CUdeviceptr p)
+{
+	size_t i = upper(p);
+	if (i && p - shim.allocs[i - 1]->base < shim.allocs[i - 1]->bytes)
+		return shim.allocs[i - 1];
+	return i < shim.nallocs ? shim.allocs[i] : NULL;
+}
+
 int shim_alloc_freed(CUdeviceptr p)
 {
 	return shim.ngrave && in_grave(p);
@@ -1033,6 +1050,10 @@ CUresult shim_mem_free(CUdeviceptr dptr)
 			SP_WARN(SHIM, "cuMemFree of %#llx: not an allocation (%d)",
 			        (unsigned long long)dptr, (int)r);
 		return r;
+	}
+	if (a->backing == SHIM_BACK_CHUNK) { /* mapped memory is not cuMemFree's */
+		pthread_mutex_unlock(&shim.lock);
+		return CUDA_ERROR_INVALID_VALUE;
 	}
 	if (a->backing != SHIM_BACK_VMM) { /* a baseline's: the driver's free */
 		CUresult r = shim_base_free(a, 0, NULL, 0);

@@ -269,6 +269,10 @@ CUresult shim_free_async(CUdeviceptr dptr, CUstream s, int ptds)
 		return ptds ? shim_real.cuMemFreeAsync_ptsz(dptr, s)
 		            : shim_real.cuMemFreeAsync(dptr, s);
 	}
+	if (a->backing == SHIM_BACK_CHUNK) { /* mapped memory is not a pool's */
+		pthread_mutex_unlock(&shim.lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 	if (a->backing != SHIM_BACK_VMM) {
 		CUresult r = shim_base_free(a, 1, s, ptds);
 		pthread_mutex_unlock(&shim.lock);

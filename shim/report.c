@@ -56,7 +56,10 @@ static struct alloc_row *collect(size_t *n)
 		struct alloc_row *r = &rows[k++];
 		r->a = shim.allocs[i];
 		r->live = 1;
-		if (shim.vmm && vmm_obj_info(shim.vmm, r->a->obj, &inf) == 0) {
+		if (r->a->backing != SHIM_BACK_VMM) {
+			r->h2d = r->a->h2d;
+			r->d2h = r->a->d2h;
+		} else if (shim.vmm && vmm_obj_info(shim.vmm, r->a->obj, &inf) == 0) {
 			r->h2d = inf.bytes_moved[VMM_XFER_H2D];
 			r->d2h = inf.bytes_moved[VMM_XFER_D2H];
 			r->h2disk = inf.bytes_moved[VMM_XFER_H2DISK];
@@ -120,6 +123,13 @@ static void print_locked(FILE *f)
 		        "spill shim: policy %s: no repeating iteration seen (LRU), %" PRIu64
 		        " batch releases\n",
 		        shim.params.shim_policy, shim.batch_releases);
+	if (shim.nchunks_made)
+		fprintf(f,
+		        "spill shim: %" PRIu64 " chunks the program mapped itself: %" PRIu64
+		        " evictions (%s out), %" PRIu64 " restores (%s in)\n",
+		        shim.nchunks_made, shim.chunk_evictions,
+		        sp_format_size(shim.chunk_d2h, b[1], 32), shim.chunk_restores,
+		        sp_format_size(shim.chunk_h2d, b[2], 32));
 	if (shim.refused)
 		fprintf(f, "spill shim: %" PRIu64 " operations refused (freed memory)\n",
 		        shim.refused);

@@ -20,6 +20,10 @@
 #    has work queued on it keeps the new owner's bytes; an exportable pool is
 #    passed through with one log line and counted in the budget (the emulated
 #    device's peak stays within it);
+#  - a program that reserves a range and maps cuMemCreate chunks into it
+#    (expandable segments) at 3x the budget: the same checksums, the chunks
+#    evicted and restored at their addresses, the device's peak within the
+#    budget, an exportable chunk pinned with one log line;
 #  - the baselines SPILL_SHIM_MODE=uvm|uvm-prefetch|hostmap run the same
 #    programs at 3x the budget with the same checksums, and the report names
 #    the mode; a bad mode is one line naming SPILL_SHIM_MODE.
@@ -119,6 +123,22 @@ for prog in cuprog_async cuprog_async_ptds; do
 	peak=$(sed -n 's/^device peak=//p' "$work/a1")
 	[ -n "$peak" ] && [ "$peak" -le $((16 << 20)) ] || fail "$prog: device peak $peak over the 16 MiB budget"
 done
+
+# ---- chunks the program maps itself (cuMemCreate/cuMemMap, expandable segments): 3x the budget ----
+"$D/cuprog_vmm" 12 4 3 >"$work/v0" 2>&1 || fail "cuprog_vmm without the shim: $(tail -2 "$work/v0")"
+SPILL_DEVICE_MEM=16M shim "$D/cuprog_vmm" 12 4 3 >"$work/v1" 2>"$work/v1.err" ||
+	fail "cuprog_vmm with the shim: $(tail -3 "$work/v1") $(grep -v '^[#a-z ]' "$work/v1.err" | tail -3)"
+for k in checksum remap; do
+	a=$(grep "^$k=" "$work/v0")
+	b=$(grep "^$k=" "$work/v1")
+	[ -n "$a" ] && [ "$a" = "$b" ] || fail "cuprog_vmm: $k differs ($a, $b)"
+done
+echo "cuprog_vmm: without $(grep -h '^checksum\|^remap' "$work/v0" | tr '\n' ' ')with $(grep -h '^checksum\|^remap' "$work/v1" | tr '\n' ' ')$(grep -o '[0-9]* chunks .*' "$work/v1.err"); $(grep 'device peak' "$work/v1")"
+grep -q 'chunks the program mapped itself: [1-9][0-9]* evictions' "$work/v1.err" || fail "cuprog_vmm: no chunk evicted"
+[ "$(grep -c 'memory chunk 0x[0-9a-f]* (4194304 bytes) is exportable' "$work/v1.err")" -eq 1 ] ||
+	fail "cuprog_vmm: not one log line for the exportable chunk"
+peak=$(sed -n 's/^device peak=//p' "$work/v1")
+[ -n "$peak" ] && [ "$peak" -le $((16 << 20)) ] || fail "cuprog_vmm: device peak $peak over the 16 MiB budget"
 
 # ---- the baselines: one switch, the same programs, the same checksums -----------------------
 # SPILL_SHIM_MODE=uvm (managed memory, the driver oversubscribes: the device
