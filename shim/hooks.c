@@ -196,6 +196,77 @@ SHIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 	return shim_real.cuIpcGetMemHandle(handle, dptr);
 }
 
+/* ---- memory the program maps itself (vmmap.c) ---------------------------------------- */
+
+SHIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
+                              const CUmemAllocationProp *prop, unsigned long long flags)
+{
+	ENSURE_REAL(cuMemCreate);
+	return shim_chunk_create(h, size, prop, flags);
+}
+
+SHIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle h)
+{
+	ENSURE_REAL(cuMemRelease);
+	return shim_chunk_release(h);
+}
+
+SHIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                           CUmemGenericAllocationHandle h, unsigned long long flags)
+{
+	ENSURE_REAL(cuMemMap);
+	return shim_chunk_map(ptr, size, offset, h, flags);
+}
+
+SHIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	ENSURE_REAL(cuMemUnmap);
+	return shim_chunk_unmap(ptr, size);
+}
+
+SHIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                                 size_t count)
+{
+	ENSURE_REAL(cuMemSetAccess);
+	return shim_chunk_set_access(ptr, size, desc, count);
+}
+
+SHIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)
+{
+	ENSURE_REAL(cuMemRetainAllocationHandle);
+	return shim_chunk_retain(h, addr);
+}
+
+SHIM_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+                                                         CUmemGenericAllocationHandle h)
+{
+	ENSURE_REAL(cuMemGetAllocationPropertiesFromHandle);
+	return shim_chunk_props(prop, h);
+}
+
+SHIM_API CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h,
+                                               CUmemAllocationHandleType type,
+                                               unsigned long long flags)
+{
+	ENSURE_REAL(cuMemExportToShareableHandle);
+	return shim_chunk_export(out, h, type, flags);
+}
+
+SHIM_API CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mc, size_t mc_off,
+                                     CUmemGenericAllocationHandle h, size_t off, size_t size,
+                                     unsigned long long flags)
+{
+	ENSURE_REAL(cuMulticastBindMem);
+	return shim_chunk_multicast(mc, mc_off, h, off, size, flags);
+}
+
+SHIM_API CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mc, size_t mc_off,
+                                      CUdeviceptr ptr, size_t size, unsigned long long flags)
+{
+	ENSURE_REAL(cuMulticastBindAddr);
+	return shim_chunk_multicast_addr(mc, mc_off, ptr, size, flags);
+}
+
 /* ---- stream-ordered allocation and pools (pool.c) ---------------------------------- */
 
 SHIM_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s)
@@ -547,6 +618,16 @@ static const struct wrapper wrappers[] = {
     W(cuMemGetInfo_v2),
     W(cuMemGetAddressRange_v2),
     W(cuIpcGetMemHandle),
+    W(cuMemCreate),
+    W(cuMemRelease),
+    W(cuMemMap),
+    W(cuMemUnmap),
+    W(cuMemSetAccess),
+    W(cuMemRetainAllocationHandle),
+    W(cuMemGetAllocationPropertiesFromHandle),
+    W(cuMemExportToShareableHandle),
+    W(cuMulticastBindMem),
+    W(cuMulticastBindAddr),
     W(cuStreamBeginCapture_v2),
     W(cuStreamBeginCapture_v2_ptsz),
     W(cuLaunchKernel),

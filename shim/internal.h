@@ -9,6 +9,8 @@
  *   mem.c     the allocation table, residency before each operation, budget
  *   pool.c    stream-ordered allocation: cuMemAllocAsync, cuMemFreeAsync, pools
  *   record.c  the launch recorder: finds the repeating iteration, Belady hints
+ *   mode.c    the baselines SPILL_SHIM_MODE=uvm|uvm-prefetch|hostmap
+ *   vmmap.c   cuMemCreate/cuMemMap chunks the program maps itself
  *   report.c  swap volume per allocation and per kernel, JSON, Chrome trace
  * The public interface is the CUDA driver API itself and SPILL_* variables
  * (docs/shim.md). Only cu* and dlsym are exported (shim/exports.map).
@@ -35,112 +37,121 @@
 
 /* Real driver entry points by concrete export name, resolved from libcuda.so.1
  * itself (never through the shim's own hooks). NULL when the driver lacks one. */
-#define SHIM_REAL_FNS(X)                    \
-	X(cuInit)                           \
-	X(cuGetErrorString)                 \
-	X(cuGetProcAddress)                 \
-	X(cuGetProcAddress_v2)              \
-	X(cuCtxGetCurrent)                  \
-	X(cuCtxGetDevice)                   \
-	X(cuCtxPushCurrent_v2)              \
-	X(cuCtxPopCurrent_v2)               \
-	X(cuCtxSynchronize)                 \
-	X(cuDeviceTotalMem_v2)              \
-	X(cuDeviceGetName)                  \
-	X(cuMemAlloc_v2)                    \
-	X(cuMemAllocPitch_v2)               \
-	X(cuMemFree_v2)                     \
-	X(cuMemGetInfo_v2)                  \
-	X(cuMemGetAddressRange_v2)          \
-	X(cuMemHostAlloc)                   \
-	X(cuMemFreeHost)                    \
-	X(cuMemAddressReserve)              \
-	X(cuMemAddressFree)                 \
-	X(cuMemCreate)                      \
-	X(cuMemRelease)                     \
-	X(cuMemMap)                         \
-	X(cuMemUnmap)                       \
-	X(cuMemSetAccess)                   \
-	X(cuMemGetAllocationGranularity)    \
-	X(cuIpcGetMemHandle)                \
-	X(cuStreamCreate)                   \
-	X(cuStreamDestroy_v2)               \
-	X(cuStreamSynchronize)              \
-	X(cuStreamWaitEvent)                \
-	X(cuStreamBeginCapture_v2)          \
-	X(cuStreamBeginCapture_v2_ptsz)     \
-	X(cuEventCreate)                    \
-	X(cuEventDestroy_v2)                \
-	X(cuEventRecord)                    \
-	X(cuEventQuery)                     \
-	X(cuEventSynchronize)               \
-	X(cuEventElapsedTime_v2)            \
-	X(cuLaunchHostFunc)                 \
-	X(cuFuncGetParamInfo)               \
-	X(cuKernelGetParamInfo)             \
-	X(cuFuncGetName)                    \
-	X(cuLaunchKernel)                   \
-	X(cuLaunchKernel_ptsz)              \
-	X(cuLaunchKernelEx)                 \
-	X(cuLaunchKernelEx_ptsz)            \
-	X(cuLaunchCooperativeKernel)        \
-	X(cuLaunchCooperativeKernel_ptsz)   \
-	X(cuMemcpy)                         \
-	X(cuMemcpy_ptds)                    \
-	X(cuMemcpyAsync)                    \
-	X(cuMemcpyAsync_ptsz)               \
-	X(cuMemcpyHtoD_v2)                  \
-	X(cuMemcpyHtoD_v2_ptds)             \
-	X(cuMemcpyDtoH_v2)                  \
-	X(cuMemcpyDtoH_v2_ptds)             \
-	X(cuMemcpyDtoD_v2)                  \
-	X(cuMemcpyDtoD_v2_ptds)             \
-	X(cuMemcpyHtoDAsync_v2)             \
-	X(cuMemcpyHtoDAsync_v2_ptsz)        \
-	X(cuMemcpyDtoHAsync_v2)             \
-	X(cuMemcpyDtoHAsync_v2_ptsz)        \
-	X(cuMemcpyDtoDAsync_v2)             \
-	X(cuMemcpyDtoDAsync_v2_ptsz)        \
-	X(cuMemsetD8_v2)                    \
-	X(cuMemsetD8_v2_ptds)               \
-	X(cuMemsetD16_v2)                   \
-	X(cuMemsetD16_v2_ptds)              \
-	X(cuMemsetD32_v2)                   \
-	X(cuMemsetD32_v2_ptds)              \
-	X(cuMemsetD8Async)                  \
-	X(cuMemsetD8Async_ptsz)             \
-	X(cuMemsetD16Async)                 \
-	X(cuMemsetD16Async_ptsz)            \
-	X(cuMemsetD32Async)                 \
-	X(cuMemsetD32Async_ptsz)            \
-	X(cuMemAllocAsync)                  \
-	X(cuMemAllocAsync_ptsz)             \
-	X(cuMemFreeAsync)                   \
-	X(cuMemFreeAsync_ptsz)              \
-	X(cuMemAllocFromPoolAsync)          \
-	X(cuMemAllocFromPoolAsync_ptsz)     \
-	X(cuMemPoolCreate)                  \
-	X(cuMemPoolDestroy)                 \
-	X(cuMemPoolTrimTo)                  \
-	X(cuMemPoolExportToShareableHandle) \
-	X(cuDeviceGetMemPool)               \
-	X(cuMemcpy2D_v2)                    \
-	X(cuMemcpy2D_v2_ptds)               \
-	X(cuMemcpy2DUnaligned_v2)           \
-	X(cuMemcpy2DUnaligned_v2_ptds)      \
-	X(cuMemcpy2DAsync_v2)               \
-	X(cuMemcpy2DAsync_v2_ptsz)          \
-	X(cuMemcpy3D_v2)                    \
-	X(cuMemcpy3D_v2_ptds)               \
-	X(cuMemcpy3DAsync_v2)               \
-	X(cuMemcpy3DAsync_v2_ptsz)          \
-	X(cuMemcpy3DPeer)                   \
-	X(cuMemcpy3DPeer_ptds)              \
-	X(cuMemcpy3DPeerAsync)              \
-	X(cuMemcpy3DPeerAsync_ptsz)         \
-	X(cuMemcpyPeer)                     \
-	X(cuMemcpyPeer_ptds)                \
-	X(cuMemcpyPeerAsync)                \
+#define SHIM_REAL_FNS(X)                          \
+	X(cuInit)                                 \
+	X(cuGetErrorString)                       \
+	X(cuGetProcAddress)                       \
+	X(cuGetProcAddress_v2)                    \
+	X(cuCtxGetCurrent)                        \
+	X(cuCtxGetDevice)                         \
+	X(cuCtxPushCurrent_v2)                    \
+	X(cuCtxPopCurrent_v2)                     \
+	X(cuCtxSynchronize)                       \
+	X(cuDeviceTotalMem_v2)                    \
+	X(cuDeviceGetName)                        \
+	X(cuMemAlloc_v2)                          \
+	X(cuMemAllocPitch_v2)                     \
+	X(cuMemFree_v2)                           \
+	X(cuMemGetInfo_v2)                        \
+	X(cuMemGetAddressRange_v2)                \
+	X(cuMemHostAlloc)                         \
+	X(cuMemHostGetDevicePointer_v2)           \
+	X(cuMemAllocManaged)                      \
+	X(cuMemPrefetchAsync_v2)                  \
+	X(cuMemPrefetchAsync_v2_ptsz)             \
+	X(cuMemFreeHost)                          \
+	X(cuMemAddressReserve)                    \
+	X(cuMemAddressFree)                       \
+	X(cuMemCreate)                            \
+	X(cuMemRelease)                           \
+	X(cuMemMap)                               \
+	X(cuMemUnmap)                             \
+	X(cuMemSetAccess)                         \
+	X(cuMemRetainAllocationHandle)            \
+	X(cuMemGetAllocationPropertiesFromHandle) \
+	X(cuMemExportToShareableHandle)           \
+	X(cuMulticastBindMem)                     \
+	X(cuMulticastBindAddr)                    \
+	X(cuMemGetAllocationGranularity)          \
+	X(cuIpcGetMemHandle)                      \
+	X(cuStreamCreate)                         \
+	X(cuStreamDestroy_v2)                     \
+	X(cuStreamSynchronize)                    \
+	X(cuStreamWaitEvent)                      \
+	X(cuStreamBeginCapture_v2)                \
+	X(cuStreamBeginCapture_v2_ptsz)           \
+	X(cuEventCreate)                          \
+	X(cuEventDestroy_v2)                      \
+	X(cuEventRecord)                          \
+	X(cuEventQuery)                           \
+	X(cuEventSynchronize)                     \
+	X(cuEventElapsedTime_v2)                  \
+	X(cuLaunchHostFunc)                       \
+	X(cuFuncGetParamInfo)                     \
+	X(cuKernelGetParamInfo)                   \
+	X(cuFuncGetName)                          \
+	X(cuLaunchKernel)                         \
+	X(cuLaunchKernel_ptsz)                    \
+	X(cuLaunchKernelEx)                       \
+	X(cuLaunchKernelEx_ptsz)                  \
+	X(cuLaunchCooperativeKernel)              \
+	X(cuLaunchCooperativeKernel_ptsz)         \
+	X(cuMemcpy)                               \
+	X(cuMemcpy_ptds)                          \
+	X(cuMemcpyAsync)                          \
+	X(cuMemcpyAsync_ptsz)                     \
+	X(cuMemcpyHtoD_v2)                        \
+	X(cuMemcpyHtoD_v2_ptds)                   \
+	X(cuMemcpyDtoH_v2)                        \
+	X(cuMemcpyDtoH_v2_ptds)                   \
+	X(cuMemcpyDtoD_v2)                        \
+	X(cuMemcpyDtoD_v2_ptds)                   \
+	X(cuMemcpyHtoDAsync_v2)                   \
+	X(cuMemcpyHtoDAsync_v2_ptsz)              \
+	X(cuMemcpyDtoHAsync_v2)                   \
+	X(cuMemcpyDtoHAsync_v2_ptsz)              \
+	X(cuMemcpyDtoDAsync_v2)                   \
+	X(cuMemcpyDtoDAsync_v2_ptsz)              \
+	X(cuMemsetD8_v2)                          \
+	X(cuMemsetD8_v2_ptds)                     \
+	X(cuMemsetD16_v2)                         \
+	X(cuMemsetD16_v2_ptds)                    \
+	X(cuMemsetD32_v2)                         \
+	X(cuMemsetD32_v2_ptds)                    \
+	X(cuMemsetD8Async)                        \
+	X(cuMemsetD8Async_ptsz)                   \
+	X(cuMemsetD16Async)                       \
+	X(cuMemsetD16Async_ptsz)                  \
+	X(cuMemsetD32Async)                       \
+	X(cuMemsetD32Async_ptsz)                  \
+	X(cuMemAllocAsync)                        \
+	X(cuMemAllocAsync_ptsz)                   \
+	X(cuMemFreeAsync)                         \
+	X(cuMemFreeAsync_ptsz)                    \
+	X(cuMemAllocFromPoolAsync)                \
+	X(cuMemAllocFromPoolAsync_ptsz)           \
+	X(cuMemPoolCreate)                        \
+	X(cuMemPoolDestroy)                       \
+	X(cuMemPoolTrimTo)                        \
+	X(cuMemPoolExportToShareableHandle)       \
+	X(cuDeviceGetMemPool)                     \
+	X(cuMemcpy2D_v2)                          \
+	X(cuMemcpy2D_v2_ptds)                     \
+	X(cuMemcpy2DUnaligned_v2)                 \
+	X(cuMemcpy2DUnaligned_v2_ptds)            \
+	X(cuMemcpy2DAsync_v2)                     \
+	X(cuMemcpy2DAsync_v2_ptsz)                \
+	X(cuMemcpy3D_v2)                          \
+	X(cuMemcpy3D_v2_ptds)                     \
+	X(cuMemcpy3DAsync_v2)                     \
+	X(cuMemcpy3DAsync_v2_ptsz)                \
+	X(cuMemcpy3DPeer)                         \
+	X(cuMemcpy3DPeer_ptds)                    \
+	X(cuMemcpy3DPeerAsync)                    \
+	X(cuMemcpy3DPeerAsync_ptsz)               \
+	X(cuMemcpyPeer)                           \
+	X(cuMemcpyPeer_ptds)                      \
+	X(cuMemcpyPeerAsync)                      \
 	X(cuMemcpyPeerAsync_ptsz)
 
 struct shim_real {
@@ -153,6 +164,26 @@ extern struct shim_real shim_real;
 /* Resolves the real driver once (cheap; safe from any thread and hook).
  * Returns 0, or -ENODEV when libcuda.so.1 cannot be loaded. */
 int shim_real_init(void);
+
+/* ---- modes (mode.c) ---- */
+
+/* SPILL_SHIM_MODE: what backs the program's allocations. */
+enum shim_mode {
+	SHIM_MODE_SPILL,        /* evictable vmm objects (the shim itself) */
+	SHIM_MODE_UVM,          /* managed memory; the driver oversubscribes */
+	SHIM_MODE_UVM_PREFETCH, /* managed memory, prefetched before each launch */
+	SHIM_MODE_HOSTMAP,      /* the device up to the budget, zero-copy pinned host beyond */
+};
+
+/* What one allocation is, as the mode made it. */
+enum shim_backing {
+	SHIM_BACK_VMM,          /* a stable vmm object (spill) */
+	SHIM_BACK_MANAGED,      /* cuMemAllocManaged */
+	SHIM_BACK_DEVICE,       /* cuMemAlloc (hostmap, within the budget) */
+	SHIM_BACK_DEVICE_ASYNC, /* cuMemAllocAsync/FromPoolAsync (hostmap, within the budget) */
+	SHIM_BACK_HOST,         /* cuMemHostAlloc, device-mapped (hostmap, beyond the budget) */
+	SHIM_BACK_CHUNK,        /* a cuMemCreate chunk the program mapped (vmmap.c) */
+};
 
 /* ---- mem.c: allocations and residency ---- */
 
@@ -200,7 +231,7 @@ int shim_mem_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *bytes);
 void shim_mem_pin_all(const char *why);
 
 struct shim_alloc;
-/* Under the lock (mem.c, for pool.c): */
+/* Under the lock (mem.c, for pool.c and mode.c): */
 /* Opens the vmm at the first allocation. Returns 0, or -errno (pass through;
  * -EAGAIN: no context yet). */
 int shim_mm_init(void);
@@ -212,10 +243,21 @@ int shim_alloc_freed(CUdeviceptr p);
 /* Out of the table, its range counted as freed; a held copy is released
  * after done (NULL: every use has completed). */
 void shim_alloc_retire(struct shim_alloc *a, struct dev_event *done);
+/* Out of the table, nothing remembered: a baseline's free (the driver may
+ * hand the range out again, and what reaches it is the driver's business). */
+void shim_alloc_untrack(struct shim_alloc *a);
 /* Back into the table (a reuse of a retired one). Returns 0 or -ENOMEM. */
 int shim_alloc_revive(struct shim_alloc *a);
 /* Destroys a retired allocation's object; the record goes to the report. */
 void shim_alloc_destroy(struct shim_alloc *a);
+/* A baseline mode's allocation, made by the driver at base, in the table
+ * (backing says what it is). Returns CUDA_SUCCESS or CUDA_ERROR_OUT_OF_MEMORY. */
+CUresult shim_alloc_insert(CUdeviceptr base, size_t bytes, enum shim_backing backing,
+                           struct shim_alloc **out);
+/* A retired baseline allocation whose memory went back: kept for the report. */
+void shim_alloc_bury(struct shim_alloc *a);
+/* The allocation holding p, or else the first one above p; NULL if none. */
+struct shim_alloc *shim_alloc_next(CUdeviceptr p);
 /* Evicts released allocations until the vmm's use, shim.ext_bytes and need fit
  * the budget (pass-through pools count against it). */
 void shim_mem_fit_external(size_t need, struct shim_alloc *const *keep, int nkeep);
@@ -241,6 +283,60 @@ void shim_pool_reclaim(enum shim_reclaim how);
 /* Under the lock: a pass-through allocation freed with cuMemFree. */
 void shim_pool_forget_external(CUdeviceptr p);
 
+/* ---- mode.c: the baselines one program is measured against ---- */
+
+/* The mode named by s (NULL or empty: spill). Returns 0, or -EINVAL with a
+ * message naming SPILL_SHIM_MODE and the accepted values. */
+int shim_mode_parse(const char *s, enum shim_mode *out);
+const char *shim_mode_name(enum shim_mode m);
+/* Under the lock, from mm_init (params and budget set): the uvm modes hold
+ * the device beyond the budget with one allocation of their own (a balloon),
+ * so the driver oversubscribes at the budget. Returns 0 or -errno. */
+int shim_base_init(void);
+/* Under the lock: an allocation of a baseline mode (async: stream-ordered;
+ * pool NULL: the current device's). Returns CUDA_SUCCESS or the driver's error. */
+CUresult shim_base_alloc(CUdeviceptr *dptr, size_t bytes, const char *api, int async,
+                         CUmemoryPool pool, CUstream s, int ptds);
+/* Under the lock: frees a baseline allocation now (async 0) or once the work
+ * queued on s so far is done (async 1, cuMemFreeAsync). */
+CUresult shim_base_free(struct shim_alloc *a, int async, CUstream s, int ptds);
+/* Under the lock (uvm-prefetch): prefetches allocations to the device on s. */
+void shim_base_prefetch(struct shim_alloc *const *a, int n, CUstream s, uint64_t op);
+/* Under the lock: cuMemGetInfo as the program sees it in a baseline mode. */
+void shim_base_get_info(size_t *free_b, size_t *total_b);
+/* Under the lock: the report's lines and JSON fields of a baseline mode. */
+void shim_base_report(FILE *f);
+void shim_base_json(FILE *f);
+
+/* ---- vmmap.c: chunks the program maps itself (cuMemCreate, cuMemMap) ---- */
+
+/* The wrappers' work: each takes the lock; handles and ranges the shim did
+ * not make go to the driver. */
+CUresult shim_chunk_create(CUmemGenericAllocationHandle *h, size_t size,
+                           const CUmemAllocationProp *prop, unsigned long long flags);
+CUresult shim_chunk_release(CUmemGenericAllocationHandle h);
+CUresult shim_chunk_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                        unsigned long long flags);
+CUresult shim_chunk_unmap(CUdeviceptr ptr, size_t size);
+CUresult shim_chunk_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                               size_t count);
+CUresult shim_chunk_retain(CUmemGenericAllocationHandle *h, void *addr);
+CUresult shim_chunk_props(CUmemAllocationProp *prop, CUmemGenericAllocationHandle h);
+CUresult shim_chunk_export(void *out, CUmemGenericAllocationHandle h,
+                           CUmemAllocationHandleType type, unsigned long long flags);
+CUresult shim_chunk_multicast(CUmemGenericAllocationHandle mc, size_t mc_off,
+                              CUmemGenericAllocationHandle h, size_t off, size_t size,
+                              unsigned long long flags);
+CUresult shim_chunk_multicast_addr(CUmemGenericAllocationHandle mc, size_t mc_off, CUdeviceptr ptr,
+                                   size_t size, unsigned long long flags);
+/* Under the lock: a chunk entry resident for an operation (its bytes back
+ * unless overwrite; room made first). Returns 0 or -errno. */
+int shim_chunk_hold(struct shim_alloc *a, struct shim_alloc *const *keep, int nkeep, int overwrite);
+/* Under the lock: copies a released chunk out to the vmm and unmaps it.
+ * Returns 0, -EBUSY (held, pinned, evicted) or -errno. */
+int shim_chunk_evict(struct shim_alloc *a);
+int shim_chunk_resident(const struct shim_alloc *a);
+
 /* ---- record.c: the launch recorder and its policy ---- */
 
 struct shim_alloc;
@@ -248,7 +344,7 @@ struct shim_rec;
 /* Lives as long as the process, like the shim's vmm (neither is closed). */
 struct shim_rec *shim_rec_new(int belady);
 /* One operation with its touched allocations (keys: their base addresses).
- * Returns the keys to prefetch next (at most max) into out. */
+ * Returns the keys to prefetch next (at most max) into out. v NULL: no hints. */
 int shim_rec_op(struct shim_rec *r, struct vmm *v, uint64_t sig, struct shim_alloc *const *a, int n,
                 uint64_t *prefetch, int max);
 /* The latest iteration found (0: none yet) and how many times it repeated;
@@ -274,13 +370,17 @@ struct shim_launch_rec {
 
 struct shim_alloc {
 	CUdeviceptr base;
-	size_t bytes;            /* as the program asked */
-	uint64_t obj;            /* vmm object */
-	uint64_t seq;            /* allocation number, for names */
-	int held;                /* acquired on the device (the shim releases in batches) */
-	int pinned;              /* never released (captured, exported, ...) */
-	struct dev_event *ready; /* the acquire's event, until it is known complete */
-	CUstream ready_waited;   /* the stream that already waits for it (if waited) */
+	size_t bytes; /* as the program asked */
+	uint64_t obj; /* vmm object */
+	uint64_t seq; /* allocation number, for names */
+	enum shim_backing backing;
+	uint64_t prefetched_op;   /* uvm-prefetch: the operation it was last prefetched for */
+	void *host;               /* SHIM_BACK_HOST: the host address (cuMemFreeHost) */
+	struct shim_chunk *chunk; /* SHIM_BACK_CHUNK: the program's chunk */
+	int held;                 /* acquired on the device (the shim releases in batches) */
+	int pinned;               /* never released (captured, exported, ...) */
+	struct dev_event *ready;  /* the acquire's event, until it is known complete */
+	CUstream ready_waited;    /* the stream that already waits for it (if waited) */
 	int waited;
 	uint32_t first_k;                  /* kstat of the first operation that used it, or -1 */
 	uint64_t h2d, d2h, h2disk, disk2h; /* bytes moved, filled in at free */
@@ -295,9 +395,10 @@ struct shim_alloc {
 
 struct shim_state {
 	pthread_mutex_t lock;
-	int ready;     /* vmm open */
-	int failed;    /* init failed: pass everything through */
-	int capturing; /* a stream began capturing: new allocations are pinned */
+	int ready;           /* vmm open */
+	int failed;          /* init failed: pass everything through */
+	int capturing;       /* a stream began capturing: new allocations are pinned */
+	enum shim_mode mode; /* set before ready */
 	struct sp_params params;
 	struct dev_driver_api api;
 	struct dev_ctx *dev;
@@ -340,6 +441,8 @@ struct shim_state {
 	uint64_t freed_bytes;
 	uint64_t ext_bytes; /* held by allocations that pass through (counted in the budget) */
 	uint64_t async_allocs, async_reuses, async_waits;
+	/* chunks the program maps itself (vmmap.c) */
+	uint64_t nchunks_made, chunk_evictions, chunk_restores, chunk_h2d, chunk_d2h;
 	double t0;
 };
 extern struct shim_state shim;

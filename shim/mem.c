@@ -275,6 +275,26 @@ static int fill_api(void)
 	return 0;
 }
 
+/* mm_init for a baseline mode (mode.c): no vmm; the recorder for uvm-prefetch. */
+static int base_init(void)
+{
+	SP_CHECK(shim_base_init());
+	shim.rec = shim_rec_new(shim.mode == SHIM_MODE_UVM_PREFETCH);
+	if (!shim.rec)
+		return sp_error(-ENOMEM, "shim: out of memory");
+	shim_kstat_get("memcpy");
+	shim_kstat_get("memset");
+	shim.t0 = now_s();
+	shim.failed = 0;
+	__atomic_store_n(&shim.ready, 1, __ATOMIC_RELEASE);
+	char a[32];
+	SP_INFO(SHIM, "mode %s (SPILL_SHIM_MODE), device memory budget %s (SPILL_DEVICE_MEM)",
+	        shim_mode_name(shim.mode), sp_format_size(shim.budget, a, sizeof(a)));
+	atexit(shim_report_at_exit);
+	shim_report_start_signal();
+	return 0;
+}
+
 /* Opens the vmm in the program's current context, at its first allocation.
  * Under the lock. Returns 0, or -errno (the shim then passes through). */
 static int mm_init(void)
@@ -300,6 +320,9 @@ static int mm_init(void)
 	if (!shim_real.cuMemGetInfo_v2 || shim_real.cuMemGetInfo_v2(&free_b, &total_b))
 		return sp_error(-ENODEV, "shim: cuMemGetInfo failed");
 	shim.budget = shim.params.device_mem ? shim.params.device_mem : free_b / 10 * 9;
+	SP_CHECK(shim_mode_parse(shim.params.shim_mode, &shim.mode));
+	if (shim.mode != SHIM_MODE_SPILL)
+		return base_init();
 	fill_api();
 	struct dev_config dc = {.backend = DEV_BACKEND_DRIVER,
 	                        .ndevices = 1,
@@ -389,7 +412,7 @@ static struct dev_event *join_uses(void)
 
 static void release_one(struct shim_alloc *a, struct dev_event *done)
 {
-	if (vmm_release(shim.vmm, a->obj, 0, done) < 0)
+	if (a->backing == SHIM_BACK_VMM && vmm_release(shim.vmm, a->obj, 0, done) < 0)
 		SP_WARN(SHIM, "release of allocation %" PRIu64 ": %s", a->seq, sp_last_error());
 	a->held = 0;
 	a->ready = NULL;
@@ -423,6 +446,10 @@ static int hold(struct shim_alloc *a, struct shim_alloc *const *keep, int nkeep,
 {
 	void *ptr = NULL;
 	struct dev_event *ready = NULL;
+	if (a->backing == SHIM_BACK_CHUNK) {
+		*where = shim_chunk_resident(a) ? 1u : VMM_INFO_HOST;
+		return shim_chunk_hold(a, keep, nkeep, acc == VMM_OVERWRITE);
+	}
 	*where = vmm_obj_where(shim.vmm, a->obj);
 	if (!(*where & 1u)) {
 		/* a miss that must evict: let the policy choose among everything the
@@ -469,8 +496,10 @@ void shim_mem_fit_external(size_t need, struct shim_alloc *const *keep, int nkee
 			int k = 0;
 			while (k < nkeep && keep[k] != a)
 				k++;
-			if (k < nkeep || a->held || a->pinned ||
-			    !(vmm_obj_where(shim.vmm, a->obj) & 1u))
+			int resident = a->backing == SHIM_BACK_CHUNK
+			                   ? shim_chunk_resident(a)
+			                   : (vmm_obj_where(shim.vmm, a->obj) & 1u) != 0;
+			if (k < nkeep || a->held || a->pinned || !resident)
 				continue;
 			if (!victim || a->last_use < victim->last_use)
 				victim = a;
@@ -480,7 +509,9 @@ void shim_mem_fit_external(size_t need, struct shim_alloc *const *keep, int nkee
 			released = 1;
 			continue;
 		}
-		if (!victim || vmm_evict(shim.vmm, victim->obj, 0) < 0)
+		if (!victim ||
+		    (victim->backing == SHIM_BACK_CHUNK ? shim_chunk_evict(victim)
+		                                        : vmm_evict(shim.vmm, victim->obj, 0)) < 0)
 			return; /* the acquire then fails, or fits the vmm's own room */
 	}
 }
@@ -499,6 +530,7 @@ struct op_state {
 	int stale;         /* a freed address inside a struct parameter */
 	int bad_param;     /* the refused launch's parameter, -1: a copy or set */
 	uint64_t bad_word; /* and the freed address it holds */
+	int locked;        /* begin took the lock: end drops it */
 };
 
 static __thread struct op_state tls_op;
@@ -632,12 +664,10 @@ static CUresult errno_to_cu(int rc)
 	}
 }
 
-CUresult shim_op_begin(struct shim_op *op)
+/* Under the lock: shim_op_begin's work. On an error nothing was done and the
+ * caller drops the lock. */
+static CUresult begin_locked(struct shim_op *op, struct op_state *st)
 {
-	if (!__atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE))
-		return CUDA_SUCCESS; /* nothing tracked yet: end() checks ready too */
-	pthread_mutex_lock(&shim.lock);
-	struct op_state *st = &tls_op;
 	st->n = 0;
 	st->all = 0;
 	st->stale = 0;
@@ -666,7 +696,6 @@ CUresult shim_op_begin(struct shim_op *op)
 	}
 	if (bad) {
 		shim.refused++;
-		pthread_mutex_unlock(&shim.lock);
 		if (st->bad_param >= 0) /* which word: to tell a real use from a stale value */
 			SP_WARN(SHIM,
 			        "launch of %s: refused, it reaches device memory that was freed "
@@ -687,6 +716,13 @@ CUresult shim_op_begin(struct shim_op *op)
 	CUstream s = effective_stream(op);
 	struct shim_kstat *ks = &shim.kstats[st->k];
 	uint64_t sig = mix(0, op->fn ? (uint64_t)(uintptr_t)op->fn : st->k);
+	if (shim.mode != SHIM_MODE_SPILL) { /* uvm-prefetch: its allocations, before it */
+		for (int i = 0; i < st->n; i++)
+			sig = mix(sig, st->a[i]->base);
+		st->sig = sig;
+		shim_base_prefetch(st->a, st->n, s, shim.ops);
+		return CUDA_SUCCESS;
+	}
 	for (int i = 0; i < st->n; i++) {
 		struct shim_alloc *a = st->a[i];
 		sig = mix(sig, a->base);
@@ -705,7 +741,6 @@ CUresult shim_op_begin(struct shim_op *op)
 				        ks->name, a->seq, sp_format_size(a->bytes, b1, sizeof(b1)),
 				        sp_format_size(shim.budget, b2, sizeof(b2)),
 				        sp_last_error());
-				pthread_mutex_unlock(&shim.lock);
 				return errno_to_cu(rc);
 			}
 			if (!(where & 1u) && (where & (VMM_INFO_HOST | VMM_INFO_DISK)) &&
@@ -720,21 +755,54 @@ CUresult shim_op_begin(struct shim_op *op)
 			a->first_k = st->k;
 		a->last_use = shim.ops;
 		CUresult r = order_after_ready(a, s);
-		if (r != CUDA_SUCCESS) {
-			pthread_mutex_unlock(&shim.lock);
+		if (r != CUDA_SUCCESS)
 			return r;
-		}
 	}
 	st->sig = sig;
 	return CUDA_SUCCESS;
 }
 
+CUresult shim_op_begin(struct shim_op *op)
+{
+	struct op_state *st = &tls_op;
+	st->locked = 0;
+	if (!__atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE))
+		return CUDA_SUCCESS; /* nothing tracked yet */
+	/* the baselines leave operations to the driver; uvm-prefetch looks at launches */
+	if (shim.mode != SHIM_MODE_SPILL && (shim.mode != SHIM_MODE_UVM_PREFETCH || !op->fn))
+		return CUDA_SUCCESS;
+	pthread_mutex_lock(&shim.lock);
+	CUresult r = begin_locked(op, st);
+	if (r != CUDA_SUCCESS)
+		pthread_mutex_unlock(&shim.lock);
+	else
+		st->locked = 1;
+	return r;
+}
+
+/* uvm-prefetch, after a launch: the recorder's next allocations, on its stream. */
+static void end_prefetch(struct shim_op *op, struct op_state *st, CUresult driver_result)
+{
+	uint64_t pre[8];
+	int npre = 0;
+	if (driver_result == CUDA_SUCCESS && st->n)
+		npre = shim_rec_op(shim.rec, NULL, st->sig, st->a, st->n, pre, 8);
+	struct shim_alloc *next[8];
+	int n = 0;
+	for (int i = 0; i < npre; i++) {
+		struct shim_alloc *a = find((CUdeviceptr)pre[i]);
+		if (a)
+			next[n++] = a;
+	}
+	shim_base_prefetch(next, n, effective_stream(op), shim.ops);
+}
+
 void shim_op_end(struct shim_op *op, CUresult driver_result)
 {
-	/* ready never goes back to 0: begin saw it set and took the lock */
-	if (!__atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE))
-		return;
 	struct op_state *st = &tls_op;
+	if (!st->locked) /* begin took no lock: nothing tracked, or a baseline */
+		return;
+	st->locked = 0;
 	struct shim_kstat *ks = &shim.kstats[st->k];
 	ks->ops++;
 	shim.ops++;
@@ -746,6 +814,11 @@ void shim_op_end(struct shim_op *op, CUresult driver_result)
 		l->k = st->k;
 		shim.nlaunch++;
 	}
+	if (shim.mode != SHIM_MODE_SPILL) {
+		end_prefetch(op, st, driver_result);
+		pthread_mutex_unlock(&shim.lock);
+		return;
+	}
 	uint64_t pre[8];
 	int npre = 0;
 	if (driver_result == CUDA_SUCCESS && st->n)
@@ -753,7 +826,8 @@ void shim_op_end(struct shim_op *op, CUresult driver_result)
 	int released = 0;
 	for (int i = 0; i < npre; i++) {
 		struct shim_alloc *a = find((CUdeviceptr)pre[i]);
-		if (!a || a->held || (vmm_obj_where(shim.vmm, a->obj) & 1u))
+		if (!a || a->held || a->backing != SHIM_BACK_VMM ||
+		    (vmm_obj_where(shim.vmm, a->obj) & 1u))
 			continue;
 		uint64_t used = 0, cap = 0;
 		if (!released && vmm_place_usage(shim.vmm, 0, &used, &cap) == 0 &&
@@ -842,8 +916,10 @@ CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, const char *api)
 		                               : CUDA_ERROR_NOT_INITIALIZED;
 	}
 	struct shim_alloc *a = NULL;
-	CUresult r = shim_alloc_create(bytes, api, &a);
-	if (r == CUDA_SUCCESS)
+	CUresult r;
+	if (shim.mode != SHIM_MODE_SPILL)
+		r = shim_base_alloc(dptr, bytes, api, 0, NULL, NULL, 0);
+	else if ((r = shim_alloc_create(bytes, api, &a)) == CUDA_SUCCESS)
 		*dptr = a->base;
 	pthread_mutex_unlock(&shim.lock);
 	return r;
@@ -877,6 +953,14 @@ struct shim_alloc *shim_alloc_find(CUdeviceptr p)
 	return find(p);
 }
 
+struct shim_alloc *shim_alloc_next(CUdeviceptr p)
+{
+	size_t i = upper(p);
+	if (i && p - shim.allocs[i - 1]->base < shim.allocs[i - 1]->bytes)
+		return shim.allocs[i - 1];
+	return i < shim.nallocs ? shim.allocs[i] : NULL;
+}
+
 int shim_alloc_freed(CUdeviceptr p)
 {
 	return shim.ngrave && in_grave(p);
@@ -888,6 +972,11 @@ void shim_alloc_retire(struct shim_alloc *a, struct dev_event *done)
 		release_one(a, done);
 	table_remove(a);
 	grave_add(a->base, a->cap);
+}
+
+void shim_alloc_untrack(struct shim_alloc *a)
+{
+	table_remove(a);
 }
 
 int shim_alloc_revive(struct shim_alloc *a)
@@ -909,6 +998,33 @@ void shim_alloc_destroy(struct shim_alloc *a)
 	}
 	if (vmm_obj_destroy(shim.vmm, a->obj) < 0)
 		SP_WARN(SHIM, "freeing allocation %" PRIu64 ": %s", a->seq, sp_last_error());
+	dead_add(a);
+}
+
+CUresult shim_alloc_insert(CUdeviceptr base, size_t bytes, enum shim_backing backing,
+                           struct shim_alloc **out)
+{
+	struct shim_alloc *a = calloc(1, sizeof(*a));
+	if (!a)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	a->seq = ++shim.nseq;
+	a->base = base;
+	a->bytes = bytes;
+	a->cap = bytes;
+	a->backing = backing;
+	a->first_k = UINT32_MAX;
+	a->prefetched_op = UINT64_MAX;
+	if (table_insert(a) < 0) {
+		free(a);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	grave_clear(base, bytes);
+	*out = a;
+	return CUDA_SUCCESS;
+}
+
+void shim_alloc_bury(struct shim_alloc *a)
+{
 	dead_add(a);
 }
 
@@ -935,6 +1051,15 @@ CUresult shim_mem_free(CUdeviceptr dptr)
 			        (unsigned long long)dptr, (int)r);
 		return r;
 	}
+	if (a->backing == SHIM_BACK_CHUNK) { /* mapped memory is not cuMemFree's */
+		pthread_mutex_unlock(&shim.lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (a->backing != SHIM_BACK_VMM) { /* a baseline's: the driver's free */
+		CUresult r = shim_base_free(a, 0, NULL, 0);
+		pthread_mutex_unlock(&shim.lock);
+		return r;
+	}
 	/* like the driver's free: work queued before it may still use the memory */
 	shim_real.cuCtxSynchronize();
 	shim_alloc_retire(a, NULL);
@@ -952,7 +1077,9 @@ CUresult shim_mem_get_info(size_t *free_b, size_t *total_b)
 	if (r != CUDA_SUCCESS)
 		return r;
 	pthread_mutex_lock(&shim.lock);
-	if (shim.ready) {
+	if (shim.ready && shim.mode != SHIM_MODE_SPILL) {
+		shim_base_get_info(free_b, total_b);
+	} else if (shim.ready) {
 		/* the budget is the device the program sees; what the vmm holds is used */
 		uint64_t used = 0, cap = 0;
 		if (vmm_place_usage(shim.vmm, 0, &used, &cap) < 0)
@@ -991,7 +1118,9 @@ int shim_mem_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *bytes)
 void shim_mem_pin_all(const char *why)
 {
 	pthread_mutex_lock(&shim.lock);
-	if (shim.ready) {
+	if (shim.ready && shim.mode != SHIM_MODE_SPILL) {
+		shim.capturing = 1; /* a baseline's memory never moves */
+	} else if (shim.ready) {
 		for (size_t i = 0; i < shim.nallocs; i++) {
 			struct shim_alloc *a = shim.allocs[i];
 			uint32_t where;

@@ -183,7 +183,8 @@ CUresult shim_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, in
 	/* a graph being captured records an allocation node: the driver's */
 	int pass = rc < 0 || shim.capturing || (pool && pool_passthrough(pool));
 	if (pass) {
-		if (rc == 0) /* room first: the driver's allocation lands on the device */
+		if (rc == 0 &&
+		    shim.mode == SHIM_MODE_SPILL) /* room first: it lands on the device */
 			shim_mem_fit_external(bytes, NULL, 0);
 		pthread_mutex_unlock(&shim.lock);
 		CUresult r;
@@ -198,6 +199,13 @@ CUresult shim_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, in
 			ext_add(*dptr, bytes);
 			pthread_mutex_unlock(&shim.lock);
 		}
+		return r;
+	}
+	if (shim.mode != SHIM_MODE_SPILL) { /* a baseline's (mode.c) */
+		CUresult r = shim_base_alloc(
+		    dptr, bytes, current ? "cuMemAllocAsync" : "cuMemAllocFromPoolAsync", 1,
+		    current ? NULL : pool, s, ptds);
+		pthread_mutex_unlock(&shim.lock);
 		return r;
 	}
 	shim_pool_reclaim(SHIM_RECLAIM_LIMITS);
@@ -260,6 +268,15 @@ CUresult shim_free_async(CUdeviceptr dptr, CUstream s, int ptds)
 		}
 		return ptds ? shim_real.cuMemFreeAsync_ptsz(dptr, s)
 		            : shim_real.cuMemFreeAsync(dptr, s);
+	}
+	if (a->backing == SHIM_BACK_CHUNK) { /* mapped memory is not a pool's */
+		pthread_mutex_unlock(&shim.lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (a->backing != SHIM_BACK_VMM) {
+		CUresult r = shim_base_free(a, 1, s, ptds);
+		pthread_mutex_unlock(&shim.lock);
+		return r;
 	}
 	struct dev_event *ev = event_get();
 	if (!ev || dev_driver_event_record(ev, stream_of(s, ptds)) < 0) {

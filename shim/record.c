@@ -13,7 +13,8 @@
  * operations for prefetching. An operation that does not match the iteration
  * (an evaluation step, a new shape) drops the hints back to LRU and recording
  * starts again. Allocations are keyed by base address, so a program that frees
- * and reallocates the same buffers each iteration still repeats.
+ * and reallocates the same buffers each iteration still repeats. Without a vmm
+ * (the uvm-prefetch baseline, mode.c) it only names what comes next.
  */
 #include "shim/internal.h"
 
@@ -268,7 +269,7 @@ static int confirm(struct shim_rec *r, struct vmm *v, uint64_t p)
 	/* now (the iteration's last position): every key's next use */
 	for (size_t j = 0; j < r->cap_kp; j++) {
 		struct keypos *k = &r->kp[j];
-		if (k->key && vmm_hint(v, k->obj, r->t + r->kpos[k->first]) < 0)
+		if (k->key && v && vmm_hint(v, k->obj, r->t + r->kpos[k->first]) < 0)
 			k->obj = 0; /* freed since: nothing to hint */
 	}
 	SP_INFO(SHIM, "the launch sequence repeats every %llu operations: Belady from now on",
@@ -279,7 +280,7 @@ static int confirm(struct shim_rec *r, struct vmm *v, uint64_t p)
 static void leave_cycle(struct shim_rec *r, struct vmm *v)
 {
 	for (size_t j = 0; j < r->cap_kp; j++)
-		if (r->kp[j].key && r->kp[j].obj && vmm_hint(v, r->kp[j].obj, VMM_NO_HINT) < 0)
+		if (r->kp[j].key && r->kp[j].obj && v && vmm_hint(v, r->kp[j].obj, VMM_NO_HINT) < 0)
 			r->kp[j].obj = 0;
 	SP_INFO(SHIM, "operation %llu leaves the recorded iteration: LRU until it repeats again",
 	        (unsigned long long)r->t);
@@ -300,7 +301,7 @@ int shim_rec_op(struct shim_rec *r, struct vmm *v, uint64_t sig, struct shim_all
 				if (!k)
 					continue;
 				k->obj = a[i]->obj;
-				if (vmm_hint(v, k->obj, now + next_dist(r, k, r->pos)) < 0)
+				if (v && vmm_hint(v, k->obj, now + next_dist(r, k, r->pos)) < 0)
 					k->obj = 0;
 			}
 			int np = 0;

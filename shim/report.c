@@ -56,7 +56,10 @@ static struct alloc_row *collect(size_t *n)
 		struct alloc_row *r = &rows[k++];
 		r->a = shim.allocs[i];
 		r->live = 1;
-		if (vmm_obj_info(shim.vmm, r->a->obj, &inf) == 0) {
+		if (r->a->backing != SHIM_BACK_VMM) {
+			r->h2d = r->a->h2d;
+			r->d2h = r->a->d2h;
+		} else if (shim.vmm && vmm_obj_info(shim.vmm, r->a->obj, &inf) == 0) {
 			r->h2d = inf.bytes_moved[VMM_XFER_H2D];
 			r->d2h = inf.bytes_moved[VMM_XFER_D2H];
 			r->h2disk = inf.bytes_moved[VMM_XFER_H2DISK];
@@ -84,12 +87,16 @@ static const char *first_kernel(const struct shim_alloc *a)
 /* Lets every transfer land, so the counters are final. Under the lock. */
 static void settle(void)
 {
-	if (vmm_sync(shim.vmm) < 0)
+	if (shim.vmm && vmm_sync(shim.vmm) < 0)
 		SP_WARN(SHIM, "report: %s", sp_last_error());
 }
 
 static void print_locked(FILE *f)
 {
+	if (shim.mode != SHIM_MODE_SPILL) {
+		shim_base_report(f);
+		return;
+	}
 	settle();
 	char b[6][32];
 	uint64_t period = 0, cycles = 0;
@@ -99,7 +106,7 @@ static void print_locked(FILE *f)
 	uint64_t h2disk = vmm_xfer_bytes(shim.vmm, VMM_XFER_H2DISK);
 	uint64_t disk2h = vmm_xfer_bytes(shim.vmm, VMM_XFER_DISK2H);
 	fprintf(f,
-	        "spill shim: budget %s, %" PRIu64 " operations, %" PRIu64
+	        "spill shim: mode spill, budget %s, %" PRIu64 " operations, %" PRIu64
 	        " allocations (%zu live)\n",
 	        sp_format_size(shim.budget, b[0], 32), shim.ops, shim.nseq, shim.nallocs);
 	fprintf(f, "spill shim: moved h2d %s, d2h %s, host->disk %s, disk->host %s\n",
@@ -116,6 +123,13 @@ static void print_locked(FILE *f)
 		        "spill shim: policy %s: no repeating iteration seen (LRU), %" PRIu64
 		        " batch releases\n",
 		        shim.params.shim_policy, shim.batch_releases);
+	if (shim.nchunks_made)
+		fprintf(f,
+		        "spill shim: %" PRIu64 " chunks the program mapped itself: %" PRIu64
+		        " evictions (%s out), %" PRIu64 " restores (%s in)\n",
+		        shim.nchunks_made, shim.chunk_evictions,
+		        sp_format_size(shim.chunk_d2h, b[1], 32), shim.chunk_restores,
+		        sp_format_size(shim.chunk_h2d, b[2], 32));
 	if (shim.refused)
 		fprintf(f, "spill shim: %" PRIu64 " operations refused (freed memory)\n",
 		        shim.refused);
@@ -188,19 +202,29 @@ static int json_locked(FILE *f)
 	uint64_t period = 0, cycles = 0;
 	shim_rec_mode(shim.rec, &period, &cycles);
 	struct vmm_stats vs;
-	vmm_stats_get(shim.vmm, &vs);
+	memset(&vs, 0, sizeof(vs));
+	uint64_t moved[4] = {0, 0, 0, 0};
+	if (shim.vmm) {
+		vmm_stats_get(shim.vmm, &vs);
+		moved[0] = vmm_xfer_bytes(shim.vmm, VMM_XFER_H2D);
+		moved[1] = vmm_xfer_bytes(shim.vmm, VMM_XFER_D2H);
+		moved[2] = vmm_xfer_bytes(shim.vmm, VMM_XFER_H2DISK);
+		moved[3] = vmm_xfer_bytes(shim.vmm, VMM_XFER_DISK2H);
+	}
+	fprintf(f, "{\"tool\":\"spill-shim\",\"mode\":\"%s\",", shim_mode_name(shim.mode));
+	if (shim.mode != SHIM_MODE_SPILL)
+		shim_base_json(f);
 	fprintf(f,
-	        "{\"tool\":\"spill-shim\",\"budget\":%" PRIu64 ",\"operations\":%" PRIu64
-	        ",\"allocations\":%" PRIu64 ",\"live\":%zu,\"policy\":\"%s\",\"period\":%" PRIu64
-	        ",\"repeats\":%" PRIu64 ",\"batch_releases\":%" PRIu64 ",\"refused\":%" PRIu64
+	        "\"budget\":%" PRIu64 ",\"operations\":%" PRIu64 ",\"allocations\":%" PRIu64
+	        ",\"live\":%zu,\"policy\":\"%s\",\"period\":%" PRIu64 ",\"repeats\":%" PRIu64
+	        ",\"batch_releases\":%" PRIu64 ",\"refused\":%" PRIu64
 	        ",\"stale_launches\":%" PRIu64 ",\"host_fallbacks\":%" PRIu64
 	        ",\n\"bytes\":{\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"host2disk\":%" PRIu64
 	        ",\"disk2host\":%" PRIu64 "},\n\"per_allocation\":[",
-	        shim.budget, shim.ops, shim.nseq, shim.nallocs, shim.params.shim_policy, period,
-	        cycles, shim.batch_releases, shim.refused, shim.stale_launches,
-	        vs.host_fallbacks.total, vmm_xfer_bytes(shim.vmm, VMM_XFER_H2D),
-	        vmm_xfer_bytes(shim.vmm, VMM_XFER_D2H), vmm_xfer_bytes(shim.vmm, VMM_XFER_H2DISK),
-	        vmm_xfer_bytes(shim.vmm, VMM_XFER_DISK2H));
+	        shim.budget, shim.ops, shim.nseq, shim.nallocs,
+	        shim.mode == SHIM_MODE_SPILL ? shim.params.shim_policy : shim_mode_name(shim.mode),
+	        period, cycles, shim.batch_releases, shim.refused, shim.stale_launches,
+	        vs.host_fallbacks.total, moved[0], moved[1], moved[2], moved[3]);
 	size_t n = 0;
 	struct alloc_row *rows = collect(&n);
 	for (size_t i = 0; rows && i < n; i++) {
@@ -247,7 +271,7 @@ static int trace_locked(FILE *f)
 	struct vmm_trace_rec *tr = malloc(cap * sizeof(*tr));
 	if (!tr)
 		return -ENOMEM;
-	size_t n = vmm_trace_get(shim.vmm, tr, cap, NULL);
+	size_t n = shim.vmm ? vmm_trace_get(shim.vmm, tr, cap, NULL) : 0;
 	double t0 = shim.t0;
 	fprintf(f, "{\"traceEvents\":[\n");
 	fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"spill "

@@ -1359,6 +1359,8 @@ static const char run_usage[] =
     "                      Not spill train's --budget, the vmm's share of a device\n"
     "                      whose size is --device-mem (SPILL_DEVICE_MEM)\n"
     "  --policy P          belady (recorded iteration; LRU until seen) or lru\n"
+    "  --mode M            spill (default), or a baseline with the same budget: uvm,\n"
+    "                      uvm-prefetch (managed memory) or hostmap (zero-copy host)\n"
     "  --stats-json FILE   the swap report as JSON at exit (spill report FILE)\n"
     "  --trace FILE        a Chrome trace of transfers and launches\n"
     "  --quiet             no report on stderr at exit\n";
@@ -1385,9 +1387,8 @@ static int find_preload(char *out, size_t n)
 }
 
 static const struct var_flag run_flags[] = {
-    {"--budget", "SPILL_DEVICE_MEM", 1},
-    {"--policy", "SPILL_SHIM_POLICY", 0},
-    {"--stats-json", "SPILL_SHIM_STATS_JSON", 0},
+    {"--budget", "SPILL_DEVICE_MEM", 1}, {"--policy", "SPILL_SHIM_POLICY", 0},
+    {"--mode", "SPILL_SHIM_MODE", 0},    {"--stats-json", "SPILL_SHIM_STATS_JSON", 0},
     {"--trace", "SPILL_SHIM_TRACE", 0},
 };
 #define NRUN_FLAGS (sizeof(run_flags) / sizeof(run_flags[0]))

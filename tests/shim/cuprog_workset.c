@@ -12,7 +12,8 @@
  * as cudart does) for launches. Kernels are host functions registered with
  * the emulated driver (tests/shim/fakecu.h).
  * Prints: "checksum=<hex>", "app h2d=<bytes> d2h=<bytes>" (its own copies)
- * and, at exit (after the shim's report), "driver h2d=.. d2h=.. launches=..".
+ * and, at exit (after the shim's report), "driver h2d=.. d2h=.. launches=..
+ * prefetched=..".
  */
 #include "tests/shim/cuprog.h"
 #include "tests/shim/fakecu.h"
@@ -45,9 +46,10 @@ static void k_scale(const void *p)
 
 static void print_driver(void)
 {
-	printf("driver h2d=%" PRIu64 " d2h=%" PRIu64 " d2d=%" PRIu64 " launches=%" PRIu64 "\n",
+	printf("driver h2d=%" PRIu64 " d2h=%" PRIu64 " d2d=%" PRIu64 " launches=%" PRIu64
+	       " prefetched=%" PRIu64 "\n",
 	       fakecu_copied(FAKECU_H2D), fakecu_copied(FAKECU_D2H), fakecu_copied(FAKECU_D2D),
-	       fakecu_launches());
+	       fakecu_launches(), fakecu_prefetched());
 	fflush(stdout);
 }
 

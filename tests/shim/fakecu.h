@@ -5,7 +5,9 @@
  * programs touch, implemented over spill's host backend (device memory is host
  * memory; a reserved range with nothing mapped is PROT_NONE, so a kernel that
  * touches non-resident memory crashes the test as it would fault a GPU).
- * One device, one (primary) context. "Kernels" are host functions a test
+ * One device, one (primary) context. Managed memory (cuMemAllocManaged) is
+ * device memory of the backend that is not counted against the device; a
+ * prefetch checks its arguments and counts bytes (fakecu_prefetched). "Kernels" are host functions a test
  * registers here; cuModuleLoadData accepts any image and cuModuleGetFunction
  * finds a registered kernel by name. A launch packs the parameters as the
  * real driver lays them out (each at its natural alignment, at most 8) and
@@ -38,6 +40,8 @@ uint64_t fakecu_launches(void);
 /* Device bytes mapped or allocated now, and the most at once since load. */
 uint64_t fakecu_device_used(void);
 uint64_t fakecu_device_peak(void);
+/* Bytes of managed memory prefetched to the device (cuMemPrefetchAsync). */
+uint64_t fakecu_prefetched(void);
 
 #ifdef __cplusplus
 }

@@ -19,7 +19,8 @@
  * Where a test can tell it from a GPU: copies touching pageable memory, synchronous
  * sets and cuStreamDestroy finish their work before returning (the driver may);
  * fakecu_device_used() counts physical bytes (cuMemAlloc and device-located
- * cuMemCreate chunks, mapped or not).
+ * cuMemCreate chunks, mapped or not); managed memory is never counted (its
+ * pages stay where every kernel reaches them) and a prefetch moves nothing.
  */
 
 /* The driver's own view of cuda.h: no #define of cuMemAlloc to cuMemAlloc_v2 and
@@ -55,7 +56,9 @@
 
 /* ---- state ---------------------------------------------------------------------- */
 
-enum range_kind { R_ALLOC, R_HOST, R_RESERVE };
+/* R_MANAGED: cuMemAllocManaged, reachable from the device and the host alike;
+ * its pages are not counted against the device (the driver migrates them). */
+enum range_kind { R_ALLOC, R_HOST, R_RESERVE, R_MANAGED };
 
 /* A cuMemCreate allocation; its handle is its address. Freed once no handle
  * reference (cuMemCreate, cuMemRetainAllocationHandle) and no mapping is left. */
@@ -170,7 +173,7 @@ static struct {
 	int primary_refs;
 	struct CUmemPoolHandle_st *cur_pool; /* cuDeviceSetMemPool; NULL = the default */
 	/* atomics */
-	uint64_t copied[FAKECU_COPY_KINDS], launches, used, peak;
+	uint64_t copied[FAKECU_COPY_KINDS], launches, used, peak, prefetched;
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static struct CUctx_st g_primary;
@@ -384,7 +387,8 @@ static enum place place_of(uintptr_t p, size_t n)
 		return P_BAD;
 	switch (r->kind) {
 	case R_HOST: return P_PINNED;
-	case R_ALLOC: return P_DEVICE;
+	case R_ALLOC:
+	case R_MANAGED: return P_DEVICE;
 	case R_RESERVE: /* a host chunk's mapping is pinned host memory */
 		return !map_covered(r, p, n) ? P_BAD : map_at(r, p)->ch->host ? P_PINNED : P_DEVICE;
 	}
@@ -1196,13 +1200,14 @@ static CUresult mem_free(CUdeviceptr dptr, enum range_kind kind)
 	pthread_mutex_lock(&g.lock);
 	struct range *r = range_find((uintptr_t)dptr);
 	int e = -EINVAL;
-	if (r && r->kind == kind && r->start == (uintptr_t)dptr && !r->pool_freed) {
+	int managed = r && kind == R_ALLOC && r->kind == R_MANAGED; /* cuMemFree frees it too */
+	if (r && (r->kind == kind || managed) && r->start == (uintptr_t)dptr && !r->pool_freed) {
 		size_t bytes = r->bytes;
 		e = kind == R_ALLOC ? dev_mem_free(g.dev, 0, (void *)r->start)
 		                    : dev_host_free(g.dev, (void *)r->start);
 		if (e == 0) {
 			range_del(r);
-			if (kind == R_ALLOC)
+			if (kind == R_ALLOC && !managed)
 				used_give(bytes);
 		}
 	}
@@ -1213,6 +1218,85 @@ static CUresult mem_free(CUdeviceptr dptr, enum range_kind kind)
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
 	return mem_alloc(dptr, bytesize);
+}
+
+/* Device memory of the backend, not counted against the device: the driver
+ * oversubscribes managed memory, migrating pages as they are touched. */
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+	NEED_INIT();
+	if (!dptr || !bytesize || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+		return CUDA_ERROR_INVALID_VALUE;
+	void *p = NULL;
+	pthread_mutex_lock(&g.lock);
+	int e = dev_mem_alloc(g.dev, 0, bytesize, &p);
+	if (e == 0 && (e = range_add((uintptr_t)p, bytesize, R_MANAGED)) < 0)
+		warn("dev_mem_free", dev_mem_free(g.dev, 0, p));
+	pthread_mutex_unlock(&g.lock);
+	if (e == 0)
+		*dptr = (CUdeviceptr)(uintptr_t)p;
+	return cu_err(e);
+}
+
+/* Checks the range is managed and queues nothing (the pages are where every
+ * kernel reaches them); counts the bytes sent to the device. */
+static CUresult prefetch(CUdeviceptr p, size_t count, int to_device, CUstream h, int ptds)
+{
+	NEED_INIT();
+	struct thread_state *ts = thread_state();
+	if (!ts)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&g.lock);
+	struct range *r = range_find((uintptr_t)p);
+	struct CUstream_st *s = NULL;
+	CUresult rc = r && r->kind == R_MANAGED && count && count <= r->bytes - (p - r->start)
+	                  ? stream_resolve(h, ptds, ts, &s)
+	                  : CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_unlock(&g.lock);
+	if (rc == CUDA_SUCCESS && to_device)
+		__atomic_add_fetch(&g.prefetched, count, __ATOMIC_RELAXED);
+	return rc;
+}
+
+static int prefetch_target(CUmemLocation loc)
+{
+	return loc.type == CU_MEM_LOCATION_TYPE_DEVICE && loc.id == 0 ? 1
+	       : loc.type == CU_MEM_LOCATION_TYPE_HOST                ? 0
+	                                                              : -1;
+}
+
+EXPORT CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
+                                   CUstream hStream)
+{
+	if (dstDevice != 0 && dstDevice != CU_DEVICE_CPU)
+		return CUDA_ERROR_INVALID_DEVICE;
+	return prefetch(devPtr, count, dstDevice == 0, hStream, 0);
+}
+
+EXPORT CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
+                                        CUstream hStream)
+{
+	if (dstDevice != 0 && dstDevice != CU_DEVICE_CPU)
+		return CUDA_ERROR_INVALID_DEVICE;
+	return prefetch(devPtr, count, dstDevice == 0, hStream, 1);
+}
+
+EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location,
+                                      unsigned int flags, CUstream hStream)
+{
+	int t = prefetch_target(location);
+	if (t < 0 || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	return prefetch(devPtr, count, t, hStream, 0);
+}
+
+EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CUmemLocation location,
+                                           unsigned int flags, CUstream hStream)
+{
+	int t = prefetch_target(location);
+	if (t < 0 || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	return prefetch(devPtr, count, t, hStream, 1);
 }
 
 /* The 32-bit API: the host backend's addresses rarely fit, then it is out of memory. */
@@ -1394,6 +1478,38 @@ EXPORT CUresult cuMemFreeHost(void *p)
 	return mem_free((CUdeviceptr)(uintptr_t)p, R_HOST);
 }
 
+/* Unified addressing: the device sees pinned host memory at its host address. */
+static CUresult host_dev_ptr(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+	NEED_INIT();
+	if (!pdptr || !p || Flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&g.lock);
+	struct range *r = range_find((uintptr_t)p);
+	int ok = r && r->kind == R_HOST;
+	pthread_mutex_unlock(&g.lock);
+	if (!ok)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pdptr = (CUdeviceptr)(uintptr_t)p;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+	return host_dev_ptr(pdptr, p, Flags);
+}
+
+EXPORT CUresult cuMemHostGetDevicePointer(unsigned int *pdptr, void *p, unsigned int Flags)
+{
+	CUdeviceptr d;
+	CUresult rc = pdptr ? host_dev_ptr(&d, p, Flags) : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS && d > UINT32_MAX)
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*pdptr = (unsigned int)d;
+	return rc;
+}
+
 EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
 	NEED_INIT();
@@ -1429,7 +1545,7 @@ EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
 		*(void **)data = (void *)(uintptr_t)ptr;
 		break;
 	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = 0; break;
-	case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(int *)data = 0; break;
+	case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(int *)data = v.kind == R_MANAGED; break;
 	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
 		*(int *)data = v.kind == R_ALLOC;
 		break;
@@ -1490,8 +1606,9 @@ static CUresult copy(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream h,
 	pthread_mutex_lock(&g.lock);
 	enum place pd = place_of((uintptr_t)dst, bytes), ps = place_of((uintptr_t)src, bytes);
 	pthread_mutex_unlock(&g.lock);
-	if (pd == P_BAD || ps == P_BAD || ((how & C_DST_DEV) && pd != P_DEVICE) ||
-	    ((how & C_SRC_DEV) && ps != P_DEVICE))
+	/* pinned host memory is mapped for the device: its address is a device pointer too */
+	if (pd == P_BAD || ps == P_BAD || ((how & C_DST_DEV) && pd == P_PAGEABLE) ||
+	    ((how & C_SRC_DEV) && ps == P_PAGEABLE))
 		return CUDA_ERROR_INVALID_VALUE;
 	int dd = pd == P_DEVICE ? 0 : DEV_HOST, sd = ps == P_DEVICE ? 0 : DEV_HOST;
 	enum fakecu_copy kind =
@@ -1786,7 +1903,8 @@ static int side3d(CUmemorytype type, const void *host, CUdeviceptr dev, size_t x
 	*start = base + z * slice + y * pitch + x;
 	size_t span = (d - 1) * slice + (h - 1) * pitch + w;
 	*pl = place_of(*start, span);
-	if (*pl == P_BAD || (type == CU_MEMORYTYPE_DEVICE && *pl != P_DEVICE))
+	/* mapped pinned memory: its address is a device pointer too */
+	if (*pl == P_BAD || (type == CU_MEMORYTYPE_DEVICE && *pl == P_PAGEABLE))
 		return -EINVAL;
 	return 0;
 }
@@ -3069,6 +3187,13 @@ EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion
 	X("cuMemAllocHost", 2000, 0, cuMemAllocHost)                                      \
 	X("cuMemAllocHost", 3020, 0, cuMemAllocHost_v2)                                   \
 	X("cuMemFreeHost", 2000, 0, cuMemFreeHost)                                        \
+	X("cuMemHostGetDevicePointer", 2020, 0, cuMemHostGetDevicePointer)                \
+	X("cuMemHostGetDevicePointer", 3020, 0, cuMemHostGetDevicePointer_v2)             \
+	X("cuMemAllocManaged", 6000, 0, cuMemAllocManaged)                                \
+	X("cuMemPrefetchAsync", 8000, 0, cuMemPrefetchAsync)                              \
+	X("cuMemPrefetchAsync", 8000, 1, cuMemPrefetchAsync_ptsz)                         \
+	X("cuMemPrefetchAsync", 12020, 0, cuMemPrefetchAsync_v2)                          \
+	X("cuMemPrefetchAsync", 12020, 1, cuMemPrefetchAsync_v2_ptsz)                     \
 	X("cuPointerGetAttribute", 4000, 0, cuPointerGetAttribute)                        \
 	X("cuIpcGetMemHandle", 4010, 0, cuIpcGetMemHandle)                                \
 	X("cuMemcpy", 4000, 0, cuMemcpy)                                                  \
@@ -3306,4 +3431,9 @@ EXPORT uint64_t fakecu_device_used(void)
 EXPORT uint64_t fakecu_device_peak(void)
 {
 	return __atomic_load_n(&g.peak, __ATOMIC_RELAXED);
+}
+
+EXPORT uint64_t fakecu_prefetched(void)
+{
+	return __atomic_load_n(&g.prefetched, __ATOMIC_RELAXED);
 }

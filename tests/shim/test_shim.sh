@@ -19,7 +19,14 @@
 #    buffer freed on one stream and reused on another while the first still
 #    has work queued on it keeps the new owner's bytes; an exportable pool is
 #    passed through with one log line and counted in the budget (the emulated
-#    device's peak stays within it).
+#    device's peak stays within it);
+#  - a program that reserves a range and maps cuMemCreate chunks into it
+#    (expandable segments) at 3x the budget: the same checksums, the chunks
+#    evicted and restored at their addresses, the device's peak within the
+#    budget, an exportable chunk pinned with one log line;
+#  - the baselines SPILL_SHIM_MODE=uvm|uvm-prefetch|hostmap run the same
+#    programs at 3x the budget with the same checksums, and the report names
+#    the mode; a bad mode is one line naming SPILL_SHIM_MODE.
 set -u
 P="$O/lib/libspill-preload.so"
 D="$O/tests/shim"
@@ -45,6 +52,7 @@ for prog in cuprog_workset cuprog_ptds; do
 	echo "$prog: without $a, with $b"
 	[ -n "$a" ] && [ "$a" = "$b" ] || fail "$prog: checksums differ"
 	grep -q '^spill shim: moved h2d' "$work/shim.err" || fail "$prog: no report at exit"
+	grep -q '^spill shim: mode spill, budget 16.00 MiB' "$work/shim.err" || fail "$prog: the report does not name the mode"
 	python3 - "$work/$prog.json" "$work/shim" <<'EOF' || fail "$prog: report bytes differ from the driver's"
 import json, re, sys
 j = json.load(open(sys.argv[1]))
@@ -116,6 +124,62 @@ for prog in cuprog_async cuprog_async_ptds; do
 	[ -n "$peak" ] && [ "$peak" -le $((16 << 20)) ] || fail "$prog: device peak $peak over the 16 MiB budget"
 done
 
+# ---- chunks the program maps itself (cuMemCreate/cuMemMap, expandable segments): 3x the budget ----
+"$D/cuprog_vmm" 12 4 3 >"$work/v0" 2>&1 || fail "cuprog_vmm without the shim: $(tail -2 "$work/v0")"
+SPILL_DEVICE_MEM=16M shim "$D/cuprog_vmm" 12 4 3 >"$work/v1" 2>"$work/v1.err" ||
+	fail "cuprog_vmm with the shim: $(tail -3 "$work/v1") $(grep -v '^[#a-z ]' "$work/v1.err" | tail -3)"
+for k in checksum remap; do
+	a=$(grep "^$k=" "$work/v0")
+	b=$(grep "^$k=" "$work/v1")
+	[ -n "$a" ] && [ "$a" = "$b" ] || fail "cuprog_vmm: $k differs ($a, $b)"
+done
+echo "cuprog_vmm: without $(grep -h '^checksum\|^remap' "$work/v0" | tr '\n' ' ')with $(grep -h '^checksum\|^remap' "$work/v1" | tr '\n' ' ')$(grep -o '[0-9]* chunks .*' "$work/v1.err"); $(grep 'device peak' "$work/v1")"
+grep -q 'chunks the program mapped itself: [1-9][0-9]* evictions' "$work/v1.err" || fail "cuprog_vmm: no chunk evicted"
+[ "$(grep -c 'memory chunk 0x[0-9a-f]* (4194304 bytes) is exportable' "$work/v1.err")" -eq 1 ] ||
+	fail "cuprog_vmm: not one log line for the exportable chunk"
+peak=$(sed -n 's/^device peak=//p' "$work/v1")
+[ -n "$peak" ] && [ "$peak" -le $((16 << 20)) ] || fail "cuprog_vmm: device peak $peak over the 16 MiB budget"
+
+# ---- the baselines: one switch, the same programs, the same checksums -----------------------
+# SPILL_SHIM_MODE=uvm (managed memory, the driver oversubscribes: the device
+# beyond the budget held by the shim), uvm-prefetch (and cuMemPrefetchAsync
+# before each launch) and hostmap (zero-copy pinned host memory beyond the
+# budget), at 3x the budget, against the same runs without the shim.
+for prog in cuprog_workset cuprog_async cuprog_indirect; do
+	"$D/$prog" 12 4 3 >"$work/m0" 2>&1 || fail "$prog without the shim: $(tail -2 "$work/m0")"
+	a=$(grep checksum= "$work/m0")
+	line="$prog:"
+	for mode in uvm uvm-prefetch hostmap; do
+		SPILL_SHIM_MODE=$mode SPILL_DEVICE_MEM=16M SPILL_SHIM_STATS_JSON="$work/m.json" \
+			shim "$D/$prog" 12 4 3 >"$work/m1" 2>"$work/m1.err" ||
+			fail "$prog in mode $mode: $(tail -3 "$work/m1") $(grep -v '^[#a-z ]' "$work/m1.err" | tail -3)"
+		b=$(grep checksum= "$work/m1")
+		[ -n "$a" ] && [ "$a" = "$b" ] || fail "$prog in mode $mode: checksums differ ($a, $b)"
+		grep -q "^spill shim: mode $mode, budget 16.00 MiB" "$work/m1.err" ||
+			fail "$prog in mode $mode: the report does not name the mode"
+		python3 -c "import json,sys; sys.exit(json.load(open(sys.argv[1]))['mode'] != sys.argv[2])" \
+			"$work/m.json" "$mode" || fail "$prog in mode $mode: the JSON does not name the mode"
+		case $mode in
+		uvm) grep -q '^spill shim: held beyond the budget: 1008.00 MiB' "$work/m1.err" ||
+			fail "$prog in mode uvm: the device beyond the budget is not held" ;;
+		uvm-prefetch) grep -q '^spill shim: [1-9][0-9]* prefetches of' "$work/m1.err" ||
+			fail "$prog in mode uvm-prefetch: nothing prefetched" ;;
+		hostmap) grep -q 'mapped from pinned host memory [1-9]' "$work/m1.err" ||
+			fail "$prog in mode hostmap: nothing mapped from host memory" ;;
+		esac
+		line="$line $mode $b;"
+	done
+	echo "$line"
+done
+# what the emulated driver saw of the prefetches
+SPILL_SHIM_MODE=uvm-prefetch SPILL_DEVICE_MEM=16M shim "$D/cuprog_workset" 12 4 3 >"$work/m2" 2>&1
+grep -q 'prefetched=[1-9]' "$work/m2" || fail "uvm-prefetch: the driver saw no prefetch"
+echo "uvm-prefetch: the emulated driver saw $(grep -o 'prefetched=[0-9]*' "$work/m2") bytes; $(grep -o '[0-9]* prefetches of .*' "$work/m2")"
+SPILL_SHIM_MODE=bogus SPILL_DEVICE_MEM=16M shim "$D/cuprog_workset" 12 4 3 >/dev/null 2>"$work/bad_mode"
+[ "$(grep -c . "$work/bad_mode")" -eq 1 ] &&
+	grep -q "SPILL_SHIM_MODE='bogus' is not one of spill|uvm|uvm-prefetch|hostmap" "$work/bad_mode" ||
+	fail "a bad SPILL_SHIM_MODE: not one line naming it: $(cat "$work/bad_mode")"
+
 # ---- resolvers ------------------------------------------------------------------------
 SHIM_EXPECTED=0 "$D/cuprog_resolve" >"$work/r0" 2>&1 || fail "resolve without the shim: $(grep FAIL "$work/r0")"
 shim "$D/cuprog_resolve" >"$work/r1" 2>&1 || fail "resolve with the shim: $(grep FAIL "$work/r1")"
@@ -151,6 +215,13 @@ python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['traceEvents']; sys.
 	fail "spill run --trace: no launches or transfers in the trace"
 "$spill" run --budget 12Q -- true >"$work/bad" 2>&1 && fail "spill run with a bad budget succeeded"
 [ "$(wc -l <"$work/bad")" -eq 1 ] || fail "spill run with a bad budget: not one line: $(cat "$work/bad")"
+"$spill" run --mode uvmx -- true >"$work/bad" 2>&1 && fail "spill run with a bad mode succeeded"
+[ "$(wc -l <"$work/bad")" -eq 1 ] && grep -q -- '--mode uvmx is not one of spill|uvm|uvm-prefetch|hostmap' "$work/bad" ||
+	fail "spill run with a bad mode: not one line naming it: $(cat "$work/bad")"
+"$spill" run --budget 16M --mode hostmap --stats-json "$work/run_hm.json" -- "$D/cuprog_workset" 12 4 3 >"$work/run_hm.out" 2>&1 ||
+	fail "spill run --mode hostmap: $(tail -3 "$work/run_hm.out")"
+[ "$(grep checksum= "$work/run_hm.out")" = "$(grep checksum= "$work/plain")" ] || fail "spill run --mode hostmap: checksum differs"
+"$spill" report "$work/run_hm.json" >"$work/report_hm" 2>&1 || fail "spill report of a hostmap run: $(tail -2 "$work/report_hm")"
 
 [ $fails -eq 0 ] || exit 1
 echo "shim: all checks passed"
