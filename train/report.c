@@ -219,15 +219,12 @@ void tr_profile_print(const struct tr_profile *pr, FILE *f)
 		fprintf(f, "\n");
 	}
 	if (pr->step_s > 0 && pr->devices > 0 && pr->nodes > 1) {
-		double u = 0;
-		for (int d = 0; d < pr->devices && d < TR_MAXDEV; d++)
-			u += pr->busy[d] / pr->step_s / pr->devices;
 		fprintf(f, "utilization per node (its devices' mean)%s:",
 		        strcmp(pr->backend, "model")
-		            ? ", node 0 (the others run the same plan)"
+		            ? ""
 		            : ", simulated (every node runs the same plan)");
-		for (int k = 0; k < pr->nodes && k < (strcmp(pr->backend, "model") ? 1 : 64); k++)
-			fprintf(f, " %d: %.0f%%", k, 100 * u);
+		for (int k = 0; k < pr->nodes && k < 64; k++)
+			fprintf(f, " %d: %.0f%%", k, 100 * pr->node_util[k]);
 		fprintf(f, "\n");
 	}
 	if (pr->warm_steps > 0 && pr->warm_steps < pr->steps)
@@ -327,8 +324,11 @@ int tr_profile_json(const struct tr_profile *pr, const char *path)
 	        ",\n  \"time\": {\"compute\": %.9g, \"exposed_transfer\": %.9g, \"idle\": "
 	        "%.9g},\n  \"collective\": %.17g,\n  \"closed_form_weights\": %.17g,\n",
 	        pr->compute, pr->exposed, pr->idle, pr->collective, pr->closed_form);
-	fprintf(f, "  \"nodes\": %d,\n  \"internode\": %.17g,\n", pr->nodes > 1 ? pr->nodes : 1,
-	        pr->internode);
+	fprintf(f, "  \"nodes\": %d,\n  \"internode\": %.17g,\n  \"node_utilization\": [",
+	        pr->nodes > 1 ? pr->nodes : 1, pr->internode);
+	for (int k = 0; k < pr->nodes && k < 64; k++)
+		fprintf(f, "%s%.9g", k ? ", " : "", pr->node_util[k]);
+	fprintf(f, "],\n");
 	fprintf(f, "  \"first_step\": %d,\n  \"losses\": [", pr->first_step);
 	for (int i = 0; i < pr->nlosses && pr->losses; i++) {
 		fprintf(f, "%s", i ? ", " : "");
@@ -430,6 +430,10 @@ int tr_profile_read(const char *path, struct tr_profile *pr)
 	pr->collective = num(root, "collective", 0);
 	pr->nodes = (int)num(root, "nodes", 1);
 	pr->internode = num(root, "internode", 0);
+	const struct sp_json *nu = sp_json_get(root, "node_utilization");
+	for (int k = 0; nu && nu->type == SP_JSON_ARRAY && k < nu->n && k < 64; k++)
+		if (nu->items[k].type == SP_JSON_NUMBER)
+			pr->node_util[k] = nu->items[k].num;
 	pr->warm_steps = (int)num(root, "warm_steps", 0);
 	const struct sp_json *drv = sp_json_get(root, "drive_bytes");
 	for (int k = 0; drv && drv->type == SP_JSON_ARRAY && k < drv->n && k < 16; k++)
@@ -458,6 +462,17 @@ int tr_report(struct run *r)
 	struct tr_profile pr;
 	memset(&pr, 0, sizeof(pr));
 	measure(r, &pr);
+	/* every node's utilization: its own slot, summed over the nodes (every
+	 * node reports, at the same points of the run) */
+	double u = 0;
+	for (int d = 0; d < pr.devices && d < TR_MAXDEV && pr.step_s > 0; d++)
+		u += pr.busy[d] / pr.step_s / pr.devices;
+	int rank = tr_nodes_rank(r->c.nodes);
+	for (int k = 0; k < pr.nodes && k < 64; k++)
+		pr.node_util[k] = r->c.nodes ? (k == rank ? u : 0) : u;
+	if (r->c.nodes && pr.nodes > 1)
+		SP_CHECK(
+		    tr_nodes_sum_doubles(r->c.nodes, pr.node_util, pr.nodes < 64 ? pr.nodes : 64));
 	tr_profile_print(&pr, r->out);
 	fflush(r->out);
 	if (r->c.stats_json && tr_writer(r))

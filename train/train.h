@@ -308,6 +308,8 @@ struct tr_profile {
 	double collective;            /* all-reduce bytes over the peer links */
 	double internode;             /* bytes this node sent to the others (nodes > 1) */
 	int nodes;                    /* processes (or simulated nodes) of the run */
+	double node_util[64];         /* each node's compute / step, its devices' mean
+	                                 (mpirun: gathered; simulated: all the same) */
 	int warm_steps;               /* steps the measured bytes average (0: steps) */
 	int ndrives;                  /* drives of the disk tier (0: none) */
 	double drive_bytes[16];       /* per step and drive: written + read */

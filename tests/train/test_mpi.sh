@@ -89,6 +89,8 @@ same one np2il
 grep -q "step 6/6" "$work/np2.out" || fail "np2: no progress from node 0"
 [ "$(grep -c "^== GPT-2" "$work/np2.out")" = 1 ] || fail "np2: the report printed more than once"
 grep -q "^inter-node" "$work/np2.out" || fail "np2: no inter-node row in the report"
+grep -q "^utilization per node (its devices' mean): 0: [0-9]*% 1: [0-9]*%" "$work/np2.out" ||
+	fail "np2: no per-node utilization (node 1's gathered)"
 echo "1 process x 2 GPUs = 2 x 1 (dp-swap) = 2 x 2 (gpipe): $(losses "$work/one.json")"
 
 # the update on the CPU with recompute, and bf16
