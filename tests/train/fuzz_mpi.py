@@ -17,7 +17,7 @@ must fail (a batch N does not divide) must print one line and exit non-zero
 on every node, within the timeout. Prints one line per configuration and a
 summary; exits 1 on any failure. Outputs stay in WORKDIR/<tag>{a,b,c}.out.
 Environment: TIGHT (share of configurations at a node's smallest budget +10%,
-0.3), JITTER (share under SPILL_HOST_JITTER, 0.5), WINDOWS (share with a
+0.3), ZERO1 (share of the mpirun runs with --zero1, 0), JITTER (share under SPILL_HOST_JITTER, 0.5), WINDOWS (share with a
 random SPILL_WINDOW, 0.3), PIPE_ONLY=1 (pipeline schedules, 2-4 devices per
 node, 6 steps), RANK_JITTER=1 (every node its own jitter seed, node r up to
 (r+1) x the delay). "diff-plan": A's plan has other replicas or microbatch
@@ -41,6 +41,7 @@ SEED = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 WORK = sys.argv[3] if len(sys.argv) > 3 else "/tmp/fuzz_mpi"
 TIMEOUT = 120
 TIGHT = float(os.environ.get("TIGHT", "0.3"))
+ZERO1 = float(os.environ.get("ZERO1", "0"))  # share of A runs with --zero1
 JITTER = float(os.environ.get("JITTER", "0.5"))
 WINDOWS = float(os.environ.get("WINDOWS", "0.3"))
 PIPE_ONLY = os.environ.get("PIPE_ONLY") == "1"
@@ -194,8 +195,10 @@ def main():
             kb = smallest_budget(tag, d, args, B // N)
             if kb:
                 args += ["--budget", "%dK" % kb]
-        a = run(tag + "a", N, d, args, jitter)
-        desc = "%s N=%d d=%d %s%s %s" % (tag, N, d, "".join("%s=%s " % kv for kv in EXTRA_ENV.items()),
+        zero = rnd.random() < ZERO1
+        a = run(tag + "a", N, d, args + (["--zero1"] if zero else []), jitter)
+        desc = "%s N=%d d=%d %s%s%s %s" % (tag, N, d, "".join("%s=%s " % kv for kv in EXTRA_ENV.items()),
+                                         "--zero1 " if zero else "",
                                        jitter or "", " ".join(
             x for x in args if not x.startswith("/")))
         if a["hung"]:
