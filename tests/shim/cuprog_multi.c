@@ -62,8 +62,8 @@ static uint64_t hash_bufs(const struct job *j, float *host, uint64_t hash)
 	return hash;
 }
 
-static void pass(CUfunction step, CUstream s, const CUdeviceptr *y, const CUdeviceptr *x,
-                 int nbuf, int n, float a0)
+static void pass(CUfunction step, CUstream s, const CUdeviceptr *y, const CUdeviceptr *x, int nbuf,
+                 int n, float a0)
 {
 	for (int b = 0; b < nbuf; b++) {
 		struct step_args a = {(float *)(uintptr_t)y[b],
