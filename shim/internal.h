@@ -213,11 +213,12 @@ struct shim_op {
 	void **extra;  /* kernels: the extra array or NULL */
 };
 
-/* Makes every tracked allocation op touches resident and orders the program's
- * stream after the transfers. On success the shim's lock is held until
- * shim_op_end(), which must follow the driver call (so no other thread evicts
- * in between). Returns CUDA_SUCCESS, or the error to return to the program
- * (nothing was done; the lock is not held). */
+/* Makes every tracked allocation op touches resident, each on its own device,
+ * and orders the program's stream after the transfers. On success the locks
+ * of the devices it touches are held until shim_op_end(), which must follow
+ * the driver call (so no other thread evicts in between). Returns
+ * CUDA_SUCCESS, or the error to return to the program (nothing was done; no
+ * lock is held). */
 CUresult shim_op_begin(struct shim_op *op);
 /* Records the use, updates the policy, drops the lock. */
 void shim_op_end(struct shim_op *op, CUresult driver_result);
@@ -231,12 +232,26 @@ int shim_mem_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *bytes);
 void shim_mem_pin_all(const char *why);
 
 struct shim_alloc;
-/* Under the lock (mem.c, for pool.c and mode.c): */
-/* Opens the vmm at the first allocation. Returns 0, or -errno (pass through;
- * -EAGAIN: no context yet). */
-int shim_mm_init(void);
-/* A new stable allocation in the table. Returns CUDA_SUCCESS or the error. */
-CUresult shim_alloc_create(size_t bytes, const char *api, struct shim_alloc **out);
+struct shim_dev;
+/* The device current in the calling thread's context, locked, its vmm opened
+ * at its first use. Returns 0 with *out locked, or -errno and nothing locked
+ * (pass through; -EAGAIN: no context yet). */
+int shim_dev_enter(struct shim_dev **out);
+/* Device locks, taken in ascending order and before shim.lock; the calling
+ * thread's held set is what shim_alloc_find searches. */
+void shim_dev_lock(struct shim_dev *d);
+void shim_dev_unlock(struct shim_dev *d);
+/* Locks every open device (rare calls: chunk mapping, capture); returns the set. */
+unsigned shim_dev_lock_all(void);
+void shim_dev_unlock_set(unsigned set);
+/* The device whose table holds p, or NULL (takes shim.lock briefly; the
+ * answer may be stale by the time its lock is taken). */
+struct shim_dev *shim_dev_of(CUdeviceptr p);
+/* Under d's lock (mem.c, for pool.c, mode.c and vmmap.c): */
+/* A new stable allocation in d's table. Returns CUDA_SUCCESS or the error. */
+CUresult shim_alloc_create(struct shim_dev *d, size_t bytes, const char *api,
+                           struct shim_alloc **out);
+/* The allocation holding p among the devices whose lock this thread holds. */
 struct shim_alloc *shim_alloc_find(CUdeviceptr p);
 /* 1 when p is in a range freed lately (a double free, a use after free). */
 int shim_alloc_freed(CUdeviceptr p);
@@ -252,15 +267,16 @@ int shim_alloc_revive(struct shim_alloc *a);
 void shim_alloc_destroy(struct shim_alloc *a);
 /* A baseline mode's allocation, made by the driver at base, in the table
  * (backing says what it is). Returns CUDA_SUCCESS or CUDA_ERROR_OUT_OF_MEMORY. */
-CUresult shim_alloc_insert(CUdeviceptr base, size_t bytes, enum shim_backing backing,
-                           struct shim_alloc **out);
+CUresult shim_alloc_insert(struct shim_dev *d, CUdeviceptr base, size_t bytes,
+                           enum shim_backing backing, struct shim_alloc **out);
 /* A retired baseline allocation whose memory went back: kept for the report. */
 void shim_alloc_bury(struct shim_alloc *a);
-/* The allocation holding p, or else the first one above p; NULL if none. */
-struct shim_alloc *shim_alloc_next(CUdeviceptr p);
+/* In d's table: the allocation holding p, or else the first one above p; NULL if none. */
+struct shim_alloc *shim_alloc_next(struct shim_dev *d, CUdeviceptr p);
 /* Evicts released allocations until the vmm's use, shim.ext_bytes and need fit
  * the budget (pass-through pools count against it). */
-void shim_mem_fit_external(size_t need, struct shim_alloc *const *keep, int nkeep);
+void shim_mem_fit_external(struct shim_dev *d, size_t need, struct shim_alloc *const *keep,
+                           int nkeep);
 
 /* ---- pool.c: stream-ordered allocation (cuMemAllocAsync, pools) ---- */
 
@@ -278,9 +294,9 @@ enum shim_reclaim {
 	SHIM_RECLAIM_PRESSURE, /* destroy all completed (the device is full) */
 	SHIM_RECLAIM_WAIT,     /* wait for every free, destroy all */
 };
-/* Under the lock. */
-void shim_pool_reclaim(enum shim_reclaim how);
-/* Under the lock: a pass-through allocation freed with cuMemFree. */
+/* Under d's lock. */
+void shim_pool_reclaim(struct shim_dev *d, enum shim_reclaim how);
+/* Takes the device locks: a pass-through allocation freed with cuMemFree. */
 void shim_pool_forget_external(CUdeviceptr p);
 
 /* ---- mode.c: the baselines one program is measured against ---- */
@@ -369,6 +385,7 @@ struct shim_launch_rec {
 /* ---- the shim's state (mem.c owns it) ---- */
 
 struct shim_alloc {
+	struct shim_dev *dev; /* the device it lives on */
 	CUdeviceptr base;
 	size_t bytes; /* as the program asked */
 	uint64_t obj; /* vmm object */
@@ -393,13 +410,17 @@ struct shim_alloc {
 	struct shim_alloc *next_freed; /* the freed cache, oldest first */
 };
 
-struct shim_state {
+/* One device the program uses: its own vmm, budget, table and lock. Made at
+ * that device's first allocation (the device current in the calling thread's
+ * context); lives as long as the process. Its lock serializes the operations
+ * that touch its allocations; its table changes only under both its lock and
+ * shim.lock, so either one makes it safe to read. */
+#define SHIM_MAX_DEV 16
+struct shim_dev {
 	pthread_mutex_t lock;
-	int ready;           /* vmm open */
-	int failed;          /* init failed: pass everything through */
-	int capturing;       /* a stream began capturing: new allocations are pinned */
-	enum shim_mode mode; /* set before ready */
-	struct sp_params params;
+	int ready;  /* vmm open (atomic) */
+	int failed; /* its init failed: its allocations pass through */
+	int idx;    /* the device ordinal */
 	struct dev_driver_api api;
 	struct dev_ctx *dev;
 	struct vmm *vmm;
@@ -409,12 +430,39 @@ struct shim_state {
 	/* allocations sorted by base */
 	struct shim_alloc **allocs;
 	size_t nallocs, cap_allocs;
-	uint64_t nseq;
 	/* program streams used since the last batch release */
 	CUstream used[16];
 	int nused, used_overflow;
+	int peer_used; /* an operation on another device used its memory: synchronize all */
 	struct dev_stream *join;
 	struct dev_event *join_ev, *used_ev[16];
+	struct shim_rec *rec;
+	uint64_t ops, peer_ops, batch_releases;
+	/* stream-ordered allocation (pool.c) */
+	struct shim_alloc *freed, *freed_tail; /* freed in stream order, kept for reuse */
+	size_t nfreed;
+	uint64_t freed_bytes;
+	uint64_t ext_bytes; /* held by allocations that pass through (counted in the budget) */
+	uint64_t async_allocs, async_reuses, async_waits;
+	/* chunks the program maps itself (vmmap.c) */
+	uint64_t nchunks_made, chunk_evictions, chunk_restores, chunk_h2d, chunk_d2h;
+};
+
+/* Process-wide: the parameters, the devices, and the small shared tables
+ * (freed ranges, kernels, report), under lock, which is taken after any
+ * device lock and held briefly. */
+struct shim_state {
+	pthread_mutex_t lock;
+	int ready;           /* params loaded and one device open (atomic) */
+	int failed;          /* init failed: pass everything through */
+	int capturing;       /* a stream began capturing: new allocations are pinned (atomic) */
+	int loaded;          /* params and mode read */
+	enum shim_mode mode; /* set before ready */
+	struct sp_params params;
+	struct shim_dev dev[SHIM_MAX_DEV];
+	struct shim_dev *base; /* the first device opened (the baselines' and chunks' device) */
+	int ndev;              /* devices opened (atomic) */
+	uint64_t nseq;
 	/* freed ranges, to refuse operations on them */
 	struct {
 		CUdeviceptr base;
@@ -432,21 +480,13 @@ struct shim_state {
 	struct shim_launch_rec *launches; /* trace ring */
 	uint64_t nlaunch;
 	size_t cap_launch;
-	struct shim_rec *rec;
-	uint64_t ops, batch_releases, refused;
+	uint64_t ops, refused;
 	uint64_t stale_launches; /* launched with a freed address inside a struct parameter */
-	/* stream-ordered allocation (pool.c) */
-	struct shim_alloc *freed, *freed_tail; /* freed in stream order, kept for reuse */
-	size_t nfreed;
-	uint64_t freed_bytes;
-	uint64_t ext_bytes; /* held by allocations that pass through (counted in the budget) */
-	uint64_t async_allocs, async_reuses, async_waits;
-	/* chunks the program maps itself (vmmap.c) */
-	uint64_t nchunks_made, chunk_evictions, chunk_restores, chunk_h2d, chunk_d2h;
 	double t0;
 };
 extern struct shim_state shim;
 
+/* Takes shim.lock. */
 uint32_t shim_kstat_get(const char *name);
 
 /* report.c */

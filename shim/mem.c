@@ -15,9 +15,14 @@
  * program's streams used since the last batch, and the vmm evicts by its
  * policy (Belady on the recorded iteration, LRU before one is seen).
  *
- * One lock serializes operations from the program's threads: an operation's
- * acquires, its driver call and its bookkeeping happen under it, so no thread
- * releases memory another thread is about to launch on.
+ * Each device the program uses has its own vmm, budget, allocation table and
+ * lock (struct shim_dev), opened at that device's first allocation. An
+ * operation holds the locks of the devices whose allocations it touches
+ * (ascending order) across its acquires, its driver call and its bookkeeping,
+ * so no thread releases memory another thread is about to launch on, and two
+ * threads on two devices do not wait for each other. shim.lock, taken after
+ * device locks and held briefly, covers the shared tables: freed ranges,
+ * kernels, the report; a device's table changes only under both locks.
  */
 #include "shim/internal.h"
 
@@ -27,7 +32,13 @@
 #include <string.h>
 #include <time.h>
 
-struct shim_state shim = {.lock = PTHREAD_MUTEX_INITIALIZER};
+#define SHIM_DEV_INIT(i) [i] = {.lock = PTHREAD_MUTEX_INITIALIZER, .idx = i}
+struct shim_state shim = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .dev = {SHIM_DEV_INIT(0), SHIM_DEV_INIT(1), SHIM_DEV_INIT(2), SHIM_DEV_INIT(3),
+            SHIM_DEV_INIT(4), SHIM_DEV_INIT(5), SHIM_DEV_INIT(6), SHIM_DEV_INIT(7),
+            SHIM_DEV_INIT(8), SHIM_DEV_INIT(9), SHIM_DEV_INIT(10), SHIM_DEV_INIT(11),
+            SHIM_DEV_INIT(12), SHIM_DEV_INIT(13), SHIM_DEV_INIT(14), SHIM_DEV_INIT(15)}};
 
 /* A kernel's parameter layout, cached by CUfunction. nparams -1: unknown. */
 struct shim_fn_info {
@@ -46,7 +57,8 @@ static double now_s(void)
 
 /* ---- kernels and their names ------------------------------------------------- */
 
-uint32_t shim_kstat_get(const char *name)
+/* Under shim.lock. */
+static uint32_t kstat_get(const char *name)
 {
 	for (uint32_t i = 0; i < shim.nk; i++)
 		if (!strncmp(shim.kstats[i].name, name, sizeof(shim.kstats[i].name) - 1))
@@ -63,6 +75,14 @@ uint32_t shim_kstat_get(const char *name)
 	memset(k, 0, sizeof(*k));
 	snprintf(k->name, sizeof(k->name), "%s", name);
 	return shim.nk++;
+}
+
+uint32_t shim_kstat_get(const char *name)
+{
+	pthread_mutex_lock(&shim.lock);
+	uint32_t k = kstat_get(name);
+	pthread_mutex_unlock(&shim.lock);
+	return k;
 }
 
 static size_t fn_hash(CUfunction f, size_t cap)
@@ -153,7 +173,7 @@ static struct shim_fn_info *fn_info(CUfunction f)
 		snprintf(buf, sizeof(buf), "kernel@%p", (void *)f);
 		name = buf;
 	}
-	fi->k = shim_kstat_get(name);
+	fi->k = kstat_get(name);
 	if (fi->nparams < 0)
 		SP_WARN(SHIM,
 		        "kernel %s: no parameter layout from the driver; every allocation is "
@@ -162,15 +182,54 @@ static struct shim_fn_info *fn_info(CUfunction f)
 	return fi;
 }
 
-/* ---- the allocation table ------------------------------------------------------ */
+/* ---- devices and their allocation tables ---------------------------------------- */
 
-/* Index of the first allocation whose base is > p. */
-static size_t upper(CUdeviceptr p)
+/* The device locks this thread holds (bit i: shim.dev[i]). */
+static __thread unsigned tls_held;
+
+void shim_dev_lock(struct shim_dev *d)
 {
-	size_t lo = 0, hi = shim.nallocs;
+	pthread_mutex_lock(&d->lock);
+	tls_held |= 1u << d->idx;
+}
+
+void shim_dev_unlock(struct shim_dev *d)
+{
+	tls_held &= ~(1u << d->idx);
+	pthread_mutex_unlock(&d->lock);
+}
+
+static int dev_ready(const struct shim_dev *d)
+{
+	return __atomic_load_n(&d->ready, __ATOMIC_ACQUIRE);
+}
+
+unsigned shim_dev_lock_all(void)
+{
+	unsigned set = 0;
+	for (int i = 0; i < SHIM_MAX_DEV; i++) {
+		if (dev_ready(&shim.dev[i])) {
+			shim_dev_lock(&shim.dev[i]);
+			set |= 1u << i;
+		}
+	}
+	return set;
+}
+
+void shim_dev_unlock_set(unsigned set)
+{
+	for (int i = SHIM_MAX_DEV - 1; i >= 0; i--)
+		if (set & (1u << i))
+			shim_dev_unlock(&shim.dev[i]);
+}
+
+/* Index of the first allocation of d whose base is > p. */
+static size_t upper(const struct shim_dev *d, CUdeviceptr p)
+{
+	size_t lo = 0, hi = d->nallocs;
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
-		if (shim.allocs[mid]->base <= p)
+		if (d->allocs[mid]->base <= p)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -178,43 +237,80 @@ static size_t upper(CUdeviceptr p)
 	return lo;
 }
 
-static struct shim_alloc *find(CUdeviceptr p)
+/* Under d's lock or shim.lock. */
+static struct shim_alloc *find_in(const struct shim_dev *d, CUdeviceptr p)
 {
-	size_t i = upper(p);
+	size_t i = upper(d, p);
 	if (!i)
 		return NULL;
-	struct shim_alloc *a = shim.allocs[i - 1];
+	struct shim_alloc *a = d->allocs[i - 1];
 	return p - a->base < a->bytes ? a : NULL;
 }
 
-static int table_insert(struct shim_alloc *a)
+/* Among the devices in set (their lock or shim.lock held). */
+static struct shim_alloc *find_set(unsigned set, CUdeviceptr p)
 {
-	if (shim.nallocs == shim.cap_allocs) {
-		size_t cap = shim.cap_allocs ? 2 * shim.cap_allocs : 256;
-		struct shim_alloc **t = realloc(shim.allocs, cap * sizeof(*t));
+	for (; set; set &= set - 1) {
+		struct shim_dev *d = &shim.dev[__builtin_ctz(set)];
+		struct shim_alloc *a = d->nallocs ? find_in(d, p) : NULL;
+		if (a)
+			return a;
+	}
+	return NULL;
+}
+
+static unsigned ready_set(void)
+{
+	unsigned set = 0;
+	for (int i = 0; i < SHIM_MAX_DEV; i++)
+		if (dev_ready(&shim.dev[i]))
+			set |= 1u << i;
+	return set;
+}
+
+static struct shim_alloc *find(CUdeviceptr p)
+{
+	return find_set(tls_held, p);
+}
+
+struct shim_dev *shim_dev_of(CUdeviceptr p)
+{
+	pthread_mutex_lock(&shim.lock);
+	struct shim_alloc *a = find_set(ready_set(), p);
+	struct shim_dev *d = a ? a->dev : NULL;
+	pthread_mutex_unlock(&shim.lock);
+	return d;
+}
+
+/* Under d's lock and shim.lock. */
+static int table_insert(struct shim_dev *d, struct shim_alloc *a)
+{
+	if (d->nallocs == d->cap_allocs) {
+		size_t cap = d->cap_allocs ? 2 * d->cap_allocs : 256;
+		struct shim_alloc **t = realloc(d->allocs, cap * sizeof(*t));
 		if (!t)
 			return -ENOMEM;
-		shim.allocs = t;
-		shim.cap_allocs = cap;
+		d->allocs = t;
+		d->cap_allocs = cap;
 	}
-	size_t i = upper(a->base);
-	memmove(&shim.allocs[i + 1], &shim.allocs[i], (shim.nallocs - i) * sizeof(*shim.allocs));
-	shim.allocs[i] = a;
-	shim.nallocs++;
+	size_t i = upper(d, a->base);
+	memmove(&d->allocs[i + 1], &d->allocs[i], (d->nallocs - i) * sizeof(*d->allocs));
+	d->allocs[i] = a;
+	d->nallocs++;
 	return 0;
 }
 
-static void table_remove(struct shim_alloc *a)
+static void table_remove(struct shim_dev *d, struct shim_alloc *a)
 {
-	size_t i = upper(a->base);
-	if (i && shim.allocs[i - 1] == a) {
-		memmove(&shim.allocs[i - 1], &shim.allocs[i],
-		        (shim.nallocs - i) * sizeof(*shim.allocs));
-		shim.nallocs--;
+	size_t i = upper(d, a->base);
+	if (i && d->allocs[i - 1] == a) {
+		memmove(&d->allocs[i - 1], &d->allocs[i], (d->nallocs - i) * sizeof(*d->allocs));
+		d->nallocs--;
 	}
 }
 
-/* Freed ranges, newest first wins; a new allocation over one clears it. */
+/* Freed ranges, newest first wins; a new allocation over one clears it.
+ * Under shim.lock. */
 static int in_grave(CUdeviceptr p)
 {
 	unsigned n = shim.ngrave < 256 ? shim.ngrave : 256;
@@ -235,11 +331,11 @@ static void grave_clear(CUdeviceptr base, size_t bytes)
 
 /* ---- init ------------------------------------------------------------------------- */
 
-static int fill_api(void)
+static int fill_api(struct shim_dev *d)
 {
-	struct dev_driver_api *a = &shim.api;
-	a->ctx = shim.ctx;
-	a->device = shim.device;
+	struct dev_driver_api *a = &d->api;
+	a->ctx = d->ctx;
+	a->device = d->device;
 	a->ctx_get_current = shim_real.cuCtxGetCurrent;
 	a->ctx_push = shim_real.cuCtxPushCurrent_v2;
 	a->ctx_pop = shim_real.cuCtxPopCurrent_v2;
@@ -275,155 +371,224 @@ static int fill_api(void)
 	return 0;
 }
 
-/* mm_init for a baseline mode (mode.c): no vmm; the recorder for uvm-prefetch. */
-static int base_init(void)
+/* Once per process, under shim.lock: the parameters and the mode. Returns 0
+ * or -errno (the shim then passes everything through). */
+static int load(void)
 {
-	SP_CHECK(shim_base_init());
-	shim.rec = shim_rec_new(shim.mode == SHIM_MODE_UVM_PREFETCH);
-	if (!shim.rec)
-		return sp_error(-ENOMEM, "shim: out of memory");
-	shim_kstat_get("memcpy");
-	shim_kstat_get("memset");
-	shim.t0 = now_s();
-	shim.failed = 0;
-	__atomic_store_n(&shim.ready, 1, __ATOMIC_RELEASE);
-	char a[32];
-	SP_INFO(SHIM, "mode %s (SPILL_SHIM_MODE), device memory budget %s (SPILL_DEVICE_MEM)",
-	        shim_mode_name(shim.mode), sp_format_size(shim.budget, a, sizeof(a)));
-	atexit(shim_report_at_exit);
-	shim_report_start_signal();
-	return 0;
-}
-
-/* Opens the vmm in the program's current context, at its first allocation.
- * Under the lock. Returns 0, or -errno (the shim then passes through). */
-static int mm_init(void)
-{
-	if (shim.ready)
+	if (shim.loaded)
 		return 0;
 	if (shim.failed)
 		return -ENODEV;
-	int rc = shim_real_init();
-	CUcontext ctx = NULL;
-	if (rc == 0 && (shim_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx))
-		return -EAGAIN; /* no context yet: the driver answers this call */
 	shim.failed = 1;
-	if (rc < 0)
-		return rc;
-	shim.ctx = ctx;
-	if (shim_real.cuCtxGetDevice(&shim.device) != CUDA_SUCCESS)
-		return sp_error(-ENODEV, "shim: no device for the current context");
+	SP_CHECK(shim_real_init());
 	SP_CHECK(sp_params_load(&shim.params, NULL));
 	if (sp_params_apply_logging(&shim.params) < 0)
 		SP_WARN(SHIM, "%s", sp_last_error());
-	size_t free_b = 0, total_b = 0;
-	if (!shim_real.cuMemGetInfo_v2 || shim_real.cuMemGetInfo_v2(&free_b, &total_b))
-		return sp_error(-ENODEV, "shim: cuMemGetInfo failed");
-	shim.budget = shim.params.device_mem ? shim.params.device_mem : free_b / 10 * 9;
 	SP_CHECK(shim_mode_parse(shim.params.shim_mode, &shim.mode));
-	if (shim.mode != SHIM_MODE_SPILL)
-		return base_init();
-	fill_api();
-	struct dev_config dc = {.backend = DEV_BACKEND_DRIVER,
-	                        .ndevices = 1,
-	                        .device_mem = shim.budget,
-	                        .driver = &shim.api};
-	SP_CHECK(dev_open(&dc, &shim.dev));
-	struct dev_info in;
-	SP_CHECK(dev_info(shim.dev, 0, &in));
-	shim.budget = in.capacity;
-	struct vmm_config vc;
-	SP_CHECK(vmm_config_from_params(&shim.params, &vc));
-	vc.ndevices = 1;
-	vc.device_mem = shim.budget;
-	vc.stable_mem = shim.budget;
-	vc.stats_at_close = 0;
-	vc.trace_file = NULL;
-	if (*shim.params.shim_trace && vc.trace_cap < (1u << 16))
-		vc.trace_cap = 1u << 16;
-	vc.host_fallback = shim.params.shim_host_fallback;
-	rc = vmm_open(shim.dev, &vc, &shim.vmm);
-	if (rc == -ENOTSUP && vc.host_fallback) { /* a driver without host chunks */
-		SP_WARN(SHIM, "%s; evicted allocations stay unmapped", sp_last_error());
-		vc.host_fallback = 0;
-		rc = vmm_open(shim.dev, &vc, &shim.vmm);
-	}
-	SP_CHECK(rc);
-	SP_CHECK(dev_stream_create(shim.dev, 0, &shim.join));
-	SP_CHECK(dev_event_create(shim.dev, &shim.join_ev));
-	for (int i = 0; i < 16; i++)
-		SP_CHECK(dev_event_create(shim.dev, &shim.used_ev[i]));
-	shim.rec = shim_rec_new(!strcmp(shim.params.shim_policy, "belady"));
-	if (!shim.rec)
-		return sp_error(-ENOMEM, "shim: out of memory");
-	shim_kstat_get("memcpy");
-	shim_kstat_get("memset");
+	kstat_get("memcpy");
+	kstat_get("memset");
 	if (*shim.params.shim_trace) {
 		shim.cap_launch = 1u << 16;
 		shim.launches = calloc(shim.cap_launch, sizeof(*shim.launches));
 	}
 	shim.t0 = now_s();
 	shim.failed = 0;
-	__atomic_store_n(&shim.ready, 1, __ATOMIC_RELEASE);
-	char a[32];
-	SP_INFO(SHIM, "device memory budget %s on %s (SPILL_DEVICE_MEM), policy %s",
-	        sp_format_size(shim.budget, a, sizeof(a)), in.name, shim.params.shim_policy);
-	atexit(shim_report_at_exit);
-	shim_report_start_signal();
+	shim.loaded = 1;
 	return 0;
+}
+
+/* d is open: the first one makes the shim ready (report at exit). */
+static void dev_opened(struct shim_dev *d)
+{
+	d->failed = 0;
+	static int reporting;
+	pthread_mutex_lock(&shim.lock);
+	if (!shim.base)
+		shim.base = d;
+	int first = !reporting++;
+	__atomic_store_n(&d->ready, 1, __ATOMIC_RELEASE);
+	__atomic_add_fetch(&shim.ndev, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&shim.ready, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&shim.lock);
+	if (first) {
+		atexit(shim_report_at_exit);
+		shim_report_start_signal();
+	}
+}
+
+/* dev_init for a baseline mode (mode.c): the first device only, no vmm; the
+ * recorder for uvm-prefetch. */
+static int base_init(struct shim_dev *d)
+{
+	pthread_mutex_lock(&shim.lock);
+	int taken = shim.base != NULL;
+	if (!taken)
+		shim.base = d; /* mode.c works on shim.base */
+	pthread_mutex_unlock(&shim.lock);
+	if (taken)
+		return sp_error(-ENODEV, "shim: mode %s manages one device (device %d is not it)",
+		                shim_mode_name(shim.mode), (int)d->device);
+	SP_CHECK(shim_base_init());
+	d->rec = shim_rec_new(shim.mode == SHIM_MODE_UVM_PREFETCH);
+	if (!d->rec)
+		return sp_error(-ENOMEM, "shim: out of memory");
+	dev_opened(d);
+	char a[32];
+	SP_INFO(SHIM, "mode %s (SPILL_SHIM_MODE), device memory budget %s (SPILL_DEVICE_MEM)",
+	        shim_mode_name(shim.mode), sp_format_size(d->budget, a, sizeof(a)));
+	return 0;
+}
+
+/* Opens d's vmm in the program's current context (on d's device), at its
+ * first allocation. Under d's lock. Returns 0, or -errno (d's allocations
+ * then pass through). */
+static int dev_init(struct shim_dev *d, CUcontext ctx)
+{
+	if (d->ready)
+		return 0;
+	if (d->failed)
+		return -ENODEV;
+	d->failed = 1;
+	d->ctx = ctx;
+	d->device = d->idx;
+	size_t free_b = 0, total_b = 0;
+	if (!shim_real.cuMemGetInfo_v2 || shim_real.cuMemGetInfo_v2(&free_b, &total_b))
+		return sp_error(-ENODEV, "shim: cuMemGetInfo failed");
+	/* SPILL_DEVICE_MEM is each device's budget */
+	d->budget = shim.params.device_mem ? shim.params.device_mem : free_b / 10 * 9;
+	if (shim.mode != SHIM_MODE_SPILL)
+		return base_init(d);
+	fill_api(d);
+	struct dev_config dc = {.backend = DEV_BACKEND_DRIVER,
+	                        .ndevices = 1,
+	                        .device_mem = d->budget,
+	                        .driver = &d->api};
+	SP_CHECK(dev_open(&dc, &d->dev));
+	struct dev_info in;
+	SP_CHECK(dev_info(d->dev, 0, &in));
+	d->budget = in.capacity;
+	struct vmm_config vc;
+	SP_CHECK(vmm_config_from_params(&shim.params, &vc));
+	vc.ndevices = 1;
+	vc.device_mem = d->budget;
+	vc.stable_mem = d->budget;
+	vc.stats_at_close = 0;
+	vc.trace_file = NULL;
+	if (*shim.params.shim_trace && vc.trace_cap < (1u << 16))
+		vc.trace_cap = 1u << 16;
+	vc.host_fallback = shim.params.shim_host_fallback;
+	int rc = vmm_open(d->dev, &vc, &d->vmm);
+	if (rc == -ENOTSUP && vc.host_fallback) { /* a driver without host chunks */
+		SP_WARN(SHIM, "%s; evicted allocations stay unmapped", sp_last_error());
+		vc.host_fallback = 0;
+		rc = vmm_open(d->dev, &vc, &d->vmm);
+	}
+	SP_CHECK(rc);
+	SP_CHECK(dev_stream_create(d->dev, 0, &d->join));
+	SP_CHECK(dev_event_create(d->dev, &d->join_ev));
+	for (int i = 0; i < 16; i++)
+		SP_CHECK(dev_event_create(d->dev, &d->used_ev[i]));
+	d->rec = shim_rec_new(!strcmp(shim.params.shim_policy, "belady"));
+	if (!d->rec)
+		return sp_error(-ENOMEM, "shim: out of memory");
+	dev_opened(d);
+	char a[32];
+	SP_INFO(SHIM, "device %d: memory budget %s on %s (SPILL_DEVICE_MEM), policy %s",
+	        (int)d->device, sp_format_size(d->budget, a, sizeof(a)), in.name,
+	        shim.params.shim_policy);
+	return 0;
+}
+
+/* The calling thread's device, or NULL with *ctx NULL when it has no context. */
+static struct shim_dev *current_dev(CUcontext *ctx)
+{
+	CUdevice dev = 0;
+	*ctx = NULL;
+	if (shim_real.cuCtxGetCurrent(ctx) != CUDA_SUCCESS || !*ctx)
+		return NULL;
+	if (shim_real.cuCtxGetDevice(&dev) != CUDA_SUCCESS || dev < 0 || dev >= SHIM_MAX_DEV)
+		return NULL;
+	return &shim.dev[dev];
 }
 
 /* ---- batch release ---------------------------------------------------------------- */
 
-static void note_stream(CUstream s)
+static void note_stream(struct shim_dev *d, CUstream s)
 {
-	for (int i = 0; i < shim.nused; i++)
-		if (shim.used[i] == s)
+	for (int i = 0; i < d->nused; i++)
+		if (d->used[i] == s)
 			return;
-	if (shim.nused < 16)
-		shim.used[shim.nused++] = s;
+	if (d->nused < 16)
+		d->used[d->nused++] = s;
 	else
-		shim.used_overflow = 1;
+		d->used_overflow = 1;
 }
 
-/* One event after every use so far of the allocations about to be released:
- * the streams used since the last batch joined on the shim's stream. NULL
- * when the device had to be synchronized instead. */
-static struct dev_event *join_uses(void)
+/* Waits for everything queued in d's context (the program's free does). */
+static void ctx_sync(struct shim_dev *d)
 {
-	if (shim.used_overflow) {
+	if (shim_real.cuCtxPushCurrent_v2(d->ctx) != CUDA_SUCCESS) {
 		shim_real.cuCtxSynchronize();
+		return;
+	}
+	shim_real.cuCtxSynchronize();
+	CUcontext c;
+	if (shim_real.cuCtxPopCurrent_v2(&c) != CUDA_SUCCESS)
+		SP_WARN(SHIM, "cuCtxPopCurrent failed");
+}
+
+/* Every open device's context: after another device's stream used d's memory
+ * (peer access), whose streams an event of d's context cannot join. */
+static void sync_all(void)
+{
+	for (int i = 0; i < SHIM_MAX_DEV; i++)
+		if (dev_ready(&shim.dev[i]) && shim.dev[i].ctx)
+			ctx_sync(&shim.dev[i]);
+}
+
+/* One event after every use so far of d's allocations about to be released:
+ * the streams used since the last batch joined on d's stream. NULL when the
+ * devices had to be synchronized instead. */
+static struct dev_event *join_uses(struct shim_dev *d)
+{
+	if (d->peer_used) {
+		sync_all();
+		d->peer_used = 0;
 		return NULL;
 	}
-	for (int i = 0; i < shim.nused; i++) {
-		if (dev_driver_event_record(shim.used_ev[i], shim.used[i]) < 0 ||
-		    dev_stream_wait_event(shim.join, shim.used_ev[i]) < 0) {
+	if (d->used_overflow) {
+		ctx_sync(d);
+		return NULL;
+	}
+	for (int i = 0; i < d->nused; i++) {
+		if (dev_driver_event_record(d->used_ev[i], d->used[i]) < 0 ||
+		    dev_stream_wait_event(d->join, d->used_ev[i]) < 0) {
 			SP_WARN(SHIM, "ordering a release: %s; synchronizing", sp_last_error());
-			shim_real.cuCtxSynchronize();
+			ctx_sync(d);
 			return NULL;
 		}
 	}
-	if (dev_event_record(shim.join_ev, shim.join) < 0) {
-		shim_real.cuCtxSynchronize();
+	if (dev_event_record(d->join_ev, d->join) < 0) {
+		ctx_sync(d);
 		return NULL;
 	}
-	return shim.join_ev;
+	return d->join_ev;
 }
 
 static void release_one(struct shim_alloc *a, struct dev_event *done)
 {
-	if (a->backing == SHIM_BACK_VMM && vmm_release(shim.vmm, a->obj, 0, done) < 0)
+	if (a->backing == SHIM_BACK_VMM && vmm_release(a->dev->vmm, a->obj, 0, done) < 0)
 		SP_WARN(SHIM, "release of allocation %" PRIu64 ": %s", a->seq, sp_last_error());
 	a->held = 0;
 	a->ready = NULL;
 }
 
-/* Releases every held allocation except those in keep. */
-static void release_batch(struct shim_alloc *const *keep, int nkeep)
+/* Releases every held allocation of d except those in keep. Under d's lock. */
+static void release_batch(struct shim_dev *d, struct shim_alloc *const *keep, int nkeep)
 {
-	struct dev_event *done = join_uses();
-	for (size_t i = 0; i < shim.nallocs; i++) {
-		struct shim_alloc *a = shim.allocs[i];
+	struct dev_event *done = join_uses(d);
+	for (size_t i = 0; i < d->nallocs; i++) {
+		struct shim_alloc *a = d->allocs[i];
 		if (!a->held || a->pinned)
 			continue;
 		int k = 0;
@@ -432,44 +597,45 @@ static void release_batch(struct shim_alloc *const *keep, int nkeep)
 		if (k == nkeep)
 			release_one(a, done);
 	}
-	shim.nused = 0;
-	shim.used_overflow = 0;
-	shim.batch_releases++;
+	d->nused = 0;
+	d->used_overflow = 0;
+	d->batch_releases++;
 }
 
-/* Acquires a for the device. A miss when the device is full first releases
+/* Acquires a on its device. A miss when the device is full first releases
  * the held ones not in keep (so the victim is chosen among all of them), and
  * an acquire that still does not fit tries once more after that.
- * *where: where its copies were before. */
+ * *where: where its copies were before. Under a's device's lock. */
 static int hold(struct shim_alloc *a, struct shim_alloc *const *keep, int nkeep,
                 enum vmm_access acc, uint32_t *where)
 {
+	struct shim_dev *d = a->dev;
 	void *ptr = NULL;
 	struct dev_event *ready = NULL;
 	if (a->backing == SHIM_BACK_CHUNK) {
 		*where = shim_chunk_resident(a) ? 1u : VMM_INFO_HOST;
 		return shim_chunk_hold(a, keep, nkeep, acc == VMM_OVERWRITE);
 	}
-	*where = vmm_obj_where(shim.vmm, a->obj);
+	*where = vmm_obj_where(d->vmm, a->obj);
 	if (!(*where & 1u)) {
 		/* a miss that must evict: let the policy choose among everything the
 		 * operation does not need, not only what is not held right now; memory
 		 * freed in stream order that nothing uses any more goes first */
 		uint64_t used = 0, cap = 0;
-		if (vmm_place_usage(shim.vmm, 0, &used, &cap) == 0 &&
-		    used + shim.ext_bytes + a->bytes > cap) {
-			shim_pool_reclaim(SHIM_RECLAIM_PRESSURE);
-			if (shim.ext_bytes)
-				shim_mem_fit_external(a->bytes, keep, nkeep);
+		if (vmm_place_usage(d->vmm, 0, &used, &cap) == 0 &&
+		    used + d->ext_bytes + a->bytes > cap) {
+			shim_pool_reclaim(d, SHIM_RECLAIM_PRESSURE);
+			if (d->ext_bytes)
+				shim_mem_fit_external(d, a->bytes, keep, nkeep);
 			else
-				release_batch(keep, nkeep);
+				release_batch(d, keep, nkeep);
 		}
 	}
-	int rc = vmm_acquire(shim.vmm, a->obj, 0, acc, &ptr, &ready);
+	int rc = vmm_acquire(d->vmm, a->obj, 0, acc, &ptr, &ready);
 	if (rc == -ENOMEM) {
-		shim_pool_reclaim(SHIM_RECLAIM_WAIT);
-		release_batch(keep, nkeep);
-		rc = vmm_acquire(shim.vmm, a->obj, 0, acc, &ptr, &ready);
+		shim_pool_reclaim(d, SHIM_RECLAIM_WAIT);
+		release_batch(d, keep, nkeep);
+		rc = vmm_acquire(d->vmm, a->obj, 0, acc, &ptr, &ready);
 	}
 	if (rc < 0)
 		return rc;
@@ -480,38 +646,39 @@ static int hold(struct shim_alloc *a, struct shim_alloc *const *keep, int nkeep,
 }
 
 /* Allocations that pass through to the driver (pools the shim cannot make
- * evictable) hold shim.ext_bytes of the device: evicts released allocations,
+ * evictable) hold d->ext_bytes of the device: evicts released allocations,
  * least recently used first, until what the vmm holds plus them plus need
- * fits the budget. Under the lock. */
-void shim_mem_fit_external(size_t need, struct shim_alloc *const *keep, int nkeep)
+ * fits the budget. Under d's lock. */
+void shim_mem_fit_external(struct shim_dev *d, size_t need, struct shim_alloc *const *keep,
+                           int nkeep)
 {
 	for (int released = 0;;) {
 		uint64_t used = 0, cap = 0;
-		if (vmm_place_usage(shim.vmm, 0, &used, &cap) < 0 ||
-		    used + shim.ext_bytes + need <= cap)
+		if (vmm_place_usage(d->vmm, 0, &used, &cap) < 0 ||
+		    used + d->ext_bytes + need <= cap)
 			return;
 		struct shim_alloc *victim = NULL;
-		for (size_t i = 0; i < shim.nallocs; i++) {
-			struct shim_alloc *a = shim.allocs[i];
+		for (size_t i = 0; i < d->nallocs; i++) {
+			struct shim_alloc *a = d->allocs[i];
 			int k = 0;
 			while (k < nkeep && keep[k] != a)
 				k++;
 			int resident = a->backing == SHIM_BACK_CHUNK
 			                   ? shim_chunk_resident(a)
-			                   : (vmm_obj_where(shim.vmm, a->obj) & 1u) != 0;
+			                   : (vmm_obj_where(d->vmm, a->obj) & 1u) != 0;
 			if (k < nkeep || a->held || a->pinned || !resident)
 				continue;
 			if (!victim || a->last_use < victim->last_use)
 				victim = a;
 		}
 		if (!victim && !released) {
-			release_batch(keep, nkeep); /* held ones become candidates */
+			release_batch(d, keep, nkeep); /* held ones become candidates */
 			released = 1;
 			continue;
 		}
 		if (!victim ||
 		    (victim->backing == SHIM_BACK_CHUNK ? shim_chunk_evict(victim)
-		                                        : vmm_evict(shim.vmm, victim->obj, 0)) < 0)
+		                                        : vmm_evict(d->vmm, victim->obj, 0)) < 0)
 			return; /* the acquire then fails, or fits the vmm's own room */
 	}
 }
@@ -526,11 +693,16 @@ struct op_state {
 	int n;
 	uint32_t k;
 	uint64_t sig;
-	int all;           /* unknown layout: every allocation */
-	int stale;         /* a freed address inside a struct parameter */
-	int bad_param;     /* the refused launch's parameter, -1: a copy or set */
-	uint64_t bad_word; /* and the freed address it holds */
-	int locked;        /* begin took the lock: end drops it */
+	int all;                      /* unknown layout: every allocation */
+	int stale;                    /* a freed address inside a struct parameter */
+	int bad_param;                /* the refused launch's parameter, -1: a copy or set */
+	uint64_t bad_word;            /* and the freed address it holds */
+	unsigned set;                 /* the devices whose tables the scan searches */
+	unsigned locked;              /* the device locks begin took: end drops them */
+	struct shim_dev *cur;         /* the device of the calling thread's context, or NULL */
+	CUstream stream;              /* the operation's stream, as the driver sees it */
+	uint64_t misses, h2d, disk2h; /* for the kernel's stats, added at the end */
+	char name[64];                /* the kernel's name, for log lines */
 };
 
 static __thread struct op_state tls_op;
@@ -560,16 +732,21 @@ static void add_touch(struct op_state *st, struct shim_alloc *a, enum shim_use u
  * that runs without the shim. */
 static int scan_words(struct op_state *st, const unsigned char *p, size_t bytes, int pointer)
 {
-	if (!shim.nallocs && !shim.ngrave)
+	CUdeviceptr lo = UINT64_MAX;
+	for (unsigned set = st->set; set; set &= set - 1) {
+		const struct shim_dev *d = &shim.dev[__builtin_ctz(set)];
+		if (d->nallocs && d->allocs[0]->base < lo)
+			lo = d->allocs[0]->base;
+	}
+	if (lo == UINT64_MAX && !shim.ngrave)
 		return 0;
-	CUdeviceptr lo = shim.nallocs ? shim.allocs[0]->base : 0;
 	int stale = 0;
 	for (size_t o = 0; o + 8 <= bytes; o += 8) {
 		uint64_t w;
 		memcpy(&w, p + o, 8);
 		if (w < lo && !shim.ngrave)
 			continue;
-		struct shim_alloc *a = find((CUdeviceptr)w);
+		struct shim_alloc *a = find_set(st->set, (CUdeviceptr)w);
 		if (a)
 			add_touch(st, a, SHIM_USE_WRITE);
 		else if (shim.ngrave && w && in_grave((CUdeviceptr)w)) {
@@ -664,16 +841,18 @@ static CUresult errno_to_cu(int rc)
 	}
 }
 
-/* Under the lock: shim_op_begin's work. On an error nothing was done and the
- * caller drops the lock. */
-static CUresult begin_locked(struct shim_op *op, struct op_state *st)
+/* Under shim.lock: the allocations op reaches among the devices in st->set
+ * (their locks held, or shim.lock alone for a first look). Returns 0, or -1
+ * when it reaches freed memory. */
+static int scan_locked(struct shim_op *op, struct op_state *st, unsigned set)
 {
 	st->n = 0;
 	st->all = 0;
 	st->stale = 0;
 	st->bad_param = -1;
 	st->bad_word = 0;
-	st->k = op->fn ? 0 : shim_kstat_get(op->kind);
+	st->set = set;
+	st->k = op->fn ? 0 : kstat_get(op->kind);
 	int bad = 0;
 	if (op->fn) {
 		if (scan_params(st, op) < 0)
@@ -681,7 +860,7 @@ static CUresult begin_locked(struct shim_op *op, struct op_state *st)
 	} else {
 		for (int i = 0; i < op->ntouch; i++) {
 			struct shim_touch *t = &op->touch[i];
-			struct shim_alloc *a = find(t->ptr);
+			struct shim_alloc *a = find_set(set, t->ptr);
 			if (!a) {
 				if (shim.ngrave && in_grave(t->ptr))
 					bad = 1;
@@ -694,35 +873,37 @@ static CUresult begin_locked(struct shim_op *op, struct op_state *st)
 			add_touch(st, a, use);
 		}
 	}
+	snprintf(st->name, sizeof(st->name), "%s", shim.kstats[st->k].name);
 	if (bad) {
 		shim.refused++;
-		if (st->bad_param >= 0) /* which word: to tell a real use from a stale value */
-			SP_WARN(SHIM,
-			        "launch of %s: refused, it reaches device memory that was freed "
-			        "(parameter %d, pointer %#" PRIx64 ")",
-			        shim.kstats[st->k].name, st->bad_param, st->bad_word);
-		else
-			SP_WARN(SHIM, "%s %s: refused, it reaches device memory that was freed",
-			        op->fn ? "launch of" : op->kind,
-			        op->fn ? shim.kstats[st->k].name : "");
-		return CUDA_ERROR_ILLEGAL_ADDRESS;
+		return -1;
 	}
 	if (st->stale)
 		shim.stale_launches++;
 	if (st->all) {
-		for (size_t i = 0; i < shim.nallocs && st->n < SHIM_MAX_TOUCH; i++)
-			add_touch(st, shim.allocs[i], SHIM_USE_WRITE);
+		for (unsigned x = set; x; x &= x - 1) {
+			struct shim_dev *d = &shim.dev[__builtin_ctz(x)];
+			for (size_t i = 0; i < d->nallocs && st->n < SHIM_MAX_TOUCH; i++)
+				add_touch(st, d->allocs[i], SHIM_USE_WRITE);
+		}
 	}
+	return 0;
+}
+
+/* Under the locks of the devices op touches: shim_op_begin's work after the
+ * scan. On an error nothing was done and the caller drops the locks. */
+static CUresult begin_locked(struct shim_op *op, struct op_state *st)
+{
 	CUstream s = effective_stream(op);
-	struct shim_kstat *ks = &shim.kstats[st->k];
 	uint64_t sig = mix(0, op->fn ? (uint64_t)(uintptr_t)op->fn : st->k);
 	if (shim.mode != SHIM_MODE_SPILL) { /* uvm-prefetch: its allocations, before it */
 		for (int i = 0; i < st->n; i++)
 			sig = mix(sig, st->a[i]->base);
 		st->sig = sig;
-		shim_base_prefetch(st->a, st->n, s, shim.ops);
+		shim_base_prefetch(st->a, st->n, s, shim.base->ops);
 		return CUDA_SUCCESS;
 	}
+	st->misses = st->h2d = st->disk2h = 0;
 	for (int i = 0; i < st->n; i++) {
 		struct shim_alloc *a = st->a[i];
 		sig = mix(sig, a->base);
@@ -737,29 +918,35 @@ static CUresult begin_locked(struct shim_op *op, struct op_state *st)
 				char b1[32], b2[32];
 				SP_WARN(SHIM,
 				        "%s: allocation %" PRIu64 " (%s) cannot be made resident "
-				        "within the budget of %s: %s",
-				        ks->name, a->seq, sp_format_size(a->bytes, b1, sizeof(b1)),
-				        sp_format_size(shim.budget, b2, sizeof(b2)),
+				        "within the budget of %s on device %d: %s",
+				        st->name, a->seq, sp_format_size(a->bytes, b1, sizeof(b1)),
+				        sp_format_size(a->dev->budget, b2, sizeof(b2)), a->dev->idx,
 				        sp_last_error());
 				return errno_to_cu(rc);
 			}
 			if (!(where & 1u) && (where & (VMM_INFO_HOST | VMM_INFO_DISK)) &&
 			    acc != VMM_OVERWRITE) {
-				ks->misses++;
-				ks->h2d += a->bytes;
+				st->misses++;
+				st->h2d += a->bytes;
 				if (!(where & VMM_INFO_HOST))
-					ks->disk2h += a->bytes;
+					st->disk2h += a->bytes;
 			}
 		}
 		if (a->first_k == UINT32_MAX)
 			a->first_k = st->k;
-		a->last_use = shim.ops;
+		a->last_use = a->dev->ops;
 		CUresult r = order_after_ready(a, s);
 		if (r != CUDA_SUCCESS)
 			return r;
 	}
 	st->sig = sig;
 	return CUDA_SUCCESS;
+}
+
+static void lock_set(unsigned set)
+{
+	for (unsigned x = set; x; x &= x - 1)
+		shim_dev_lock(&shim.dev[__builtin_ctz(x)]);
 }
 
 CUresult shim_op_begin(struct shim_op *op)
@@ -771,125 +958,225 @@ CUresult shim_op_begin(struct shim_op *op)
 	/* the baselines leave operations to the driver; uvm-prefetch looks at launches */
 	if (shim.mode != SHIM_MODE_SPILL && (shim.mode != SHIM_MODE_UVM_PREFETCH || !op->fn))
 		return CUDA_SUCCESS;
-	pthread_mutex_lock(&shim.lock);
-	CUresult r = begin_locked(op, st);
-	if (r != CUDA_SUCCESS)
+	CUcontext ctx;
+	st->cur = current_dev(&ctx);
+	if (st->cur && !dev_ready(st->cur))
+		st->cur = NULL;
+	unsigned all = ready_set(), set = all;
+	if (__builtin_popcount(all) > 1) {
+		/* several devices: a first look under shim.lock finds whose locks to take */
+		pthread_mutex_lock(&shim.lock);
+		int bad = scan_locked(op, st, all);
 		pthread_mutex_unlock(&shim.lock);
+		set = st->cur ? 1u << st->cur->idx : 0;
+		for (int i = 0; i < st->n; i++)
+			set |= 1u << st->a[i]->dev->idx;
+		if (st->all)
+			set = all;
+		if (bad < 0)
+			set = 0;
+	}
+	lock_set(set);
+	pthread_mutex_lock(&shim.lock);
+	int bad = scan_locked(op, st, set);
+	pthread_mutex_unlock(&shim.lock);
+	CUresult r = CUDA_ERROR_ILLEGAL_ADDRESS;
+	if (bad < 0) {
+		if (st->bad_param >= 0) /* which word: to tell a real use from a stale value */
+			SP_WARN(SHIM,
+			        "launch of %s: refused, it reaches device memory that was freed "
+			        "(parameter %d, pointer %#" PRIx64 ")",
+			        st->name, st->bad_param, st->bad_word);
+		else
+			SP_WARN(SHIM, "%s %s: refused, it reaches device memory that was freed",
+			        op->fn ? "launch of" : op->kind, op->fn ? st->name : "");
+	} else {
+		r = begin_locked(op, st);
+	}
+	if (r != CUDA_SUCCESS)
+		shim_dev_unlock_set(set);
 	else
-		st->locked = 1;
+		st->locked = set;
 	return r;
 }
 
 /* uvm-prefetch, after a launch: the recorder's next allocations, on its stream. */
 static void end_prefetch(struct shim_op *op, struct op_state *st, CUresult driver_result)
 {
+	struct shim_dev *d = shim.base;
 	uint64_t pre[8];
 	int npre = 0;
 	if (driver_result == CUDA_SUCCESS && st->n)
-		npre = shim_rec_op(shim.rec, NULL, st->sig, st->a, st->n, pre, 8);
+		npre = shim_rec_op(d->rec, NULL, st->sig, st->a, st->n, pre, 8);
 	struct shim_alloc *next[8];
 	int n = 0;
 	for (int i = 0; i < npre; i++) {
-		struct shim_alloc *a = find((CUdeviceptr)pre[i]);
+		struct shim_alloc *a = find_in(d, (CUdeviceptr)pre[i]);
 		if (a)
 			next[n++] = a;
 	}
-	shim_base_prefetch(next, n, effective_stream(op), shim.ops);
+	shim_base_prefetch(next, n, effective_stream(op), d->ops);
+}
+
+/* After the operation, for each device e whose allocations it touched: the
+ * recorder of e sees e's part of it and prefetches e's next ones. */
+static void end_dev(struct shim_dev *e, struct op_state *st, CUresult driver_result)
+{
+	struct shim_alloc *mine[SHIM_MAX_TOUCH];
+	int n = 0;
+	for (int i = 0; i < st->n; i++)
+		if (st->a[i]->dev == e)
+			mine[n++] = st->a[i];
+	e->ops++;
+	if (!n)
+		return;
+	if (st->cur == e) {
+		note_stream(e, st->stream);
+	} else {
+		/* a stream of another context used e's memory (peer access) */
+		e->peer_used = 1;
+		e->peer_ops++;
+	}
+	uint64_t pre[8];
+	int npre = 0;
+	if (driver_result == CUDA_SUCCESS)
+		npre = shim_rec_op(e->rec, e->vmm, st->sig, mine, n, pre, 8);
+	int released = 0;
+	for (int i = 0; i < npre; i++) {
+		struct shim_alloc *a = find_in(e, (CUdeviceptr)pre[i]);
+		if (!a || a->held || a->backing != SHIM_BACK_VMM ||
+		    (vmm_obj_where(e->vmm, a->obj) & 1u))
+			continue;
+		uint64_t used = 0, cap = 0;
+		if (!released && vmm_place_usage(e->vmm, 0, &used, &cap) == 0 &&
+		    used + a->bytes > cap) {
+			/* the prefetch may evict only what is needed after it: let it
+			 * choose among everything, held or not */
+			release_batch(e, NULL, 0);
+			released = 1;
+		}
+		if (vmm_prefetch(e->vmm, a->obj, 0) < 0)
+			SP_TRACE(SHIM, "prefetch of allocation %" PRIu64 ": %s", a->seq,
+			         sp_last_error());
+	}
 }
 
 void shim_op_end(struct shim_op *op, CUresult driver_result)
 {
 	struct op_state *st = &tls_op;
-	if (!st->locked) /* begin took no lock: nothing tracked, or a baseline */
-		return;
+	unsigned set = st->locked;
 	st->locked = 0;
+	if (!set) /* begin took no lock: nothing tracked, or a baseline */
+		return;
+	st->stream = effective_stream(op);
+	pthread_mutex_lock(&shim.lock);
 	struct shim_kstat *ks = &shim.kstats[st->k];
 	ks->ops++;
+	ks->misses += st->misses;
+	ks->h2d += st->h2d;
+	ks->disk2h += st->disk2h;
 	shim.ops++;
-	if (st->n)
-		note_stream(effective_stream(op));
 	if (op->fn && shim.launches) {
 		struct shim_launch_rec *l = &shim.launches[shim.nlaunch % shim.cap_launch];
 		l->t = now_s();
 		l->k = st->k;
 		shim.nlaunch++;
 	}
-	if (shim.mode != SHIM_MODE_SPILL) {
-		end_prefetch(op, st, driver_result);
-		pthread_mutex_unlock(&shim.lock);
-		return;
-	}
-	uint64_t pre[8];
-	int npre = 0;
-	if (driver_result == CUDA_SUCCESS && st->n)
-		npre = shim_rec_op(shim.rec, shim.vmm, st->sig, st->a, st->n, pre, 8);
-	int released = 0;
-	for (int i = 0; i < npre; i++) {
-		struct shim_alloc *a = find((CUdeviceptr)pre[i]);
-		if (!a || a->held || a->backing != SHIM_BACK_VMM ||
-		    (vmm_obj_where(shim.vmm, a->obj) & 1u))
-			continue;
-		uint64_t used = 0, cap = 0;
-		if (!released && vmm_place_usage(shim.vmm, 0, &used, &cap) == 0 &&
-		    used + a->bytes > cap) {
-			/* the prefetch may evict only what is needed after it: let it
-			 * choose among everything, held or not */
-			release_batch(NULL, 0);
-			released = 1;
-		}
-		if (vmm_prefetch(shim.vmm, a->obj, 0) < 0)
-			SP_TRACE(SHIM, "prefetch of allocation %" PRIu64 ": %s", a->seq,
-			         sp_last_error());
-	}
 	pthread_mutex_unlock(&shim.lock);
+	if (shim.mode != SHIM_MODE_SPILL) {
+		if (st->n)
+			note_stream(shim.base, st->stream);
+		end_prefetch(op, st, driver_result);
+		shim.base->ops++;
+	} else {
+		for (unsigned x = set; x; x &= x - 1)
+			end_dev(&shim.dev[__builtin_ctz(x)], st, driver_result);
+	}
+	shim_dev_unlock_set(set);
 }
 
 /* ---- allocation API ------------------------------------------------------------- */
 
-int shim_mm_init(void)
+int shim_dev_enter(struct shim_dev **out)
 {
-	int rc = mm_init();
-	if (rc < 0 && rc != -EAGAIN) {
+	pthread_mutex_lock(&shim.lock);
+	int rc = load();
+	pthread_mutex_unlock(&shim.lock);
+	CUcontext ctx = NULL;
+	struct shim_dev *d = rc == 0 ? current_dev(&ctx) : NULL;
+	if (rc == 0 && !d)
+		rc = ctx ? sp_error(-ENODEV, "shim: no device for the current context") : -EAGAIN;
+	if (d) {
+		shim_dev_lock(d);
+		rc = dev_init(d, ctx);
+		if (rc < 0) {
+			static int warned[SHIM_MAX_DEV];
+			if (!__atomic_fetch_add(&warned[d->idx], 1, __ATOMIC_RELAXED))
+				SP_WARN(SHIM, "device %d: not tracking allocations: %s", d->idx,
+				        sp_last_error());
+			shim_dev_unlock(d);
+		}
+	} else if (rc < 0 && rc != -EAGAIN) {
 		static int warned;
-		if (!warned++)
+		if (!__atomic_fetch_add(&warned, 1, __ATOMIC_RELAXED))
 			SP_WARN(SHIM, "not tracking allocations: %s", sp_last_error());
 	}
+	if (rc == 0)
+		*out = d;
 	return rc;
 }
 
-CUresult shim_alloc_create(size_t bytes, const char *api, struct shim_alloc **out)
+/* Under d's lock: into d's table (with shim.lock), its range no longer freed. */
+static int track(struct shim_dev *d, struct shim_alloc *a)
+{
+	pthread_mutex_lock(&shim.lock);
+	int rc = table_insert(d, a);
+	if (rc == 0)
+		grave_clear(a->base, a->cap);
+	pthread_mutex_unlock(&shim.lock);
+	return rc;
+}
+
+static uint64_t next_seq(void)
+{
+	return __atomic_add_fetch(&shim.nseq, 1, __ATOMIC_RELAXED);
+}
+
+CUresult shim_alloc_create(struct shim_dev *d, size_t bytes, const char *api,
+                           struct shim_alloc **out)
 {
 	struct shim_alloc *a = calloc(1, sizeof(*a));
 	if (!a)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	a->seq = ++shim.nseq;
+	a->dev = d;
+	a->seq = next_seq();
 	a->bytes = bytes;
 	a->cap = bytes;
 	a->first_k = UINT32_MAX;
 	char name[32];
 	snprintf(name, sizeof(name), "alloc%" PRIu64, a->seq);
-	struct vmm_obj_desc d = {.bytes = bytes,
-	                         .kind = VMM_KIND_WORKSPACE,
-	                         .name = name,
-	                         .flags = VMM_OBJ_STABLE,
-	                         .home = 0};
-	int rc = vmm_obj_create(shim.vmm, &d, &a->obj);
+	struct vmm_obj_desc desc = {.bytes = bytes,
+	                            .kind = VMM_KIND_WORKSPACE,
+	                            .name = name,
+	                            .flags = VMM_OBJ_STABLE,
+	                            .home = 0};
+	int rc = vmm_obj_create(d->vmm, &desc, &a->obj);
 	if (rc < 0) {
 		char b1[32], b2[32];
-		SP_WARN(SHIM, "%s of %s: %s (budget %s)", api, sp_format_size(bytes, b1, 32),
-		        sp_last_error(), sp_format_size(shim.budget, b2, 32));
+		SP_WARN(SHIM, "%s of %s on device %d: %s (budget %s)", api,
+		        sp_format_size(bytes, b1, 32), d->idx, sp_last_error(),
+		        sp_format_size(d->budget, b2, 32));
 		free(a);
 		return rc == -ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : errno_to_cu(rc);
 	}
-	a->base = (CUdeviceptr)(uintptr_t)vmm_obj_stable_addr(shim.vmm, a->obj);
-	if (table_insert(a) < 0) {
-		if (vmm_obj_destroy(shim.vmm, a->obj) < 0)
+	a->base = (CUdeviceptr)(uintptr_t)vmm_obj_stable_addr(d->vmm, a->obj);
+	if (track(d, a) < 0) {
+		if (vmm_obj_destroy(d->vmm, a->obj) < 0)
 			SP_WARN(SHIM, "%s", sp_last_error());
 		free(a);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	grave_clear(a->base, a->bytes);
-	if (shim.capturing) {
+	if (__atomic_load_n(&shim.capturing, __ATOMIC_ACQUIRE)) {
 		/* a graph being captured may keep its address: resident for good */
 		uint32_t where;
 		if (hold(a, NULL, 0, VMM_WRITE, &where) == 0 &&
@@ -908,23 +1195,21 @@ CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, const char *api)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!bytes)
 		return CUDA_ERROR_INVALID_VALUE; /* as the driver */
-	pthread_mutex_lock(&shim.lock);
-	int rc = shim_mm_init();
-	if (rc < 0) {
-		pthread_mutex_unlock(&shim.lock);
+	struct shim_dev *d = NULL;
+	if (shim_dev_enter(&d) < 0)
 		return shim_real.cuMemAlloc_v2 ? shim_real.cuMemAlloc_v2(dptr, bytes)
 		                               : CUDA_ERROR_NOT_INITIALIZED;
-	}
 	struct shim_alloc *a = NULL;
 	CUresult r;
 	if (shim.mode != SHIM_MODE_SPILL)
 		r = shim_base_alloc(dptr, bytes, api, 0, NULL, NULL, 0);
-	else if ((r = shim_alloc_create(bytes, api, &a)) == CUDA_SUCCESS)
+	else if ((r = shim_alloc_create(d, bytes, api, &a)) == CUDA_SUCCESS)
 		*dptr = a->base;
-	pthread_mutex_unlock(&shim.lock);
+	shim_dev_unlock(d);
 	return r;
 }
 
+/* Under shim.lock. */
 static void grave_add(CUdeviceptr base, size_t bytes)
 {
 	shim.grave[shim.ngrave % 256].base = base;
@@ -932,7 +1217,7 @@ static void grave_add(CUdeviceptr base, size_t bytes)
 	shim.ngrave++;
 }
 
-/* Keeps a destroyed allocation for the report. */
+/* Keeps a destroyed allocation for the report. Under shim.lock. */
 static void dead_add(struct shim_alloc *a)
 {
 	if (shim.ndead == shim.cap_dead) {
@@ -953,89 +1238,103 @@ struct shim_alloc *shim_alloc_find(CUdeviceptr p)
 	return find(p);
 }
 
-struct shim_alloc *shim_alloc_next(CUdeviceptr p)
+struct shim_alloc *shim_alloc_next(struct shim_dev *d, CUdeviceptr p)
 {
-	size_t i = upper(p);
-	if (i && p - shim.allocs[i - 1]->base < shim.allocs[i - 1]->bytes)
-		return shim.allocs[i - 1];
-	return i < shim.nallocs ? shim.allocs[i] : NULL;
+	size_t i = upper(d, p);
+	if (i && p - d->allocs[i - 1]->base < d->allocs[i - 1]->bytes)
+		return d->allocs[i - 1];
+	return i < d->nallocs ? d->allocs[i] : NULL;
 }
 
 int shim_alloc_freed(CUdeviceptr p)
 {
-	return shim.ngrave && in_grave(p);
+	pthread_mutex_lock(&shim.lock);
+	int freed = shim.ngrave && in_grave(p);
+	pthread_mutex_unlock(&shim.lock);
+	return freed;
 }
 
 void shim_alloc_retire(struct shim_alloc *a, struct dev_event *done)
 {
 	if (a->held)
 		release_one(a, done);
-	table_remove(a);
+	pthread_mutex_lock(&shim.lock);
+	table_remove(a->dev, a);
 	grave_add(a->base, a->cap);
+	pthread_mutex_unlock(&shim.lock);
 }
 
 void shim_alloc_untrack(struct shim_alloc *a)
 {
-	table_remove(a);
+	pthread_mutex_lock(&shim.lock);
+	table_remove(a->dev, a);
+	pthread_mutex_unlock(&shim.lock);
 }
 
 int shim_alloc_revive(struct shim_alloc *a)
 {
-	if (table_insert(a) < 0)
-		return -ENOMEM;
-	grave_clear(a->base, a->cap);
-	return 0;
+	return track(a->dev, a) < 0 ? -ENOMEM : 0;
 }
 
 void shim_alloc_destroy(struct shim_alloc *a)
 {
+	struct vmm *v = a->dev->vmm;
 	struct vmm_obj_info inf;
-	if (vmm_obj_info(shim.vmm, a->obj, &inf) == 0) {
+	if (vmm_obj_info(v, a->obj, &inf) == 0) {
 		a->h2d = inf.bytes_moved[VMM_XFER_H2D];
 		a->d2h = inf.bytes_moved[VMM_XFER_D2H];
 		a->h2disk = inf.bytes_moved[VMM_XFER_H2DISK];
 		a->disk2h = inf.bytes_moved[VMM_XFER_DISK2H];
 	}
-	if (vmm_obj_destroy(shim.vmm, a->obj) < 0)
+	if (vmm_obj_destroy(v, a->obj) < 0)
 		SP_WARN(SHIM, "freeing allocation %" PRIu64 ": %s", a->seq, sp_last_error());
-	dead_add(a);
+	shim_alloc_bury(a);
 }
 
-CUresult shim_alloc_insert(CUdeviceptr base, size_t bytes, enum shim_backing backing,
-                           struct shim_alloc **out)
+CUresult shim_alloc_insert(struct shim_dev *d, CUdeviceptr base, size_t bytes,
+                           enum shim_backing backing, struct shim_alloc **out)
 {
 	struct shim_alloc *a = calloc(1, sizeof(*a));
 	if (!a)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	a->seq = ++shim.nseq;
+	a->dev = d;
+	a->seq = next_seq();
 	a->base = base;
 	a->bytes = bytes;
 	a->cap = bytes;
 	a->backing = backing;
 	a->first_k = UINT32_MAX;
 	a->prefetched_op = UINT64_MAX;
-	if (table_insert(a) < 0) {
+	if (track(d, a) < 0) {
 		free(a);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	grave_clear(base, bytes);
 	*out = a;
 	return CUDA_SUCCESS;
 }
 
 void shim_alloc_bury(struct shim_alloc *a)
 {
+	pthread_mutex_lock(&shim.lock);
 	dead_add(a);
+	pthread_mutex_unlock(&shim.lock);
 }
 
 CUresult shim_mem_free(CUdeviceptr dptr)
 {
-	pthread_mutex_lock(&shim.lock);
-	int ready = shim.ready;
-	struct shim_alloc *a = ready ? find(dptr) : NULL;
-	if (!a || a->base != dptr) {
-		int freed = ready && in_grave(dptr);
-		pthread_mutex_unlock(&shim.lock);
+	int ready = __atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE);
+	struct shim_dev *d = ready ? shim_dev_of(dptr) : NULL;
+	struct shim_alloc *a = NULL;
+	if (d) {
+		shim_dev_lock(d);
+		a = find_in(d, dptr);
+		if (!a || a->base != dptr) {
+			shim_dev_unlock(d);
+			a = NULL;
+		}
+	}
+	if (!a) {
+		int freed = ready && shim_alloc_freed(dptr);
 		if (freed) {
 			SP_WARN(SHIM, "cuMemFree of %#llx: already freed (double free)",
 			        (unsigned long long)dptr);
@@ -1051,21 +1350,22 @@ CUresult shim_mem_free(CUdeviceptr dptr)
 			        (unsigned long long)dptr, (int)r);
 		return r;
 	}
+	CUresult r = CUDA_SUCCESS;
 	if (a->backing == SHIM_BACK_CHUNK) { /* mapped memory is not cuMemFree's */
-		pthread_mutex_unlock(&shim.lock);
-		return CUDA_ERROR_INVALID_VALUE;
+		r = CUDA_ERROR_INVALID_VALUE;
+	} else if (a->backing != SHIM_BACK_VMM) { /* a baseline's: the driver's free */
+		r = shim_base_free(a, 0, NULL, 0);
+	} else {
+		/* like the driver's free: work queued before it may still use the memory */
+		if (d->peer_used)
+			sync_all();
+		else
+			ctx_sync(d);
+		shim_alloc_retire(a, NULL);
+		shim_alloc_destroy(a);
 	}
-	if (a->backing != SHIM_BACK_VMM) { /* a baseline's: the driver's free */
-		CUresult r = shim_base_free(a, 0, NULL, 0);
-		pthread_mutex_unlock(&shim.lock);
-		return r;
-	}
-	/* like the driver's free: work queued before it may still use the memory */
-	shim_real.cuCtxSynchronize();
-	shim_alloc_retire(a, NULL);
-	shim_alloc_destroy(a);
-	pthread_mutex_unlock(&shim.lock);
-	return CUDA_SUCCESS;
+	shim_dev_unlock(d);
+	return r;
 }
 
 CUresult shim_mem_get_info(size_t *free_b, size_t *total_b)
@@ -1076,21 +1376,27 @@ CUresult shim_mem_get_info(size_t *free_b, size_t *total_b)
 	                                       : CUDA_ERROR_NOT_INITIALIZED;
 	if (r != CUDA_SUCCESS)
 		return r;
-	pthread_mutex_lock(&shim.lock);
-	if (shim.ready && shim.mode != SHIM_MODE_SPILL) {
-		shim_base_get_info(free_b, total_b);
-	} else if (shim.ready) {
-		/* the budget is the device the program sees; what the vmm holds is used */
-		uint64_t used = 0, cap = 0;
-		if (vmm_place_usage(shim.vmm, 0, &used, &cap) < 0)
-			used = 0;
-		used += shim.ext_bytes; /* pools that pass through count too */
-		uint64_t f = shim.budget > used ? shim.budget - used : 0;
-		*total_b = shim.budget;
-		if (f < *free_b)
-			*free_b = f;
+	CUcontext ctx;
+	struct shim_dev *d =
+	    __atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE) ? current_dev(&ctx) : NULL;
+	if (d && dev_ready(d)) {
+		shim_dev_lock(d);
+		if (shim.mode != SHIM_MODE_SPILL) {
+			shim_base_get_info(free_b, total_b);
+		} else {
+			/* the budget is the device the program sees; what the vmm holds is used */
+			uint64_t used = 0, cap = 0;
+			if (vmm_place_usage(d->vmm, 0, &used, &cap) < 0)
+				used = 0;
+			used += d->ext_bytes; /* pools that pass through count too */
+			uint64_t f = d->budget > used ? d->budget - used : 0;
+			*total_b = d->budget;
+			if (f < *free_b)
+				*free_b = f;
+		}
+		shim_dev_unlock(d);
 	} else {
-		/* before the first allocation the parameters are not loaded yet */
+		/* before the device's first allocation: the budget it will have */
 		uint64_t b = 0;
 		const char *e = getenv("SPILL_DEVICE_MEM");
 		if (e && sp_parse_size(e, &b) == 0 && b && b < *total_b) {
@@ -1099,14 +1405,13 @@ CUresult shim_mem_get_info(size_t *free_b, size_t *total_b)
 				*free_b = b;
 		}
 	}
-	pthread_mutex_unlock(&shim.lock);
 	return CUDA_SUCCESS;
 }
 
 int shim_mem_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *bytes)
 {
 	pthread_mutex_lock(&shim.lock);
-	struct shim_alloc *a = shim.ready ? find(ptr) : NULL;
+	struct shim_alloc *a = shim.ready ? find_set(ready_set(), ptr) : NULL;
 	if (a) {
 		*base = a->base;
 		*bytes = a->bytes;
@@ -1117,26 +1422,32 @@ int shim_mem_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *bytes)
 
 void shim_mem_pin_all(const char *why)
 {
-	pthread_mutex_lock(&shim.lock);
-	if (shim.ready && shim.mode != SHIM_MODE_SPILL) {
-		shim.capturing = 1; /* a baseline's memory never moves */
-	} else if (shim.ready) {
-		for (size_t i = 0; i < shim.nallocs; i++) {
-			struct shim_alloc *a = shim.allocs[i];
-			uint32_t where;
-			if (!a->held && hold(a, NULL, 0, VMM_WRITE, &where) < 0) {
-				SP_WARN(SHIM, "%s: allocation %" PRIu64 " cannot be pinned: %s",
-				        why, a->seq, sp_last_error());
-				continue;
+	if (!__atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE))
+		return;
+	unsigned set = shim_dev_lock_all();
+	if (shim.mode == SHIM_MODE_SPILL) {
+		for (unsigned x = set; x; x &= x - 1) {
+			struct shim_dev *d = &shim.dev[__builtin_ctz(x)];
+			for (size_t i = 0; i < d->nallocs; i++) {
+				struct shim_alloc *a = d->allocs[i];
+				uint32_t where;
+				if (!a->held && hold(a, NULL, 0, VMM_WRITE, &where) < 0) {
+					SP_WARN(SHIM,
+					        "%s: allocation %" PRIu64 " cannot be pinned: %s",
+					        why, a->seq, sp_last_error());
+					continue;
+				}
+				/* a capturing stream cannot wait for an event from outside */
+				if (a->ready && dev_event_sync(a->ready) < 0)
+					SP_WARN(SHIM, "%s: %s", why, sp_last_error());
+				a->ready = NULL;
+				a->pinned = 1;
 			}
-			/* a capturing stream cannot wait for an event from outside */
-			if (a->ready && dev_event_sync(a->ready) < 0)
-				SP_WARN(SHIM, "%s: %s", why, sp_last_error());
-			a->ready = NULL;
-			a->pinned = 1;
+			SP_INFO(SHIM, "%s: %zu allocations pinned on device %d", why, d->nallocs,
+			        d->idx);
 		}
-		shim.capturing = 1;
-		SP_INFO(SHIM, "%s: %zu allocations pinned on the device", why, shim.nallocs);
 	}
-	pthread_mutex_unlock(&shim.lock);
+	/* a baseline's memory never moves */
+	__atomic_store_n(&shim.capturing, 1, __ATOMIC_RELEASE);
+	shim_dev_unlock_set(set);
 }

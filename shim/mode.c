@@ -17,7 +17,8 @@
  * are scanned and a use after free refused as in spill mode; their memory is
  * the driver's. A free is the driver's free; cuMemFreeAsync frees once the
  * work queued before it is done (an event, polled at the next allocation).
- * Everything here runs under shim.lock.
+ * The baselines manage the first device the program allocates on (shim.base);
+ * other devices pass through. Everything here runs under its lock.
  */
 #include "shim/internal.h"
 
@@ -98,9 +99,9 @@ int shim_base_init(void)
 	size_t free_b = 0, total_b = 0;
 	if (shim_real.cuMemGetInfo_v2(&free_b, &total_b) != CUDA_SUCCESS)
 		return sp_error(-ENODEV, "shim: cuMemGetInfo failed");
-	if (free_b <= shim.budget + BALLOON_GRAIN)
+	if (free_b <= shim.base->budget + BALLOON_GRAIN)
 		return 0;
-	size_t want = (free_b - shim.budget) / BALLOON_GRAIN * BALLOON_GRAIN;
+	size_t want = (free_b - shim.base->budget) / BALLOON_GRAIN * BALLOON_GRAIN;
 	CUresult r = shim_real.cuMemAlloc_v2(&base.balloon, want);
 	if (r != CUDA_SUCCESS) {
 		SP_WARN(SHIM,
@@ -172,9 +173,9 @@ CUresult shim_base_alloc(CUdeviceptr *dptr, size_t bytes, const char *api, int a
 		r = shim_real.cuMemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL);
 	} else {
 		/* pass-through pools (exportable) count: they are on the device too */
-		if (base.cur[SHIM_BACK_DEVICE] + base.cur[SHIM_BACK_DEVICE_ASYNC] + shim.ext_bytes +
-		        bytes <=
-		    shim.budget) {
+		if (base.cur[SHIM_BACK_DEVICE] + base.cur[SHIM_BACK_DEVICE_ASYNC] +
+		        shim.base->ext_bytes + bytes <=
+		    shim.base->budget) {
 			b = async ? SHIM_BACK_DEVICE_ASYNC : SHIM_BACK_DEVICE;
 			if (!async)
 				r = shim_real.cuMemAlloc_v2(&p, bytes);
@@ -204,7 +205,7 @@ CUresult shim_base_alloc(CUdeviceptr *dptr, size_t bytes, const char *api, int a
 		return r;
 	}
 	struct shim_alloc *a = NULL;
-	r = shim_alloc_insert(p, bytes, b, &a);
+	r = shim_alloc_insert(shim.base, p, bytes, b, &a);
 	if (r != CUDA_SUCCESS) {
 		CUresult f =
 		    b == SHIM_BACK_HOST ? shim_real.cuMemFreeHost(host) : shim_real.cuMemFree_v2(p);
@@ -268,7 +269,7 @@ void shim_base_prefetch(struct shim_alloc *const *a, int n, CUstream s, uint64_t
 {
 	if (!shim_real.cuMemPrefetchAsync_v2)
 		return;
-	CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = shim.device};
+	CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = shim.base->device};
 	for (int i = 0; i < n; i++) {
 		if (a[i]->backing != SHIM_BACK_MANAGED || a[i]->prefetched_op == op)
 			continue;
@@ -293,9 +294,9 @@ void shim_base_get_info(size_t *free_b, size_t *total_b)
 	uint64_t used = shim.mode == SHIM_MODE_HOSTMAP
 	                    ? base.cur[SHIM_BACK_DEVICE] + base.cur[SHIM_BACK_DEVICE_ASYNC]
 	                    : 0;
-	used += shim.ext_bytes;
-	uint64_t f = shim.budget > used ? shim.budget - used : 0;
-	*total_b = shim.budget;
+	used += shim.base->ext_bytes;
+	uint64_t f = shim.base->budget > used ? shim.base->budget - used : 0;
+	*total_b = shim.base->budget;
 	if (f < *free_b)
 		*free_b = f;
 }
@@ -304,10 +305,10 @@ void shim_base_report(FILE *f)
 {
 	char b[4][32];
 	uint64_t period = 0, cycles = 0;
-	shim_rec_mode(shim.rec, &period, &cycles);
+	shim_rec_mode(shim.base->rec, &period, &cycles);
 	fprintf(f, "spill shim: mode %s, budget %s, %" PRIu64 " allocations (%zu live)\n",
-	        shim_mode_name(shim.mode), sp_format_size(shim.budget, b[0], 32), shim.nseq,
-	        shim.nallocs);
+	        shim_mode_name(shim.mode), sp_format_size(shim.base->budget, b[0], 32), shim.nseq,
+	        shim.base->nallocs);
 	if (uvm()) {
 		fprintf(f, "spill shim: managed memory %s at peak; %s\n",
 		        sp_format_size(base.peak[SHIM_BACK_MANAGED], b[0], 32),
@@ -332,7 +333,8 @@ void shim_base_report(FILE *f)
 		fprintf(f,
 		        "spill shim: %" PRIu64 " prefetches of %s to the device (%" PRIu64
 		        " launches; %s)\n",
-		        base.prefetches, sp_format_size(base.prefetch_bytes, b[2], 32), shim.ops,
+		        base.prefetches, sp_format_size(base.prefetch_bytes, b[2], 32),
+		        shim.base->ops,
 		        period ? "ahead by the recorded iteration" : "no repeating iteration seen");
 }
 

@@ -14,8 +14,9 @@
  * Pools the shim cannot make evictable (created with export handle types, or
  * exported later) pass through to the driver: their allocations are the
  * driver's, resident and never moved, and their bytes count against the budget
- * (shim.ext_bytes). One log line names each such pool.
- * Everything here runs under shim.lock.
+ * (d->ext_bytes). One log line names each such pool.
+ * Everything here runs under the lock of the device the allocation is on;
+ * the table of pools (shared by the devices) under shim.lock.
  */
 #include "shim/internal.h"
 
@@ -34,16 +35,19 @@ static struct {
 } pools[POOLS_MAX];
 static int npools;
 
-/* Allocations of pass-through pools: what the budget counts. */
-static struct {
-	CUdeviceptr p;
-	size_t bytes;
-} * ext;
-static size_t next, cap_ext;
+/* Per device, under its lock: allocations of pass-through pools (what the
+ * budget counts) and free events of its context kept for the next frees. */
+static struct pool_dev {
+	struct {
+		CUdeviceptr p;
+		size_t bytes;
+	} * ext;
+	size_t next, cap_ext;
+	struct dev_event *spare[SPARE_MAX];
+	int nspare;
+} pdev[SHIM_MAX_DEV];
 
-static struct dev_event *spare[SPARE_MAX];
-static int nspare;
-
+/* Under shim.lock. */
 static int pool_slot(CUmemoryPool h)
 {
 	for (int i = 0; i < npools; i++)
@@ -54,11 +58,14 @@ static int pool_slot(CUmemoryPool h)
 
 static int pool_passthrough(CUmemoryPool h)
 {
+	pthread_mutex_lock(&shim.lock);
 	int i = pool_slot(h);
-	return i >= 0 && pools[i].passthrough;
+	int pass = i >= 0 && pools[i].passthrough;
+	pthread_mutex_unlock(&shim.lock);
+	return pass;
 }
 
-/* Marks h as passed through, with its one log line. */
+/* Marks h as passed through, with its one log line. Under shim.lock. */
 static void pool_mark(CUmemoryPool h, const char *why)
 {
 	int i = pool_slot(h);
@@ -77,20 +84,22 @@ static void pool_mark(CUmemoryPool h, const char *why)
 	        (void *)h, why);
 }
 
-static struct dev_event *event_get(void)
+static struct dev_event *event_get(struct shim_dev *d)
 {
+	struct pool_dev *pd = &pdev[d->idx];
 	struct dev_event *e = NULL;
-	if (nspare)
-		return spare[--nspare];
-	if (dev_event_create(shim.dev, &e) < 0)
+	if (pd->nspare)
+		return pd->spare[--pd->nspare];
+	if (dev_event_create(d->dev, &e) < 0)
 		return NULL;
 	return e;
 }
 
-static void event_put(struct dev_event *e)
+static void event_put(struct shim_dev *d, struct dev_event *e)
 {
-	if (nspare < SPARE_MAX)
-		spare[nspare++] = e;
+	struct pool_dev *pd = &pdev[d->idx];
+	if (pd->nspare < SPARE_MAX)
+		pd->spare[pd->nspare++] = e;
 	else if (dev_event_destroy(e) < 0)
 		SP_WARN(SHIM, "%s", sp_last_error());
 }
@@ -100,28 +109,30 @@ static CUstream stream_of(CUstream s, int ptds)
 	return !s && ptds ? CU_STREAM_PER_THREAD : s;
 }
 
-static void ext_add(CUdeviceptr p, size_t bytes)
+static void ext_add(struct shim_dev *d, CUdeviceptr p, size_t bytes)
 {
-	if (next == cap_ext) {
-		size_t cap = cap_ext ? 2 * cap_ext : 64;
-		__typeof__(ext) t = realloc(ext, cap * sizeof(*ext));
+	struct pool_dev *pd = &pdev[d->idx];
+	if (pd->next == pd->cap_ext) {
+		size_t cap = pd->cap_ext ? 2 * pd->cap_ext : 64;
+		__typeof__(pd->ext) t = realloc(pd->ext, cap * sizeof(*pd->ext));
 		if (!t)
 			return; /* not counted: the budget is then exceeded, nothing breaks */
-		ext = t;
-		cap_ext = cap;
+		pd->ext = t;
+		pd->cap_ext = cap;
 	}
-	ext[next].p = p;
-	ext[next++].bytes = bytes;
-	shim.ext_bytes += bytes;
+	pd->ext[pd->next].p = p;
+	pd->ext[pd->next++].bytes = bytes;
+	d->ext_bytes += bytes;
 }
 
-/* 1 if p was a pass-through allocation (now forgotten). */
-static int ext_del(CUdeviceptr p)
+/* 1 if p was a pass-through allocation of d (now forgotten). */
+static int ext_del(struct shim_dev *d, CUdeviceptr p)
 {
-	for (size_t i = 0; i < next; i++) {
-		if (ext[i].p == p) {
-			shim.ext_bytes -= ext[i].bytes;
-			ext[i] = ext[--next];
+	struct pool_dev *pd = &pdev[d->idx];
+	for (size_t i = 0; i < pd->next; i++) {
+		if (pd->ext[i].p == p) {
+			d->ext_bytes -= pd->ext[i].bytes;
+			pd->ext[i] = pd->ext[--pd->next];
 			return 1;
 		}
 	}
@@ -130,30 +141,40 @@ static int ext_del(CUdeviceptr p)
 
 void shim_pool_forget_external(CUdeviceptr p)
 {
-	ext_del(p);
+	for (int i = 0; i < SHIM_MAX_DEV; i++) {
+		struct shim_dev *d = &shim.dev[i];
+		if (!__atomic_load_n(&d->ready, __ATOMIC_ACQUIRE))
+			continue;
+		shim_dev_lock(d);
+		int found = ext_del(d, p);
+		shim_dev_unlock(d);
+		if (found)
+			return;
+	}
 }
 
-/* Unlinks *pa from the freed cache and returns it. */
-static struct shim_alloc *freed_unlink(struct shim_alloc **pa, struct shim_alloc *prev)
+/* Unlinks *pa from d's freed cache and returns it. */
+static struct shim_alloc *freed_unlink(struct shim_dev *d, struct shim_alloc **pa,
+                                       struct shim_alloc *prev)
 {
 	struct shim_alloc *a = *pa;
 	*pa = a->next_freed;
-	if (shim.freed_tail == a)
-		shim.freed_tail = prev;
+	if (d->freed_tail == a)
+		d->freed_tail = prev;
 	a->next_freed = NULL;
-	shim.nfreed--;
-	shim.freed_bytes -= a->cap;
+	d->nfreed--;
+	d->freed_bytes -= a->cap;
 	return a;
 }
 
-void shim_pool_reclaim(enum shim_reclaim how)
+void shim_pool_reclaim(struct shim_dev *d, enum shim_reclaim how)
 {
-	if (!shim.ready)
+	if (!d->ready)
 		return;
 	struct shim_alloc *prev = NULL;
-	for (struct shim_alloc **pa = &shim.freed; *pa;) {
+	for (struct shim_alloc **pa = &d->freed; *pa;) {
 		struct shim_alloc *a = *pa;
-		int over = shim.nfreed > FREED_MAX || shim.freed_bytes > shim.budget / 2;
+		int over = d->nfreed > FREED_MAX || d->freed_bytes > d->budget / 2;
 		int go = how != SHIM_RECLAIM_LIMITS || over || a->orphan;
 		if (go && how == SHIM_RECLAIM_WAIT && dev_event_sync(a->free_ev) < 0)
 			SP_WARN(SHIM, "waiting for a free: %s", sp_last_error());
@@ -162,8 +183,8 @@ void shim_pool_reclaim(enum shim_reclaim how)
 			pa = &a->next_freed;
 			continue;
 		}
-		freed_unlink(pa, prev);
-		event_put(a->free_ev);
+		freed_unlink(d, pa, prev);
+		event_put(d, a->free_ev);
 		a->free_ev = NULL;
 		shim_alloc_destroy(a);
 	}
@@ -174,19 +195,21 @@ CUresult shim_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, in
 {
 	if (!dptr || !bytes)
 		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&shim.lock);
-	int rc = shim_mm_init();
+	struct shim_dev *d = NULL;
+	int rc = shim_dev_enter(&d);
 	if (rc == 0 && current &&
 	    (!shim_real.cuDeviceGetMemPool ||
-	     shim_real.cuDeviceGetMemPool(&pool, shim.device) != CUDA_SUCCESS))
+	     shim_real.cuDeviceGetMemPool(&pool, d->device) != CUDA_SUCCESS))
 		pool = NULL;
 	/* a graph being captured records an allocation node: the driver's */
-	int pass = rc < 0 || shim.capturing || (pool && pool_passthrough(pool));
+	int pass = rc < 0 || __atomic_load_n(&shim.capturing, __ATOMIC_ACQUIRE) ||
+	           (pool && pool_passthrough(pool));
 	if (pass) {
 		if (rc == 0 &&
 		    shim.mode == SHIM_MODE_SPILL) /* room first: it lands on the device */
-			shim_mem_fit_external(bytes, NULL, 0);
-		pthread_mutex_unlock(&shim.lock);
+			shim_mem_fit_external(d, bytes, NULL, 0);
+		if (rc == 0)
+			shim_dev_unlock(d);
 		CUresult r;
 		if (current)
 			r = ptds ? shim_real.cuMemAllocAsync_ptsz(dptr, bytes, s)
@@ -195,9 +218,9 @@ CUresult shim_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, in
 			r = ptds ? shim_real.cuMemAllocFromPoolAsync_ptsz(dptr, bytes, pool, s)
 			         : shim_real.cuMemAllocFromPoolAsync(dptr, bytes, pool, s);
 		if (r == CUDA_SUCCESS && rc == 0) {
-			pthread_mutex_lock(&shim.lock);
-			ext_add(*dptr, bytes);
-			pthread_mutex_unlock(&shim.lock);
+			shim_dev_lock(d);
+			ext_add(d, *dptr, bytes);
+			shim_dev_unlock(d);
 		}
 		return r;
 	}
@@ -205,11 +228,11 @@ CUresult shim_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, in
 		CUresult r = shim_base_alloc(
 		    dptr, bytes, current ? "cuMemAllocAsync" : "cuMemAllocFromPoolAsync", 1,
 		    current ? NULL : pool, s, ptds);
-		pthread_mutex_unlock(&shim.lock);
+		shim_dev_unlock(d);
 		return r;
 	}
-	shim_pool_reclaim(SHIM_RECLAIM_LIMITS);
-	struct shim_alloc *a = NULL, *prev = NULL, **pa = &shim.freed;
+	shim_pool_reclaim(d, SHIM_RECLAIM_LIMITS);
+	struct shim_alloc *a = NULL, *prev = NULL, **pa = &d->freed;
 	for (; *pa; prev = *pa, pa = &(*pa)->next_freed) {
 		struct shim_alloc *c = *pa;
 		if (!c->orphan && c->pool == pool && c->cap >= bytes && c->cap / 2 <= bytes)
@@ -227,40 +250,48 @@ CUresult shim_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, in
 				if (dev_event_sync(c->free_ev) < 0)
 					r = CUDA_ERROR_UNKNOWN;
 			}
-			shim.async_waits++;
+			d->async_waits++;
 		}
 		if (r == CUDA_SUCCESS && shim_alloc_revive(c) < 0)
 			r = CUDA_ERROR_OUT_OF_MEMORY;
 		if (r == CUDA_SUCCESS) {
-			a = freed_unlink(pa, prev);
-			event_put(a->free_ev);
+			a = freed_unlink(d, pa, prev);
+			event_put(d, a->free_ev);
 			a->free_ev = NULL;
 			a->bytes = bytes;
-			shim.async_reuses++;
+			d->async_reuses++;
 		}
 	} else {
-		r = shim_alloc_create(bytes,
+		r = shim_alloc_create(d, bytes,
 		                      current ? "cuMemAllocAsync" : "cuMemAllocFromPoolAsync", &a);
 		if (r == CUDA_SUCCESS)
 			a->pool = pool;
 	}
 	if (r == CUDA_SUCCESS) {
-		shim.async_allocs++;
+		d->async_allocs++;
 		*dptr = a->base;
 	}
-	pthread_mutex_unlock(&shim.lock);
+	shim_dev_unlock(d);
 	return r;
 }
 
 CUresult shim_free_async(CUdeviceptr dptr, CUstream s, int ptds)
 {
-	pthread_mutex_lock(&shim.lock);
-	struct shim_alloc *a = shim.ready ? shim_alloc_find(dptr) : NULL;
-	if (!a || a->base != dptr) {
-		int freed = shim.ready && dptr && shim_alloc_freed(dptr);
-		if (shim.ready && !freed)
-			ext_del(dptr);
-		pthread_mutex_unlock(&shim.lock);
+	int ready = __atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE);
+	struct shim_dev *d = ready ? shim_dev_of(dptr) : NULL;
+	struct shim_alloc *a = NULL;
+	if (d) {
+		shim_dev_lock(d);
+		a = shim_alloc_find(dptr);
+		if (!a || a->base != dptr) {
+			shim_dev_unlock(d);
+			a = NULL;
+		}
+	}
+	if (!a) {
+		int freed = ready && dptr && shim_alloc_freed(dptr);
+		if (ready && !freed)
+			shim_pool_forget_external(dptr);
 		if (freed) {
 			SP_WARN(SHIM, "cuMemFreeAsync of %#llx: already freed (double free)",
 			        (unsigned long long)dptr);
@@ -270,34 +301,35 @@ CUresult shim_free_async(CUdeviceptr dptr, CUstream s, int ptds)
 		            : shim_real.cuMemFreeAsync(dptr, s);
 	}
 	if (a->backing == SHIM_BACK_CHUNK) { /* mapped memory is not a pool's */
-		pthread_mutex_unlock(&shim.lock);
+		shim_dev_unlock(d);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	if (a->backing != SHIM_BACK_VMM) {
 		CUresult r = shim_base_free(a, 1, s, ptds);
-		pthread_mutex_unlock(&shim.lock);
+		shim_dev_unlock(d);
 		return r;
 	}
-	struct dev_event *ev = event_get();
+	struct dev_event *ev = event_get(d);
 	if (!ev || dev_driver_event_record(ev, stream_of(s, ptds)) < 0) {
-		/* no event: free as cuMemFree does, after the device is idle */
+		/* no event (a stream of another context, say): free as cuMemFree does,
+		 * after the devices are idle */
 		if (ev)
-			event_put(ev);
-		pthread_mutex_unlock(&shim.lock);
+			event_put(d, ev);
+		shim_dev_unlock(d);
 		return shim_mem_free(dptr);
 	}
 	shim_alloc_retire(a, ev);
 	a->free_ev = ev;
 	a->next_freed = NULL;
-	if (shim.freed_tail)
-		shim.freed_tail->next_freed = a;
+	if (d->freed_tail)
+		d->freed_tail->next_freed = a;
 	else
-		shim.freed = a;
-	shim.freed_tail = a;
-	shim.nfreed++;
-	shim.freed_bytes += a->cap;
-	shim_pool_reclaim(SHIM_RECLAIM_LIMITS);
-	pthread_mutex_unlock(&shim.lock);
+		d->freed = a;
+	d->freed_tail = a;
+	d->nfreed++;
+	d->freed_bytes += a->cap;
+	shim_pool_reclaim(d, SHIM_RECLAIM_LIMITS);
+	shim_dev_unlock(d);
 	return CUDA_SUCCESS;
 }
 
@@ -323,39 +355,48 @@ CUresult shim_pool_create(CUmemoryPool *pool, const CUmemPoolProps *props)
  * free completes; live ones stay valid until freed, as with the driver. */
 CUresult shim_pool_destroy(CUmemoryPool pool)
 {
+	unsigned set = shim_dev_lock_all();
+	for (unsigned x = set; x; x &= x - 1) {
+		struct shim_dev *d = &shim.dev[__builtin_ctz(x)];
+		for (struct shim_alloc *a = d->freed; a; a = a->next_freed)
+			if (a->pool == pool)
+				a->orphan = 1;
+		shim_pool_reclaim(d, SHIM_RECLAIM_LIMITS);
+	}
 	pthread_mutex_lock(&shim.lock);
-	for (struct shim_alloc *a = shim.freed; a; a = a->next_freed)
-		if (a->pool == pool)
-			a->orphan = 1;
-	shim_pool_reclaim(SHIM_RECLAIM_LIMITS);
 	int i = pool_slot(pool);
 	if (i >= 0)
 		pools[i] = pools[--npools];
 	pthread_mutex_unlock(&shim.lock);
+	shim_dev_unlock_set(set);
 	return shim_real.cuMemPoolDestroy(pool);
 }
 
 CUresult shim_pool_trim(CUmemoryPool pool, size_t keep)
 {
-	pthread_mutex_lock(&shim.lock);
+	unsigned set = shim_dev_lock_all();
 	uint64_t kept = 0;
-	for (struct shim_alloc *a = shim.freed; a; a = a->next_freed)
-		kept += a->pool == pool ? a->cap : 0;
-	struct shim_alloc *prev = NULL;
-	for (struct shim_alloc **pa = &shim.freed; *pa && kept > keep;) {
-		struct shim_alloc *a = *pa;
-		if (a->pool != pool || dev_event_query(a->free_ev) != 0) {
-			prev = a;
-			pa = &a->next_freed;
-			continue;
+	for (unsigned x = set; x; x &= x - 1)
+		for (struct shim_alloc *a = shim.dev[__builtin_ctz(x)].freed; a; a = a->next_freed)
+			kept += a->pool == pool ? a->cap : 0;
+	for (unsigned x = set; x; x &= x - 1) {
+		struct shim_dev *d = &shim.dev[__builtin_ctz(x)];
+		struct shim_alloc *prev = NULL;
+		for (struct shim_alloc **pa = &d->freed; *pa && kept > keep;) {
+			struct shim_alloc *a = *pa;
+			if (a->pool != pool || dev_event_query(a->free_ev) != 0) {
+				prev = a;
+				pa = &a->next_freed;
+				continue;
+			}
+			freed_unlink(d, pa, prev);
+			kept -= a->cap;
+			event_put(d, a->free_ev);
+			a->free_ev = NULL;
+			shim_alloc_destroy(a);
 		}
-		freed_unlink(pa, prev);
-		kept -= a->cap;
-		event_put(a->free_ev);
-		a->free_ev = NULL;
-		shim_alloc_destroy(a);
 	}
-	pthread_mutex_unlock(&shim.lock);
+	shim_dev_unlock_set(set);
 	return shim_real.cuMemPoolTrimTo(pool, keep);
 }
 

@@ -5,7 +5,10 @@
  * Bytes per direction are the vmm's (what its copies moved, counted when they
  * completed); per allocation they are its object's counters; per kernel they
  * are the bytes brought to the device for that kernel's launches (the misses
- * it caused), so a kernel name leads to the layer that thrashes.
+ * it caused), so a kernel name leads to the layer that thrashes. With several
+ * devices the totals add up the devices' and each device gets its own line
+ * (and an entry of "devices" in the JSON). Everything here runs with every
+ * device's lock and then shim.lock held.
  */
 #include "shim/internal.h"
 
@@ -40,26 +43,80 @@ static int kstat_by_h2d(const void *x, const void *y)
 	return a->h2d < b->h2d ? 1 : a->h2d > b->h2d ? -1 : strcmp(a->name, b->name);
 }
 
-/* Every allocation, live and freed, with its bytes; sorted, most moved first.
- * Under the lock. */
+/* The figures of one device, or of all of them added up (d NULL). */
+struct dev_sum {
+	uint64_t budget, ops, peer_ops, live, batch_releases, host_fallbacks;
+	uint64_t moved[4]; /* h2d, d2h, host->disk, disk->host */
+	uint64_t nchunks_made, chunk_evictions, chunk_restores, chunk_h2d, chunk_d2h;
+	uint64_t period, cycles;
+};
+
+static const enum vmm_xfer_kind xfer_kinds[4] = {VMM_XFER_H2D, VMM_XFER_D2H, VMM_XFER_H2DISK,
+                                                 VMM_XFER_DISK2H};
+
+static void dev_sum_add(struct dev_sum *t, const struct shim_dev *d)
+{
+	t->budget += d->budget;
+	t->ops += d->ops;
+	t->peer_ops += d->peer_ops;
+	t->live += d->nallocs;
+	t->batch_releases += d->batch_releases;
+	t->nchunks_made += d->nchunks_made;
+	t->chunk_evictions += d->chunk_evictions;
+	t->chunk_restores += d->chunk_restores;
+	t->chunk_h2d += d->chunk_h2d;
+	t->chunk_d2h += d->chunk_d2h;
+	if (d->vmm) {
+		struct vmm_stats vs;
+		vmm_stats_get(d->vmm, &vs);
+		t->host_fallbacks += vs.host_fallbacks.total;
+		for (int i = 0; i < 4; i++)
+			t->moved[i] += vmm_xfer_bytes(d->vmm, xfer_kinds[i]);
+	}
+	uint64_t period = 0, cycles = 0;
+	if (d->rec)
+		shim_rec_mode(d->rec, &period, &cycles);
+	if (period > t->period || (period == t->period && cycles > t->cycles)) {
+		t->period = period;
+		t->cycles = cycles;
+	}
+}
+
+#define FOR_DEV(d)                                                            \
+	for (struct shim_dev *d = shim.dev; d < shim.dev + SHIM_MAX_DEV; d++) \
+		if (__atomic_load_n(&d->ready, __ATOMIC_ACQUIRE))
+
+static struct dev_sum total_sum(void)
+{
+	struct dev_sum t;
+	memset(&t, 0, sizeof(t));
+	FOR_DEV(d)
+	dev_sum_add(&t, d);
+	return t;
+}
+
+/* Every allocation, live and freed, with its bytes; sorted, most moved first. */
 static struct alloc_row *collect(size_t *n)
 {
-	size_t total = shim.nallocs + shim.ndead;
+	size_t total = shim.ndead;
+	FOR_DEV(d)
+	total += d->nallocs;
 	struct alloc_row *rows = calloc(total ? total : 1, sizeof(*rows));
 	if (!rows) {
 		*n = 0;
 		return NULL;
 	}
 	size_t k = 0;
-	for (size_t i = 0; i < shim.nallocs; i++) {
+	FOR_DEV(d)
+	for (size_t i = 0; i < d->nallocs; i++) {
 		struct vmm_obj_info inf;
 		struct alloc_row *r = &rows[k++];
-		r->a = shim.allocs[i];
+		r->a = d->allocs[i];
 		r->live = 1;
 		if (r->a->backing != SHIM_BACK_VMM) {
 			r->h2d = r->a->h2d;
 			r->d2h = r->a->d2h;
-		} else if (shim.vmm && vmm_obj_info(shim.vmm, r->a->obj, &inf) == 0) {
+		} else if (d->vmm && vmm_obj_info(d->vmm, r->a->obj, &inf) == 0) {
 			r->h2d = inf.bytes_moved[VMM_XFER_H2D];
 			r->d2h = inf.bytes_moved[VMM_XFER_D2H];
 			r->h2disk = inf.bytes_moved[VMM_XFER_H2DISK];
@@ -84,10 +141,11 @@ static const char *first_kernel(const struct shim_alloc *a)
 	return a->first_k < shim.nk ? shim.kstats[a->first_k].name : "-";
 }
 
-/* Lets every transfer land, so the counters are final. Under the lock. */
+/* Lets every transfer land, so the counters are final. */
 static void settle(void)
 {
-	if (shim.vmm && vmm_sync(shim.vmm) < 0)
+	FOR_DEV(d)
+	if (d->vmm && vmm_sync(d->vmm) < 0)
 		SP_WARN(SHIM, "report: %s", sp_last_error());
 }
 
@@ -99,37 +157,46 @@ static void print_locked(FILE *f)
 	}
 	settle();
 	char b[6][32];
-	uint64_t period = 0, cycles = 0;
-	shim_rec_mode(shim.rec, &period, &cycles);
-	uint64_t h2d = vmm_xfer_bytes(shim.vmm, VMM_XFER_H2D);
-	uint64_t d2h = vmm_xfer_bytes(shim.vmm, VMM_XFER_D2H);
-	uint64_t h2disk = vmm_xfer_bytes(shim.vmm, VMM_XFER_H2DISK);
-	uint64_t disk2h = vmm_xfer_bytes(shim.vmm, VMM_XFER_DISK2H);
+	struct dev_sum t = total_sum();
 	fprintf(f,
 	        "spill shim: mode spill, budget %s, %" PRIu64 " operations, %" PRIu64
-	        " allocations (%zu live)\n",
-	        sp_format_size(shim.budget, b[0], 32), shim.ops, shim.nseq, shim.nallocs);
+	        " allocations (%" PRIu64 " live)\n",
+	        sp_format_size(t.budget, b[0], 32), shim.ops, shim.nseq, t.live);
 	fprintf(f, "spill shim: moved h2d %s, d2h %s, host->disk %s, disk->host %s\n",
-	        sp_format_size(h2d, b[1], 32), sp_format_size(d2h, b[2], 32),
-	        sp_format_size(h2disk, b[3], 32), sp_format_size(disk2h, b[4], 32));
-	if (period)
+	        sp_format_size(t.moved[0], b[1], 32), sp_format_size(t.moved[1], b[2], 32),
+	        sp_format_size(t.moved[2], b[3], 32), sp_format_size(t.moved[3], b[4], 32));
+	if (t.period)
 		fprintf(f,
 		        "spill shim: policy %s: an iteration of %" PRIu64
 		        " operations, repeated %" PRIu64 " times under Belady; %" PRIu64
 		        " batch releases\n",
-		        shim.params.shim_policy, period, cycles, shim.batch_releases);
+		        shim.params.shim_policy, t.period, t.cycles, t.batch_releases);
 	else
 		fprintf(f,
 		        "spill shim: policy %s: no repeating iteration seen (LRU), %" PRIu64
 		        " batch releases\n",
-		        shim.params.shim_policy, shim.batch_releases);
-	if (shim.nchunks_made)
+		        shim.params.shim_policy, t.batch_releases);
+	if (__atomic_load_n(&shim.ndev, __ATOMIC_RELAXED) > 1) {
+		FOR_DEV(d)
+		{
+			struct dev_sum x;
+			memset(&x, 0, sizeof(x));
+			dev_sum_add(&x, d);
+			fprintf(f,
+			        "spill shim: device %d: budget %s, %" PRIu64 " operations (%" PRIu64
+			        " from other devices), %" PRIu64 " live allocations, moved h2d %s, "
+			        "d2h %s, %" PRIu64 " batch releases\n",
+			        d->idx, sp_format_size(x.budget, b[0], 32), x.ops, x.peer_ops,
+			        x.live, sp_format_size(x.moved[0], b[1], 32),
+			        sp_format_size(x.moved[1], b[2], 32), x.batch_releases);
+		}
+	}
+	if (t.nchunks_made)
 		fprintf(f,
 		        "spill shim: %" PRIu64 " chunks the program mapped itself: %" PRIu64
 		        " evictions (%s out), %" PRIu64 " restores (%s in)\n",
-		        shim.nchunks_made, shim.chunk_evictions,
-		        sp_format_size(shim.chunk_d2h, b[1], 32), shim.chunk_restores,
-		        sp_format_size(shim.chunk_h2d, b[2], 32));
+		        t.nchunks_made, t.chunk_evictions, sp_format_size(t.chunk_d2h, b[1], 32),
+		        t.chunk_restores, sp_format_size(t.chunk_h2d, b[2], 32));
 	if (shim.refused)
 		fprintf(f, "spill shim: %" PRIu64 " operations refused (freed memory)\n",
 		        shim.refused);
@@ -138,13 +205,11 @@ static void print_locked(FILE *f)
 		        "spill shim: %" PRIu64 " launches had a freed address inside a struct "
 		        "parameter (passed on: a field the kernel may not read)\n",
 		        shim.stale_launches);
-	struct vmm_stats vs;
-	vmm_stats_get(shim.vmm, &vs);
-	if (vs.host_fallbacks.total)
+	if (t.host_fallbacks)
 		fprintf(f,
 		        "spill shim: %" PRIu64 " times an evicted allocation had its host copy "
 		        "mapped at its address (SPILL_SHIM_HOST_FALLBACK)\n",
-		        vs.host_fallbacks.total);
+		        t.host_fallbacks);
 	size_t n = 0;
 	struct alloc_row *rows = collect(&n);
 	if (rows && n && row_total(&rows[0])) {
@@ -174,12 +239,26 @@ static void print_locked(FILE *f)
 	free(ks);
 }
 
+/* Every device's lock, then shim.lock. Returns the devices locked. */
+static unsigned lock_report(void)
+{
+	unsigned set = shim_dev_lock_all();
+	pthread_mutex_lock(&shim.lock);
+	return set;
+}
+
+static void unlock_report(unsigned set)
+{
+	pthread_mutex_unlock(&shim.lock);
+	shim_dev_unlock_set(set);
+}
+
 void shim_report_print(FILE *f)
 {
-	pthread_mutex_lock(&shim.lock);
+	unsigned set = lock_report();
 	if (shim.ready)
 		print_locked(f);
-	pthread_mutex_unlock(&shim.lock);
+	unlock_report(set);
 }
 
 static void json_str(FILE *f, const char *s)
@@ -196,41 +275,56 @@ static void json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+static void json_dev(FILE *f, const struct dev_sum *x)
+{
+	fprintf(f,
+	        "\"budget\":%" PRIu64 ",\"batch_releases\":%" PRIu64 ",\"host_fallbacks\":%" PRIu64
+	        ",\"period\":%" PRIu64 ",\"repeats\":%" PRIu64 ",\"live\":%" PRIu64,
+	        x->budget, x->batch_releases, x->host_fallbacks, x->period, x->cycles, x->live);
+}
+
 static int json_locked(FILE *f)
 {
 	settle();
-	uint64_t period = 0, cycles = 0;
-	shim_rec_mode(shim.rec, &period, &cycles);
-	struct vmm_stats vs;
-	memset(&vs, 0, sizeof(vs));
-	uint64_t moved[4] = {0, 0, 0, 0};
-	if (shim.vmm) {
-		vmm_stats_get(shim.vmm, &vs);
-		moved[0] = vmm_xfer_bytes(shim.vmm, VMM_XFER_H2D);
-		moved[1] = vmm_xfer_bytes(shim.vmm, VMM_XFER_D2H);
-		moved[2] = vmm_xfer_bytes(shim.vmm, VMM_XFER_H2DISK);
-		moved[3] = vmm_xfer_bytes(shim.vmm, VMM_XFER_DISK2H);
-	}
+	struct dev_sum t = total_sum();
 	fprintf(f, "{\"tool\":\"spill-shim\",\"mode\":\"%s\",", shim_mode_name(shim.mode));
 	if (shim.mode != SHIM_MODE_SPILL)
 		shim_base_json(f);
+	fprintf(f, "\"operations\":%" PRIu64 ",\"allocations\":%" PRIu64 ",", shim.ops, shim.nseq);
+	json_dev(f, &t);
 	fprintf(f,
-	        "\"budget\":%" PRIu64 ",\"operations\":%" PRIu64 ",\"allocations\":%" PRIu64
-	        ",\"live\":%zu,\"policy\":\"%s\",\"period\":%" PRIu64 ",\"repeats\":%" PRIu64
-	        ",\"batch_releases\":%" PRIu64 ",\"refused\":%" PRIu64
-	        ",\"stale_launches\":%" PRIu64 ",\"host_fallbacks\":%" PRIu64
+	        ",\"policy\":\"%s\",\"refused\":%" PRIu64 ",\"stale_launches\":%" PRIu64
 	        ",\n\"bytes\":{\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"host2disk\":%" PRIu64
-	        ",\"disk2host\":%" PRIu64 "},\n\"per_allocation\":[",
-	        shim.budget, shim.ops, shim.nseq, shim.nallocs,
+	        ",\"disk2host\":%" PRIu64 "},\n\"devices\":[",
 	        shim.mode == SHIM_MODE_SPILL ? shim.params.shim_policy : shim_mode_name(shim.mode),
-	        period, cycles, shim.batch_releases, shim.refused, shim.stale_launches,
-	        vs.host_fallbacks.total, moved[0], moved[1], moved[2], moved[3]);
+	        shim.refused, shim.stale_launches, t.moved[0], t.moved[1], t.moved[2], t.moved[3]);
+	int firstd = 1;
+	FOR_DEV(d)
+	{
+		struct dev_sum x;
+		memset(&x, 0, sizeof(x));
+		dev_sum_add(&x, d);
+		fprintf(f,
+		        "%s\n{\"device\":%d,\"operations\":%" PRIu64 ",\"peer_operations\":%" PRIu64
+		        ",",
+		        firstd ? "" : ",", d->idx, x.ops, x.peer_ops);
+		json_dev(f, &x);
+		fprintf(f,
+		        ",\"bytes\":{\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"host2disk\":%" PRIu64
+		        ",\"disk2host\":%" PRIu64 "}}",
+		        x.moved[0], x.moved[1], x.moved[2], x.moved[3]);
+		firstd = 0;
+	}
+	fprintf(f, "],\n\"per_allocation\":[");
 	size_t n = 0;
 	struct alloc_row *rows = collect(&n);
 	for (size_t i = 0; rows && i < n; i++) {
 		const struct alloc_row *r = &rows[i];
-		fprintf(f, "%s\n{\"id\":%" PRIu64 ",\"bytes\":%zu,\"live\":%s,\"first_kernel\":",
-		        i ? "," : "", r->a->seq, r->a->bytes, r->live ? "true" : "false");
+		fprintf(f,
+		        "%s\n{\"id\":%" PRIu64 ",\"device\":%d,\"bytes\":%zu,\"live\":%s,"
+		        "\"first_kernel\":",
+		        i ? "," : "", r->a->seq, r->a->dev ? r->a->dev->idx : 0, r->a->bytes,
+		        r->live ? "true" : "false");
 		json_str(f, first_kernel(r->a));
 		fprintf(f,
 		        ",\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"host2disk\":%" PRIu64
@@ -258,9 +352,9 @@ static int json_locked(FILE *f)
 
 int shim_report_json(FILE *f)
 {
-	pthread_mutex_lock(&shim.lock);
+	unsigned set = lock_report();
 	int rc = shim.ready ? json_locked(f) : 0;
-	pthread_mutex_unlock(&shim.lock);
+	unlock_report(set);
 	return rc;
 }
 
@@ -271,15 +365,20 @@ static int trace_locked(FILE *f)
 	struct vmm_trace_rec *tr = malloc(cap * sizeof(*tr));
 	if (!tr)
 		return -ENOMEM;
-	size_t n = shim.vmm ? vmm_trace_get(shim.vmm, tr, cap, NULL) : 0;
 	double t0 = shim.t0;
 	fprintf(f, "{\"traceEvents\":[\n");
 	fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"spill "
 	           "shim\"}}");
-	for (size_t i = 0; i < n; i++) {
+	FOR_DEV(d)
+	for (size_t n = d->vmm ? vmm_trace_get(d->vmm, tr, cap, NULL) : 0, i = 0; i < n; i++) {
 		const struct vmm_trace_rec *r = &tr[i];
-		fprintf(f, ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":\"%s\",\"name\":",
-		        vmm_xfer_kind_name((enum vmm_xfer_kind)r->xfer));
+		if (d == shim.base)
+			fprintf(f, ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":\"%s\",\"name\":",
+			        vmm_xfer_kind_name((enum vmm_xfer_kind)r->xfer));
+		else
+			fprintf(f,
+			        ",\n{\"ph\":\"X\",\"pid\":1,\"tid\":\"dev%d %s\",\"name\":", d->idx,
+			        vmm_xfer_kind_name((enum vmm_xfer_kind)r->xfer));
 		json_str(f, r->name);
 		fprintf(f, ",\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"bytes\":%" PRIu64 "}}",
 		        (r->t_start - t0) * 1e6, (r->t_end - r->t_start) * 1e6, r->bytes);
@@ -299,9 +398,9 @@ static int trace_locked(FILE *f)
 
 int shim_trace_write(FILE *f)
 {
-	pthread_mutex_lock(&shim.lock);
+	unsigned set = lock_report();
 	int rc = shim.ready ? trace_locked(f) : 0;
-	pthread_mutex_unlock(&shim.lock);
+	unlock_report(set);
 	return rc;
 }
 

@@ -10,13 +10,15 @@
  * from the program's range and releases the driver's chunk; restoring it
  * creates a new chunk, maps it at the same address with the program's access
  * and copies the bytes back. While a chunk holds device memory (created,
- * mapped or not) its bytes count in shim.ext_bytes, so the budget covers it.
+ * mapped or not) its bytes count in shim.base->ext_bytes, so the budget covers it.
  * A chunk the shim cannot take over is pinned (resident for good, counted),
  * with one log line naming it: created with shareable handle types, exported,
  * mapped twice or in part. Handles the shim did not make (imported ones) pass
  * through, uncounted.
  * Chunk moves are synchronous (the device is synchronized first): correct
- * before fast. Everything here runs under shim.lock unless it says otherwise.
+ * before fast. The shim manages the chunks of the first device it opened
+ * (shim.base); those of other devices pass through. Everything here runs
+ * under that device's lock unless it says otherwise.
  */
 #include "shim/internal.h"
 
@@ -98,9 +100,9 @@ static void chunk_maybe_free(struct shim_chunk *c)
 	if (c->real) {
 		if (shim_real.cuMemRelease(c->real) != CUDA_SUCCESS)
 			SP_WARN(SHIM, "cuMemRelease of a chunk of %zu bytes failed", c->bytes);
-		shim.ext_bytes -= c->bytes;
+		shim.base->ext_bytes -= c->bytes;
 	}
-	if (c->obj && vmm_obj_destroy(shim.vmm, c->obj) < 0)
+	if (c->obj && vmm_obj_destroy(shim.base->vmm, c->obj) < 0)
 		SP_WARN(SHIM, "%s", sp_last_error());
 	chunk_del(c);
 	free(c);
@@ -109,8 +111,9 @@ static void chunk_maybe_free(struct shim_chunk *c)
 /* The program's access to a new mapping of c (or read-write on the device). */
 static CUresult chunk_access(struct shim_chunk *c, CUdeviceptr at)
 {
-	CUmemAccessDesc rw = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = shim.device},
-	                      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	CUmemAccessDesc rw = {
+	    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = shim.base->device},
+	    .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 	return c->naccess ? shim_real.cuMemSetAccess(at, c->bytes, c->access, (size_t)c->naccess)
 	                  : shim_real.cuMemSetAccess(at, c->bytes, &rw, 1);
 }
@@ -136,13 +139,13 @@ static int chunk_restore(struct shim_chunk *c, int overwrite)
 	if (!overwrite) {
 		void *p = NULL;
 		struct dev_event *ready = NULL;
-		int rc = vmm_acquire(shim.vmm, c->obj, VMM_HOST, VMM_READ, &p, &ready);
+		int rc = vmm_acquire(shim.base->vmm, c->obj, VMM_HOST, VMM_READ, &p, &ready);
 		if (rc == 0 && ready)
 			rc = dev_event_sync(ready);
 		if (rc == 0 && shim_real.cuMemcpyHtoD_v2(a->base, p, c->bytes) != CUDA_SUCCESS)
 			rc = sp_error(-EIO, "shim: copying a chunk back to %#llx failed",
 			              (unsigned long long)a->base);
-		if (p && vmm_release(shim.vmm, c->obj, VMM_HOST, NULL) < 0)
+		if (p && vmm_release(shim.base->vmm, c->obj, VMM_HOST, NULL) < 0)
 			SP_WARN(SHIM, "%s", sp_last_error());
 		if (rc < 0) {
 			if (shim_real.cuMemUnmap(a->base, c->bytes) != CUDA_SUCCESS ||
@@ -151,14 +154,14 @@ static int chunk_restore(struct shim_chunk *c, int overwrite)
 			return rc;
 		}
 		a->h2d += c->bytes;
-		shim.chunk_h2d += c->bytes;
+		shim.base->chunk_h2d += c->bytes;
 	}
-	if (vmm_obj_destroy(shim.vmm, c->obj) < 0)
+	if (vmm_obj_destroy(shim.base->vmm, c->obj) < 0)
 		SP_WARN(SHIM, "%s", sp_last_error());
 	c->obj = 0;
 	c->real = h;
-	shim.ext_bytes += c->bytes;
-	shim.chunk_restores++;
+	shim.base->ext_bytes += c->bytes;
+	shim.base->chunk_restores++;
 	return 0;
 }
 
@@ -170,7 +173,7 @@ int shim_chunk_resident(const struct shim_alloc *a)
 int shim_chunk_hold(struct shim_alloc *a, struct shim_alloc *const *keep, int nkeep, int overwrite)
 {
 	if (!a->chunk->real) {
-		shim_mem_fit_external(a->bytes, keep, nkeep);
+		shim_mem_fit_external(shim.base, a->bytes, keep, nkeep);
 		SP_CHECK(chunk_restore(a->chunk, overwrite));
 	}
 	a->held = 1;
@@ -191,24 +194,24 @@ int shim_chunk_evict(struct shim_alloc *a)
 	                         .flags = VMM_OBJ_STABLE,
 	                         .home = 0};
 	uint64_t obj = 0;
-	SP_CHECK(vmm_obj_create(shim.vmm, &d, &obj));
+	SP_CHECK(vmm_obj_create(shim.base->vmm, &d, &obj));
 	/* the program's queued work may still use it */
 	shim_real.cuCtxSynchronize();
 	void *p = NULL;
 	struct dev_event *ready = NULL;
-	int rc = vmm_acquire(shim.vmm, obj, VMM_HOST, VMM_OVERWRITE, &p, &ready);
+	int rc = vmm_acquire(shim.base->vmm, obj, VMM_HOST, VMM_OVERWRITE, &p, &ready);
 	if (rc == 0 && ready)
 		rc = dev_event_sync(ready);
 	if (rc == 0 && shim_real.cuMemcpyDtoH_v2(p, a->base, c->bytes) != CUDA_SUCCESS)
 		rc = sp_error(-EIO, "shim: copying out the chunk at %#llx failed",
 		              (unsigned long long)a->base);
-	if (p && vmm_release(shim.vmm, obj, VMM_HOST, NULL) < 0)
+	if (p && vmm_release(shim.base->vmm, obj, VMM_HOST, NULL) < 0)
 		SP_WARN(SHIM, "%s", sp_last_error());
 	if (rc == 0 && shim_real.cuMemUnmap(a->base, c->bytes) != CUDA_SUCCESS)
 		rc = sp_error(-EIO, "shim: unmapping the chunk at %#llx failed",
 		              (unsigned long long)a->base);
 	if (rc < 0) {
-		if (vmm_obj_destroy(shim.vmm, obj) < 0)
+		if (vmm_obj_destroy(shim.base->vmm, obj) < 0)
 			SP_WARN(SHIM, "%s", sp_last_error());
 		return rc;
 	}
@@ -216,10 +219,10 @@ int shim_chunk_evict(struct shim_alloc *a)
 		SP_WARN(SHIM, "cuMemRelease of an evicted chunk failed");
 	c->real = 0;
 	c->obj = obj;
-	shim.ext_bytes -= c->bytes;
+	shim.base->ext_bytes -= c->bytes;
 	a->d2h += c->bytes;
-	shim.chunk_d2h += c->bytes;
-	shim.chunk_evictions++;
+	shim.base->chunk_d2h += c->bytes;
+	shim.base->chunk_evictions++;
 	return 0;
 }
 
@@ -229,7 +232,7 @@ static CUresult chunk_pin(struct shim_chunk *c, const char *why)
 	if (c->pinned)
 		return CUDA_SUCCESS;
 	if (c->alloc && !c->real) {
-		shim_mem_fit_external(c->bytes, NULL, 0);
+		shim_mem_fit_external(shim.base, c->bytes, NULL, 0);
 		if (chunk_restore(c, 0) < 0) {
 			SP_WARN(SHIM, "%s", sp_last_error());
 			return CUDA_ERROR_OUT_OF_MEMORY;
@@ -248,72 +251,90 @@ static CUresult chunk_pin(struct shim_chunk *c, const char *why)
 
 /* ---- the wrappers' work (each takes the lock) ------------------------------------ */
 
-/* 1 when the shim takes the call (the lock is then held), 0: the driver's. */
-static int take(void)
+/* The chunks' device locked, or NULL (none open yet: the driver's call). */
+static struct shim_dev *vm_lock(void)
 {
-	pthread_mutex_lock(&shim.lock);
-	if (shim_mm_init() == 0 && shim.mode == SHIM_MODE_SPILL)
-		return 1;
-	pthread_mutex_unlock(&shim.lock);
-	return 0;
+	struct shim_dev *d = __atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE) ? shim.base : NULL;
+	if (d)
+		shim_dev_lock(d);
+	return d;
+}
+
+static void vm_unlock(struct shim_dev *d)
+{
+	if (d)
+		shim_dev_unlock(d);
+}
+
+/* The chunks' device, locked, when the shim takes the call; NULL: the driver's. */
+static struct shim_dev *take(void)
+{
+	struct shim_dev *d = NULL;
+	if (shim_dev_enter(&d) < 0)
+		return NULL;
+	if (shim.mode == SHIM_MODE_SPILL && d == shim.base)
+		return d;
+	shim_dev_unlock(d);
+	return NULL;
 }
 
 CUresult shim_chunk_create(CUmemGenericAllocationHandle *h, size_t size,
                            const CUmemAllocationProp *prop, unsigned long long flags)
 {
+	struct shim_dev *bd = NULL;
 	if (!h || !prop || !size || flags || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-	    !take())
+	    !(bd = take()))
 		return shim_real.cuMemCreate(h, size, prop, flags);
-	if (prop->location.id != shim.device) {
-		pthread_mutex_unlock(&shim.lock);
+	if (prop->location.id != bd->device) {
+		vm_unlock(bd);
 		return shim_real.cuMemCreate(h, size, prop, flags);
 	}
 	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
 	struct shim_chunk *c = calloc(1, sizeof(*c));
 	if (c && chunk_add(c) == 0) {
-		shim_mem_fit_external(size, NULL, 0); /* room first */
+		shim_mem_fit_external(shim.base, size, NULL, 0); /* room first */
 		r = shim_real.cuMemCreate(&c->real, size, prop, flags);
 		if (r != CUDA_SUCCESS)
 			chunk_del(c);
 	}
 	if (r != CUDA_SUCCESS) {
 		free(c);
-		pthread_mutex_unlock(&shim.lock);
+		vm_unlock(bd);
 		return r;
 	}
 	c->bytes = size;
 	c->prop = *prop;
 	c->refs = 1;
-	shim.ext_bytes += size;
-	shim.nchunks_made++;
+	shim.base->ext_bytes += size;
+	shim.base->nchunks_made++;
 	if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE)
 		chunk_pin(c, "is exportable (created with shareable handle types)");
 	*h = (CUmemGenericAllocationHandle)(uintptr_t)c;
-	pthread_mutex_unlock(&shim.lock);
+	vm_unlock(bd);
 	return CUDA_SUCCESS;
 }
 
 CUresult shim_chunk_release(CUmemGenericAllocationHandle h)
 {
-	pthread_mutex_lock(&shim.lock);
+	struct shim_dev *bd = vm_lock();
 	struct shim_chunk *c = chunk_of(h);
 	if (!c || c->refs <= 0) {
-		pthread_mutex_unlock(&shim.lock);
+		vm_unlock(bd);
 		return c ? CUDA_ERROR_INVALID_VALUE : shim_real.cuMemRelease(h);
 	}
 	c->refs--;
 	chunk_maybe_free(c);
-	pthread_mutex_unlock(&shim.lock);
+	vm_unlock(bd);
 	return CUDA_SUCCESS;
 }
 
 CUresult shim_chunk_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
                         unsigned long long flags)
 {
-	pthread_mutex_lock(&shim.lock);
+	struct shim_dev *bd = vm_lock();
 	struct shim_chunk *c = chunk_of(h);
 	if (!c) {
-		pthread_mutex_unlock(&shim.lock);
+		vm_unlock(bd);
 		return shim_real.cuMemMap(ptr, size, offset, h, flags);
 	}
 	CUresult r = CUDA_SUCCESS;
@@ -323,7 +344,7 @@ CUresult shim_chunk_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGeneri
 		r = shim_real.cuMemMap(ptr, size, offset, c->real, flags);
 	if (r == CUDA_SUCCESS && !c->maps++) {
 		struct shim_alloc *a = NULL;
-		if (shim_alloc_insert(ptr, size, SHIM_BACK_CHUNK, &a) == CUDA_SUCCESS) {
+		if (shim_alloc_insert(shim.base, ptr, size, SHIM_BACK_CHUNK, &a) == CUDA_SUCCESS) {
 			a->chunk = c;
 			a->held = 1; /* resident until a batch release */
 			a->pinned = c->pinned;
@@ -332,7 +353,7 @@ CUresult shim_chunk_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGeneri
 			chunk_pin(c, "could not be tracked");
 		}
 	}
-	pthread_mutex_unlock(&shim.lock);
+	vm_unlock(bd);
 	return r;
 }
 
@@ -347,7 +368,7 @@ static CUresult chunk_walk(CUdeviceptr ptr, size_t size,
 	while (at < end) {
 		struct shim_alloc *a = NULL;
 		for (CUdeviceptr p = at; p < end && !a;) {
-			struct shim_alloc *x = shim_alloc_next(p);
+			struct shim_alloc *x = shim_alloc_next(shim.base, p);
 			if (!x || x->base >= end)
 				break;
 			if (x->backing == SHIM_BACK_CHUNK)
@@ -383,7 +404,7 @@ static CUresult unmap_one(struct shim_alloc *a, void *arg)
 	if (r != CUDA_SUCCESS)
 		return r;
 	if (c->obj) { /* evicted: its bytes go */
-		if (vmm_obj_destroy(shim.vmm, c->obj) < 0)
+		if (vmm_obj_destroy(shim.base->vmm, c->obj) < 0)
 			SP_WARN(SHIM, "%s", sp_last_error());
 		c->obj = 0;
 	}
@@ -398,10 +419,10 @@ static CUresult unmap_one(struct shim_alloc *a, void *arg)
 
 CUresult shim_chunk_unmap(CUdeviceptr ptr, size_t size)
 {
-	pthread_mutex_lock(&shim.lock);
-	CUresult r = shim.ready ? chunk_walk(ptr, size, unmap_one, unmap_gap, NULL)
-	                        : shim_real.cuMemUnmap(ptr, size);
-	pthread_mutex_unlock(&shim.lock);
+	struct shim_dev *bd = vm_lock();
+	CUresult r = bd ? chunk_walk(ptr, size, unmap_one, unmap_gap, NULL)
+	                : shim_real.cuMemUnmap(ptr, size);
+	vm_unlock(bd);
 	return r;
 }
 
@@ -435,35 +456,35 @@ CUresult shim_chunk_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDe
 {
 	if (!desc || !count)
 		return shim_real.cuMemSetAccess(ptr, size, desc, count);
-	pthread_mutex_lock(&shim.lock);
+	struct shim_dev *bd = vm_lock();
 	struct access_arg x = {desc, count};
-	CUresult r = shim.ready ? chunk_walk(ptr, size, access_one, access_gap, &x)
-	                        : shim_real.cuMemSetAccess(ptr, size, desc, count);
-	pthread_mutex_unlock(&shim.lock);
+	CUresult r = bd ? chunk_walk(ptr, size, access_one, access_gap, &x)
+	                : shim_real.cuMemSetAccess(ptr, size, desc, count);
+	vm_unlock(bd);
 	return r;
 }
 
 CUresult shim_chunk_retain(CUmemGenericAllocationHandle *h, void *addr)
 {
-	pthread_mutex_lock(&shim.lock);
-	struct shim_alloc *a = shim.ready ? shim_alloc_find((CUdeviceptr)(uintptr_t)addr) : NULL;
+	struct shim_dev *bd = vm_lock();
+	struct shim_alloc *a = bd ? shim_alloc_find((CUdeviceptr)(uintptr_t)addr) : NULL;
 	if (!h || !a || a->backing != SHIM_BACK_CHUNK) {
-		pthread_mutex_unlock(&shim.lock);
+		vm_unlock(bd);
 		return shim_real.cuMemRetainAllocationHandle(h, addr);
 	}
 	a->chunk->refs++;
 	*h = (CUmemGenericAllocationHandle)(uintptr_t)a->chunk;
-	pthread_mutex_unlock(&shim.lock);
+	vm_unlock(bd);
 	return CUDA_SUCCESS;
 }
 
 CUresult shim_chunk_props(CUmemAllocationProp *prop, CUmemGenericAllocationHandle h)
 {
-	pthread_mutex_lock(&shim.lock);
+	struct shim_dev *bd = vm_lock();
 	struct shim_chunk *c = chunk_of(h);
 	if (c && prop)
 		*prop = c->prop;
-	pthread_mutex_unlock(&shim.lock);
+	vm_unlock(bd);
 	return c ? (prop ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE)
 	         : shim_real.cuMemGetAllocationPropertiesFromHandle(prop, h);
 }
@@ -471,13 +492,13 @@ CUresult shim_chunk_props(CUmemAllocationProp *prop, CUmemGenericAllocationHandl
 CUresult shim_chunk_export(void *out, CUmemGenericAllocationHandle h,
                            CUmemAllocationHandleType type, unsigned long long flags)
 {
-	pthread_mutex_lock(&shim.lock);
+	struct shim_dev *bd = vm_lock();
 	struct shim_chunk *c = chunk_of(h);
 	CUresult r = CUDA_SUCCESS;
 	if (c)
 		r = chunk_pin(c, "was exported (cuMemExportToShareableHandle)");
 	CUmemGenericAllocationHandle real = c ? c->real : h;
-	pthread_mutex_unlock(&shim.lock);
+	vm_unlock(bd);
 	return r != CUDA_SUCCESS ? r
 	                         : shim_real.cuMemExportToShareableHandle(out, real, type, flags);
 }
@@ -486,13 +507,13 @@ CUresult shim_chunk_multicast(CUmemGenericAllocationHandle mc, size_t mc_off,
                               CUmemGenericAllocationHandle h, size_t off, size_t size,
                               unsigned long long flags)
 {
-	pthread_mutex_lock(&shim.lock);
+	struct shim_dev *bd = vm_lock();
 	struct shim_chunk *c = chunk_of(h);
 	CUresult r = CUDA_SUCCESS;
 	if (c)
 		r = chunk_pin(c, "is bound to a multicast object");
 	CUmemGenericAllocationHandle real = c ? c->real : h;
-	pthread_mutex_unlock(&shim.lock);
+	vm_unlock(bd);
 	return r != CUDA_SUCCESS ? r
 	                         : shim_real.cuMulticastBindMem(mc, mc_off, real, off, size, flags);
 }
@@ -500,11 +521,11 @@ CUresult shim_chunk_multicast(CUmemGenericAllocationHandle mc, size_t mc_off,
 CUresult shim_chunk_multicast_addr(CUmemGenericAllocationHandle mc, size_t mc_off, CUdeviceptr ptr,
                                    size_t size, unsigned long long flags)
 {
-	pthread_mutex_lock(&shim.lock);
-	struct shim_alloc *a = shim.ready ? shim_alloc_find(ptr) : NULL;
+	struct shim_dev *bd = vm_lock();
+	struct shim_alloc *a = bd ? shim_alloc_find(ptr) : NULL;
 	CUresult r = CUDA_SUCCESS;
 	if (a && a->backing == SHIM_BACK_CHUNK)
 		r = chunk_pin(a->chunk, "is bound to a multicast object");
-	pthread_mutex_unlock(&shim.lock);
+	vm_unlock(bd);
 	return r != CUDA_SUCCESS ? r : shim_real.cuMulticastBindAddr(mc, mc_off, ptr, size, flags);
 }

@@ -5,7 +5,9 @@
  * programs touch, implemented over spill's host backend (device memory is host
  * memory; a reserved range with nothing mapped is PROT_NONE, so a kernel that
  * touches non-resident memory crashes the test as it would fault a GPU).
- * One device, one (primary) context. Managed memory (cuMemAllocManaged) is
+ * FAKECU_DEVICES devices (default 1), each with its own memory of
+ * FAKECU_DEVICE_MEM bytes and its primary context; peer copies and access work
+ * between any two. Managed memory (cuMemAllocManaged) is
  * device memory of the backend that is not counted against the device; a
  * prefetch checks its arguments and counts bytes (fakecu_prefetched). "Kernels" are host functions a test
  * registers here; cuModuleLoadData accepts any image and cuModuleGetFunction
@@ -37,9 +39,12 @@ enum fakecu_copy { FAKECU_H2D, FAKECU_D2H, FAKECU_D2D, FAKECU_H2H, FAKECU_COPY_K
 uint64_t fakecu_copied(enum fakecu_copy kind);
 /* Kernels launched since load (all streams). */
 uint64_t fakecu_launches(void);
-/* Device bytes mapped or allocated now, and the most at once since load. */
+/* Device bytes mapped or allocated now, and the most at once since load:
+ * of device 0, and of device dev. */
 uint64_t fakecu_device_used(void);
 uint64_t fakecu_device_peak(void);
+uint64_t fakecu_device_used_on(int dev);
+uint64_t fakecu_device_peak_on(int dev);
 /* Bytes of managed memory prefetched to the device (cuMemPrefetchAsync). */
 uint64_t fakecu_prefetched(void);
 

@@ -8,7 +8,13 @@
  * (device/host.c). Device memory is host memory and a reserved range with nothing
  * mapped is PROT_NONE, so a kernel that touches non-resident memory crashes the
  * test, as it would fault a GPU. Kernels are host functions registered by the test
- * (fakecu.h). One device, one primary context.
+ * (fakecu.h). FAKECU_DEVICES devices (default 1), each with its own capacity
+ * (FAKECU_DEVICE_MEM each), counters and primary context; an allocation
+ * counts against the device current in the calling thread's context (a
+ * cuMemCreate chunk: its location's), so a shim that puts memory on the wrong
+ * device runs out there. All devices share one host backend, so any device
+ * reaches any allocation: peer access is always possible, and enabling it
+ * (cuCtxEnablePeerAccess) is only bookkeeping.
  * Invariants: the tables (ranges, handles, kernels, streams) live under g.lock, and
  * every op is queued under it, so the legacy default stream is ordered against the
  * blocking streams in call order; nothing waits for device work while holding it.
@@ -53,6 +59,7 @@
 #define KARGS_HDR        16   /* the kernel's function, before its packed parameters */
 #define KARGS_MAX        4096 /* dev_launch's limit */
 #define MAX_BLOCK_THREAD 1024
+#define MAX_DEV          8
 
 /* ---- state ---------------------------------------------------------------------- */
 
@@ -65,6 +72,7 @@ enum range_kind { R_ALLOC, R_HOST, R_RESERVE, R_MANAGED };
 struct chunk {
 	struct dev_phys *ph;
 	size_t bytes;
+	int dev;  /* the device it counts against */
 	int host; /* located on the host: not counted against the device */
 	int refs, maps;
 };
@@ -84,6 +92,7 @@ struct range {
 	size_t raw_bytes;
 	struct mapping *maps; /* R_RESERVE: sorted by start, disjoint */
 	size_t nmaps, cap_maps;
+	int dev;                         /* R_ALLOC: the device it counts against */
 	struct CUmemPoolHandle_st *pool; /* R_ALLOC from a pool (cuMemAllocAsync) */
 	int pool_freed;                  /* freed in stream order, kept by its pool */
 };
@@ -106,7 +115,8 @@ struct CUmemPoolHandle_st {
 };
 
 struct CUctx_st {
-	int unused;
+	int dev;
+	unsigned peers; /* devices whose memory it may reach (cuCtxEnablePeerAccess) */
 };
 
 struct CUmod_st {
@@ -173,18 +183,17 @@ static struct {
 	int primary_refs;
 	struct CUmemPoolHandle_st *cur_pool; /* cuDeviceSetMemPool; NULL = the default */
 	/* atomics */
-	uint64_t copied[FAKECU_COPY_KINDS], launches, used, peak, prefetched;
+	int ndev; /* written once by init_once */
+	uint64_t copied[FAKECU_COPY_KINDS], launches, prefetched;
+	uint64_t used[MAX_DEV], peak[MAX_DEV];
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static struct CUctx_st g_primary;
+static struct CUctx_st g_primary[MAX_DEV];
 static struct CUmemPoolHandle_st g_default_pool = {
     .props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
               .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}}};
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static _Thread_local struct thread_state *t_state;
-static _Thread_local CUcontext t_ctx[CTX_STACK_MAX];
-static _Thread_local int t_nctx;
-
 static CUresult cu_err(int rc)
 {
 	switch (rc) {
@@ -395,22 +404,42 @@ static enum place place_of(uintptr_t p, size_t n)
 	return P_BAD;
 }
 
-/* Device capacity, under g.lock; the counters are atomics for fakecu_device_*. */
-static int used_take(size_t bytes)
+/* Each device's capacity, under g.lock; the counters are atomics for
+ * fakecu_device_*. */
+static int used_take(int dev, size_t bytes)
 {
-	uint64_t used = __atomic_load_n(&g.used, __ATOMIC_RELAXED);
+	uint64_t used = __atomic_load_n(&g.used[dev], __ATOMIC_RELAXED);
 	if (bytes > g.devmem || used > g.devmem - bytes)
 		return 0;
 	used += bytes;
-	__atomic_store_n(&g.used, used, __ATOMIC_RELAXED);
-	if (used > __atomic_load_n(&g.peak, __ATOMIC_RELAXED))
-		__atomic_store_n(&g.peak, used, __ATOMIC_RELAXED);
+	__atomic_store_n(&g.used[dev], used, __ATOMIC_RELAXED);
+	if (used > __atomic_load_n(&g.peak[dev], __ATOMIC_RELAXED))
+		__atomic_store_n(&g.peak[dev], used, __ATOMIC_RELAXED);
 	return 1;
 }
 
-static void used_give(size_t bytes)
+static void used_give(int dev, size_t bytes)
 {
-	__atomic_sub_fetch(&g.used, bytes, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&g.used[dev], bytes, __ATOMIC_RELAXED);
+}
+
+static _Thread_local CUcontext t_ctx[CTX_STACK_MAX];
+static _Thread_local int t_nctx;
+
+/* The device of the calling thread's current context (0 without one). */
+static int cur_dev(void)
+{
+	return t_nctx ? t_ctx[t_nctx - 1]->dev : 0;
+}
+
+static int ctx_valid(CUcontext c)
+{
+	return c >= g_primary && c < g_primary + g.ndev;
+}
+
+static int dev_valid(CUdevice d)
+{
+	return d >= 0 && d < g.ndev;
 }
 
 /* Under g.lock: frees c once no handle and no mapping refers to it. */
@@ -421,7 +450,7 @@ static void chunk_maybe_free(struct chunk *c)
 	hs_del(c);
 	warn("cuMemRelease: dev_phys_destroy", dev_phys_destroy(g.dev, c->ph));
 	if (!c->host)
-		used_give(c->bytes);
+		used_give(c->dev, c->bytes);
 	free(c);
 }
 
@@ -516,6 +545,15 @@ static void stream_free(struct CUstream_st *s)
 static void init_once(void)
 {
 	const char *mem = getenv("FAKECU_DEVICE_MEM"), *bw = getenv("FAKECU_COPY_BW");
+	const char *nd = getenv("FAKECU_DEVICES");
+	g.ndev = nd && *nd ? atoi(nd) : 1;
+	if (g.ndev < 1 || g.ndev > MAX_DEV) {
+		fprintf(stderr, "fakecuda: FAKECU_DEVICES=%s is not 1 to %d\n", nd, MAX_DEV);
+		g.init_rc = CUDA_ERROR_INVALID_VALUE;
+		return;
+	}
+	for (int i = 0; i < MAX_DEV; i++)
+		g_primary[i].dev = i;
 	uint64_t devmem = DEFAULT_MEM;
 	double rate = 0;
 	if (mem && *mem && (parse_size(mem, &devmem) < 0 || devmem == 0)) {
@@ -530,7 +568,7 @@ static void init_once(void)
 	}
 	/* Host-located chunks come from the same device file (so they map into any
 	 * reservation); the device's own limit is enforced here, not by device.c. */
-	uint64_t cap = devmem + HOST_CHUNK_ROOM;
+	uint64_t cap = devmem * (uint64_t)g.ndev + HOST_CHUNK_ROOM;
 	double link = rate > 0 ? rate : DEFAULT_BW;
 	char prof[1024];
 	snprintf(prof, sizeof(prof),
@@ -886,9 +924,9 @@ EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 	NEED_INIT();
 	if (!device)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (ordinal != 0)
+	if (!dev_valid(ordinal))
 		return CUDA_ERROR_INVALID_DEVICE;
-	*device = 0;
+	*device = ordinal;
 	return CUDA_SUCCESS;
 }
 
@@ -897,7 +935,7 @@ EXPORT CUresult cuDeviceGetCount(int *count)
 	NEED_INIT();
 	if (!count)
 		return CUDA_ERROR_INVALID_VALUE;
-	*count = 1;
+	*count = g.ndev;
 	return CUDA_SUCCESS;
 }
 
@@ -906,7 +944,7 @@ EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 	NEED_INIT();
 	if (!name || len <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (dev != 0)
+	if (!dev_valid(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	snprintf(name, (size_t)len, "%s", DEVICE_NAME);
 	return CUDA_SUCCESS;
@@ -917,7 +955,7 @@ static CUresult total_mem(size_t *bytes, CUdevice dev)
 	NEED_INIT();
 	if (!bytes)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (dev != 0)
+	if (!dev_valid(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	*bytes = g.devmem;
 	return CUDA_SUCCESS;
@@ -991,7 +1029,7 @@ EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevic
 	NEED_INIT();
 	if (!pi || (int)attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (dev != 0)
+	if (!dev_valid(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	*pi = attribute(attrib);
 	return CUDA_SUCCESS;
@@ -1002,12 +1040,12 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	NEED_INIT();
 	if (!pctx)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (dev != 0)
+	if (!dev_valid(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	pthread_mutex_lock(&g.lock);
 	g.primary_refs++;
 	pthread_mutex_unlock(&g.lock);
-	*pctx = &g_primary;
+	*pctx = &g_primary[dev];
 	return CUDA_SUCCESS;
 }
 
@@ -1015,7 +1053,7 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 static CUresult primary_release(CUdevice dev)
 {
 	NEED_INIT();
-	if (dev != 0)
+	if (!dev_valid(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	pthread_mutex_lock(&g.lock);
 	if (g.primary_refs > 0)
@@ -1051,7 +1089,7 @@ EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 			t_nctx--;
 		return CUDA_SUCCESS;
 	}
-	if (ctx != &g_primary)
+	if (!ctx_valid(ctx))
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!t_nctx)
 		t_nctx = 1;
@@ -1062,7 +1100,7 @@ EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 static CUresult ctx_push(CUcontext ctx)
 {
 	NEED_INIT();
-	if (ctx != &g_primary)
+	if (!ctx_valid(ctx))
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (t_nctx == CTX_STACK_MAX)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1106,7 +1144,35 @@ EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 	NEED_INIT();
 	if (!device)
 		return CUDA_ERROR_INVALID_VALUE;
-	*device = 0;
+	*device = cur_dev();
+	return CUDA_SUCCESS;
+}
+
+/* Every device reaches every other (one host backend): enabling only records it. */
+EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
+{
+	NEED_INIT();
+	if (!can)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!dev_valid(dev) || !dev_valid(peer))
+		return CUDA_ERROR_INVALID_DEVICE;
+	*can = dev != peer;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
+{
+	NEED_INIT();
+	if (flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!t_nctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!ctx_valid(peer) || peer == t_ctx[t_nctx - 1])
+		return CUDA_ERROR_INVALID_DEVICE;
+	CUcontext c = t_ctx[t_nctx - 1];
+	unsigned bit = 1u << peer->dev;
+	if (__atomic_fetch_or(&c->peers, bit, __ATOMIC_RELAXED) & bit)
+		return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
 	return CUDA_SUCCESS;
 }
 
@@ -1174,14 +1240,17 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytes)
 	if (!dptr || !bytes)
 		return CUDA_ERROR_INVALID_VALUE;
 	void *p = NULL;
+	int dev = cur_dev();
 	pthread_mutex_lock(&g.lock);
-	int e = used_take(bytes) ? 0 : -ENOMEM;
+	int e = used_take(dev, bytes) ? 0 : -ENOMEM;
 	if (e == 0) {
 		e = dev_mem_alloc(g.dev, 0, bytes, &p);
 		if (e == 0 && (e = range_add((uintptr_t)p, bytes, R_ALLOC)) < 0)
 			warn("dev_mem_free", dev_mem_free(g.dev, 0, p));
 		if (e < 0)
-			used_give(bytes);
+			used_give(dev, bytes);
+		else
+			range_find((uintptr_t)p)->dev = dev;
 	}
 	pthread_mutex_unlock(&g.lock);
 	if (e == 0)
@@ -1206,9 +1275,10 @@ static CUresult mem_free(CUdeviceptr dptr, enum range_kind kind)
 		e = kind == R_ALLOC ? dev_mem_free(g.dev, 0, (void *)r->start)
 		                    : dev_host_free(g.dev, (void *)r->start);
 		if (e == 0) {
+			int dev = r->dev;
 			range_del(r);
 			if (kind == R_ALLOC && !managed)
-				used_give(bytes);
+				used_give(dev, bytes);
 		}
 	}
 	pthread_mutex_unlock(&g.lock);
@@ -1260,9 +1330,9 @@ static CUresult prefetch(CUdeviceptr p, size_t count, int to_device, CUstream h,
 
 static int prefetch_target(CUmemLocation loc)
 {
-	return loc.type == CU_MEM_LOCATION_TYPE_DEVICE && loc.id == 0 ? 1
-	       : loc.type == CU_MEM_LOCATION_TYPE_HOST                ? 0
-	                                                              : -1;
+	return loc.type == CU_MEM_LOCATION_TYPE_DEVICE && dev_valid(loc.id) ? 1
+	       : loc.type == CU_MEM_LOCATION_TYPE_HOST                      ? 0
+	                                                                    : -1;
 }
 
 EXPORT CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
@@ -1370,7 +1440,7 @@ static CUresult mem_info(size_t *free_bytes, size_t *total)
 	if (!free_bytes || !total)
 		return CUDA_ERROR_INVALID_VALUE;
 	*total = g.devmem;
-	*free_bytes = g.devmem - __atomic_load_n(&g.used, __ATOMIC_RELAXED);
+	*free_bytes = g.devmem - __atomic_load_n(&g.used[cur_dev()], __ATOMIC_RELAXED);
 	return CUDA_SUCCESS;
 }
 
@@ -1527,7 +1597,7 @@ EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
 	case CU_POINTER_ATTRIBUTE_CONTEXT:
 		if (!mapped)
 			return CUDA_ERROR_INVALID_VALUE;
-		*(CUcontext *)data = &g_primary;
+		*(CUcontext *)data = &g_primary[v.kind == R_ALLOC ? v.dev : 0];
 		break;
 	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
 		if (!mapped)
@@ -1975,12 +2045,12 @@ static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream h, unsigned how)
 	return copy3d(&x, h, how);
 }
 
-/* One context: a peer copy is a device-to-device copy between its own allocations. */
+/* One host backend: a peer copy is a device-to-device copy between two allocations. */
 static CUresult copy3d_peer(const CUDA_MEMCPY3D_PEER *c, CUstream h, unsigned how)
 {
 	if (!c)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (c->srcContext != &g_primary || c->dstContext != &g_primary)
+	if (!ctx_valid(c->srcContext) || !ctx_valid(c->dstContext))
 		return CUDA_ERROR_INVALID_CONTEXT;
 	CUDA_MEMCPY3D x = {.srcXInBytes = c->srcXInBytes,
 	                   .srcY = c->srcY,
@@ -2009,7 +2079,7 @@ static CUresult copy3d_peer(const CUDA_MEMCPY3D_PEER *c, CUstream h, unsigned ho
 static CUresult copy_peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx,
                           size_t bytes, CUstream h, unsigned how)
 {
-	if (dctx != &g_primary || sctx != &g_primary)
+	if (!ctx_valid(dctx) || !ctx_valid(sctx))
 		return CUDA_ERROR_INVALID_CONTEXT;
 	return copy(dst, src, bytes, h, how | COPY_D2D);
 }
@@ -2576,7 +2646,7 @@ EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f
 static int location_host(const CUmemLocation *l)
 {
 	switch (l->type) {
-	case CU_MEM_LOCATION_TYPE_DEVICE: return l->id == 0 ? 0 : -1;
+	case CU_MEM_LOCATION_TYPE_DEVICE: return dev_valid(l->id) ? 0 : -1;
 	case CU_MEM_LOCATION_TYPE_HOST:
 	case CU_MEM_LOCATION_TYPE_HOST_NUMA: return 1;
 	default: return -1;
@@ -2658,15 +2728,16 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	struct chunk *c = calloc(1, sizeof(*c));
 	if (!c)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	*c = (struct chunk){.bytes = size, .host = host, .refs = 1};
+	*c = (struct chunk){
+	    .bytes = size, .host = host, .refs = 1, .dev = host ? 0 : prop->location.id};
 	pthread_mutex_lock(&g.lock);
-	int e = host || used_take(size) ? 0 : -ENOMEM;
+	int e = host || used_take(c->dev, size) ? 0 : -ENOMEM;
 	if (e == 0) {
 		e = dev_phys_create(g.dev, 0, size, &c->ph);
 		if (e == 0 && (e = hs_add(c, H_CHUNK)) < 0)
 			warn("dev_phys_destroy", dev_phys_destroy(g.dev, c->ph));
 		if (e < 0 && !host)
-			used_give(size);
+			used_give(c->dev, size);
 	}
 	pthread_mutex_unlock(&g.lock);
 	if (e < 0) {
@@ -2831,9 +2902,10 @@ static struct CUmemPoolHandle_st *pool_get(CUmemoryPool p)
 static void block_release(struct pool_block *b)
 {
 	size_t bytes = b->r->bytes;
+	int dev = b->r->dev;
 	warn("dev_mem_free", dev_mem_free(g.dev, 0, (void *)b->r->start));
 	range_del(b->r);
-	used_give(bytes);
+	used_give(dev, bytes);
 	warn("dev_event_destroy", dev_event_destroy(b->ev));
 	free(b);
 }
@@ -2907,19 +2979,22 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool hp, in
 	}
 	void *p = NULL;
 	int e = rc == CUDA_SUCCESS ? 0 : -EINVAL;
-	if (e == 0 && !used_take(bytes)) {
+	int dev = cur_dev();
+	if (e == 0 && !used_take(dev, bytes)) {
 		pools_trim_all();
-		e = used_take(bytes) ? 0 : -ENOMEM;
+		e = used_take(dev, bytes) ? 0 : -ENOMEM;
 	}
 	if (e == 0) {
 		e = dev_mem_alloc(g.dev, 0, bytes, &p);
 		if (e == 0 && (e = range_add((uintptr_t)p, bytes, R_ALLOC)) < 0)
 			warn("dev_mem_free", dev_mem_free(g.dev, 0, p));
 		if (e < 0)
-			used_give(bytes);
+			used_give(dev, bytes);
 	}
-	if (e == 0)
+	if (e == 0) {
 		range_find((uintptr_t)p)->pool = pool;
+		range_find((uintptr_t)p)->dev = dev;
+	}
 	pthread_mutex_unlock(&g.lock);
 	if (rc != CUDA_SUCCESS)
 		return rc;
@@ -3072,7 +3147,7 @@ EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
 	NEED_INIT();
 	if (!pool)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (dev != 0)
+	if (!dev_valid(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	*pool = &g_default_pool;
 	return CUDA_SUCCESS;
@@ -3083,7 +3158,7 @@ EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 	NEED_INIT();
 	if (!pool)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (dev != 0)
+	if (!dev_valid(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	pthread_mutex_lock(&g.lock);
 	*pool = g.cur_pool ? g.cur_pool : &g_default_pool;
@@ -3094,7 +3169,7 @@ EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
 	NEED_INIT();
-	if (dev != 0)
+	if (!dev_valid(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	pthread_mutex_lock(&g.lock);
 	struct CUmemPoolHandle_st *p = pool_get(pool);
@@ -3171,6 +3246,8 @@ EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion
 	X("cuCtxPopCurrent", 4000, 0, cuCtxPopCurrent_v2)                                 \
 	X("cuCtxGetDevice", 2000, 0, cuCtxGetDevice)                                      \
 	X("cuCtxSynchronize", 2000, 0, cuCtxSynchronize)                                  \
+	X("cuCtxEnablePeerAccess", 4000, 0, cuCtxEnablePeerAccess)                        \
+	X("cuDeviceCanAccessPeer", 4000, 0, cuDeviceCanAccessPeer)                        \
 	X("cuGetErrorString", 6000, 0, cuGetErrorString)                                  \
 	X("cuGetErrorName", 6000, 0, cuGetErrorName)                                      \
 	X("cuMemAlloc", 2000, 0, cuMemAlloc)                                              \
@@ -3425,12 +3502,22 @@ EXPORT uint64_t fakecu_launches(void)
 
 EXPORT uint64_t fakecu_device_used(void)
 {
-	return __atomic_load_n(&g.used, __ATOMIC_RELAXED);
+	return fakecu_device_used_on(0);
 }
 
 EXPORT uint64_t fakecu_device_peak(void)
 {
-	return __atomic_load_n(&g.peak, __ATOMIC_RELAXED);
+	return fakecu_device_peak_on(0);
+}
+
+EXPORT uint64_t fakecu_device_used_on(int dev)
+{
+	return dev >= 0 && dev < MAX_DEV ? __atomic_load_n(&g.used[dev], __ATOMIC_RELAXED) : 0;
+}
+
+EXPORT uint64_t fakecu_device_peak_on(int dev)
+{
+	return dev >= 0 && dev < MAX_DEV ? __atomic_load_n(&g.peak[dev], __ATOMIC_RELAXED) : 0;
 }
 
 EXPORT uint64_t fakecu_prefetched(void)

@@ -12,6 +12,10 @@
 #    launch and copy on freed memory: the driver's error codes, no crash;
 #  - four threads allocating, copying, launching and freeing at once: the same
 #    checksums (and clean under TSAN=1, which builds all of this with it);
+#  - two threads on two emulated devices, each at 3x its own budget, then peer
+#    copies and a kernel on one device reading the other's buffers: the same
+#    checksums, each device's peak within its budget (the emulated devices are
+#    sized so memory on the wrong device runs out), per-device report figures;
 #  - kernels reaching buffers through a pointer table in device memory: the
 #    same checksum with the host fallback, a fault without it;
 #  - stream-ordered allocation (cuMemAllocAsync, a pool of the program's own),
@@ -203,6 +207,34 @@ grep -q WARNING "$work/t1.err" && fail "threads: sanitizer report: $(grep -m3 -A
 [ "$(grep -c checksum= "$work/t1")" -eq 4 ] && cmp -s <(grep checksum= "$work/t0") <(grep checksum= "$work/t1") ||
 	fail "threads: checksums differ"
 echo "threads: $(grep -c checksum= "$work/t1") threads, same checksums with and without the shim"
+
+# ---- two devices ---------------------------------------------------------------------
+# Two threads, each on its own device with 12 buffers of 4 MiB (3x a 16 MiB
+# budget per device), then peer copies and a kernel on device 0 reading device
+# 1's buffers. Each emulated device holds 20 MiB with the shim: memory put on
+# the wrong device, or a budget not per device, is an out-of-memory error.
+FAKECU_DEVICES=2 FAKECU_DEVICE_MEM=64M "$D/cuprog_multi" 12 4 3 >"$work/m0" 2>&1 ||
+	fail "two devices without the shim: $(tail -2 "$work/m0")"
+FAKECU_DEVICES=2 FAKECU_DEVICE_MEM=20M SPILL_DEVICE_MEM=16M SPILL_SHIM_STATS_JSON="$work/m.json" \
+	shim "$D/cuprog_multi" 12 4 3 >"$work/m1" 2>"$work/m1.err" ||
+	fail "two devices with the shim: $(tail -3 "$work/m1.err")"
+grep -q WARNING "$work/m1.err" && fail "two devices: sanitizer report: $(grep -m3 -A3 WARNING "$work/m1.err")"
+[ -n "$(grep checksum= "$work/m0")" ] && [ "$(grep checksum= "$work/m0")" = "$(grep checksum= "$work/m1")" ] ||
+	fail "two devices: checksums differ: $(grep checksum= "$work/m0" "$work/m1" | tr '\n' ' ')"
+python3 - "$work/m.json" "$work/m1" <<'EOF' || fail "two devices: report or peaks wrong"
+import json, re, sys
+j = json.load(open(sys.argv[1]))
+devs = {d["device"]: d for d in j["devices"]}
+assert set(devs) == {0, 1}, devs.keys()
+for d in devs.values():
+    assert d["budget"] == 16 << 20, d
+    assert d["bytes"]["h2d"] > 0 and d["batch_releases"] > 0, d  # pressure on each device
+assert devs[1]["peer_operations"] > 0, devs[1]  # device 0's kernel read device 1's buffers
+peaks = re.search(r"peak0=(\d+) peak1=(\d+)", open(sys.argv[2]).read())
+assert all(int(p) <= 16 << 20 for p in peaks.groups()), peaks.groups()
+EOF
+grep -q 'device 1: budget 16.00 MiB' "$work/m1.err" || fail "two devices: no per-device line in the report"
+echo "two devices: $(grep checksum= "$work/m1" | tr '\n' ' ')same as without the shim; $(grep peak0 "$work/m1")"
 
 # ---- spill run and spill report --------------------------------------------------------
 spill="$O/bin/spill"
