@@ -203,13 +203,17 @@ struct vmm {
 	uint32_t *owners;
 };
 
-/* The next use of obj on place p that Belady ranks it by. */
-static inline uint64_t vmm_copy_next_use(const struct vmm_obj *o, int p)
-{
-	return o->c[p].next_use != VMM_NO_HINT ? o->c[p].next_use : o->next_use;
-}
-
 #define P_HOST(v) ((v)->ndev)
+
+/* The next use of obj on place p that Belady ranks it by: the place's hint,
+ * else the object's. A host copy is needed by the object's next use anywhere
+ * too (a device without a copy reads it from the host; without it, it comes
+ * from disk): the sooner of the two. */
+static inline uint64_t vmm_copy_next_use(const struct vmm *v, const struct vmm_obj *o, int p)
+{
+	uint64_t nu = o->c[p].next_use != VMM_NO_HINT ? o->c[p].next_use : o->next_use;
+	return p == P_HOST(v) && o->next_use < nu ? o->next_use : nu;
+}
 #define P_DISK(v) ((v)->ndev + 1)
 
 static inline struct vmm_obj *vmm_obj_at(struct vmm *v, uint32_t idx)

@@ -391,7 +391,7 @@ static int evictable(struct vmm *v, const struct vmm_obj *o, int p, int stable_s
 		return 0;
 	if (p < v->ndev && (int)o->stable != stable_side)
 		return 0;
-	if (p == v->pf_place && vmm_copy_next_use(o, p) <= v->pf_next)
+	if (p == v->pf_place && vmm_copy_next_use(v, o, p) <= v->pf_next)
 		return 0; /* a prefetch does not evict what is needed before its object */
 	/* no disk tier: only host copies with another copy above can go */
 	if (p == P_HOST(v) && !v->disk && c->valid && vmm_obj_nvalid(v, (struct vmm_obj *)o) < 2)
@@ -417,7 +417,7 @@ static double window_cost(void *arg, uint32_t owner)
 		c *= 2;
 	/* ... and the reload weighs more the sooner it comes (Belady over
 	 * windows: bytes cost by window alone evicted the next task's weights) */
-	uint64_t nu = vmm_copy_next_use(o, w->p);
+	uint64_t nu = vmm_copy_next_use(w->v, o, w->p);
 	if (nu >= VMM_HINT_NEVER)
 		return c * 1e-6;
 	return c / (double)(1 + (nu > w->now ? nu - w->now : 0));
@@ -428,7 +428,7 @@ static uint64_t nearest_use(struct vmm *v, int p)
 	uint64_t now = VMM_NO_HINT;
 	for (int32_t i = v->pl[p].rhead; i >= 0; i = vmm_obj_at(v, (uint32_t)i)->c[p].rnext) {
 		struct vmm_obj *o = vmm_obj_at(v, (uint32_t)i);
-		uint64_t nu = vmm_copy_next_use(o, p);
+		uint64_t nu = vmm_copy_next_use(v, o, p);
 		if (nu < now && evictable(v, o, p, 0))
 			now = nu;
 	}
@@ -443,7 +443,7 @@ static int pick_victim(struct vmm *v, int p, int stable_side)
 		if (!evictable(v, o, p, stable_side))
 			continue;
 		v->cand[n++] =
-		    (struct vmm_cand){(uint32_t)i, vmm_copy_next_use(o, p), o->c[p].last_use};
+		    (struct vmm_cand){(uint32_t)i, vmm_copy_next_use(v, o, p), o->c[p].last_use};
 	}
 	if (!n)
 		return -1;
@@ -584,7 +584,7 @@ static int64_t reclaim_pick(struct vmm *v, uint32_t except, enum reclaim_rank *r
 		for (int p = 0; p <= P_HOST(v); p++) {
 			if (!o->c[p].valid)
 				continue;
-			uint64_t nu = vmm_copy_next_use(o, p);
+			uint64_t nu = vmm_copy_next_use(v, o, p);
 			cd.next_use = nu < cd.next_use ? nu : cd.next_use;
 			cd.last_use =
 			    o->c[p].last_use > cd.last_use ? o->c[p].last_use : cd.last_use;
@@ -1167,9 +1167,9 @@ int vmm_swap_prefetch(struct vmm *v, uint32_t idx, int p, int *started)
 		on_dev |= o->c[d].valid;
 	if (!o->c[h].valid && o->disk_valid && !on_dev && !o->x.active)
 		room = h;
-	if (vmm_copy_next_use(o, room) != VMM_NO_HINT && v->cfg.policy != VMM_POLICY_LRU) {
+	if (vmm_copy_next_use(v, o, room) != VMM_NO_HINT && v->cfg.policy != VMM_POLICY_LRU) {
 		v->pf_place = room;
-		v->pf_next = vmm_copy_next_use(o, room);
+		v->pf_next = vmm_copy_next_use(v, o, room);
 	}
 	int rc = prefetch(v, idx, p, started);
 	v->pf_place = -1;
