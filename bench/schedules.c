@@ -122,8 +122,7 @@ static int simulate(struct rt_model *m, const struct tg_plan *plan, enum mode mo
 		if (tl && rt_model_profile(rt, m, plan->microbatch) == 0) {
 			rt_model_tg_timed(m, hw.flops, tl, &tm);
 			if (tg_graph_build(&tm, 1, plan, &g) == 0) {
-				g.size_class_bits = hw.size_class_bits;
-				g.size_class_min = hw.size_class_min;
+				tg_graph_set_hw(&g, &hw);
 				if (tg_sim_time(&g, plan, &hw, mode == BASELINE, &sw, &tt) == 0) {
 					r->pred_s = tt.iter_s;
 					r->pred_comp = tt.compute_s;

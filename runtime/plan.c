@@ -42,7 +42,7 @@ void rt_plan_hw(const struct rt_ctx *rt, int ndev, struct tg_hw *hw)
 	hw->d2h_bw = dev_link_bw(rt->dev, 0, DEV_HOST);
 	hw->host_link_bw = dev_host_link_bw(rt->dev);
 	hw->p2p_bw = ndev > 1 ? dev_link_bw(rt->dev, 0, 1) : 0;
-	hw->disk_bw = dev_link_bw(rt->dev, DEV_DISK, DEV_HOST);
+	hw->disk_bw = dev_link_bw(rt->dev, DEV_DISK, DEV_HOST) * dev_disk_count(rt->dev);
 	/* what the devices, the host pool and the disk store together */
 	uint64_t hu = 0, hc = 0, du = 0, dc = 0;
 	if (vmm_place_usage(rt->vmm, VMM_HOST, &hu, &hc) < 0)
@@ -50,6 +50,10 @@ void rt_plan_hw(const struct rt_ctx *rt, int ndev, struct tg_hw *hw)
 	if (vmm_place_usage(rt->vmm, VMM_DISK, &du, &dc) < 0)
 		dc = 0;
 	hw->store = hc ? (uint64_t)ndev * cap + hc + dc : 0;
+	if (dc) { /* the host pool is a tier of its own only above a disk */
+		hw->host_capacity = hc;
+		hw->host_align = rt->cfg.vmm.align ? rt->cfg.vmm.align : 256;
+	}
 	hw->size_class_bits = rt->cfg.vmm.size_class_bits;
 	hw->size_class_min = 64 * (rt->cfg.vmm.align ? rt->cfg.vmm.align : 256);
 }

@@ -218,8 +218,7 @@ int tg_plan_candidates(const struct tg_model *m, const struct tg_hw *hw, int max
 						struct tg_graph g;
 						if (tg_graph_build(m, 1, &p, &g) != 0)
 							continue;
-						g.size_class_bits = hw->size_class_bits;
-						g.size_class_min = hw->size_class_min;
+						tg_graph_set_hw(&g, hw);
 						struct tg_swap sw;
 						struct tg_time t;
 						/* spill's executor: dead contents discarded,

@@ -38,13 +38,21 @@ struct simst {
 	unsigned char *res;   /* [d*no + o] device copy valid */
 	unsigned char *host;  /* [o] host copy valid */
 	unsigned char *gread; /* [o] the next use anywhere reads it */
-	int *dnext;           /* [d*no + o] next use on device d (replay position) */
+	int *dnext;           /* [d*no + o] next use on device d (replay position); row nd:
+	                         on the host (host tasks) */
+	int *gnext;           /* [o] next use anywhere */
 	uint64_t *stamp;      /* [d*no + o] last acquisition on d (LRU) */
 	uint64_t clock;
 	uint64_t *used;
 	int count;
 	struct tg_swap *sw;
 	struct timing *tm; /* tg_sim_time: the replay in time; NULL: volume only */
+	/* the host pool when a disk tier takes what it cannot hold (hcap > 0) */
+	uint64_t hcap, hused;
+	unsigned char *disk;     /* [o] disk copy valid */
+	unsigned char *hpin;     /* [o] its host copy may not be evicted now: HP_* */
+	int *fly, nfly, fly_dev; /* the running task's copies in flight to fly_dev */
+	uint64_t *hstamp;        /* [o] the host copy's allocation or last host use (LRU) */
 };
 
 /* The replay in time (tg_sim_time): each device runs its tasks in the global
@@ -57,9 +65,9 @@ struct simst {
  * shared host link (each one holds the link for bytes / host link), P2P per
  * receiving device; CPU tasks queue on the CPU. */
 struct timing {
-	double flops, h2d_bw, d2h_bw, link_bw, p2p_bw, cpu_upd_bw;
+	double flops, h2d_bw, d2h_bw, link_bw, p2p_bw, cpu_upd_bw, disk_bw;
 	int lookahead;
-	double *dev_free, cpu_free, link_in, link_out;
+	double *dev_free, cpu_free, link_in, link_out, disk_q;
 	double *h2d_q, *d2h_q, *p2p_q; /* per device */
 	double *wend;                  /* [o] its last writer's end */
 	double *uend;                  /* [o] its last user's end */
@@ -89,6 +97,127 @@ static void xfer(struct simst *s, int link, int o)
 		s->sw->bytes[link][s->g->obj[o].kind] += s->g->obj[o].bytes;
 }
 
+/* A transfer of bytes between the host and the disk's drives (striped, so one
+ * queue at their summed bandwidth), ready at t: its end. */
+static double disk_at(struct timing *m, double bytes, double t)
+{
+	double st = t > m->disk_q ? t : m->disk_q;
+	m->disk_q = st + bytes / m->disk_bw;
+	return m->disk_q;
+}
+
+/* Why a host copy may not be evicted: acquired by a host task, the object is
+ * being brought, or a copy of it is in flight to the running task's device
+ * (the vmm's busy and x.active) — then also whether the object is written
+ * there, its host copy (the copy's source) going when the copy lands. */
+enum { HP_FREE, HP_PINNED, HP_FLY, HP_FLY_WRITTEN };
+
+static void written_on(struct simst *s, int d, int o);
+
+/* The vmm waited for a disk transfer (a write-down, a read) and time ran past
+ * the running task's copies in flight: at its next look for room they have
+ * landed (a disk transfer takes longer than a device copy; a copy-out's wait
+ * does not land them: it may end before the copies queued ahead of them on
+ * the device's incoming stream). test_predicted holds this exact. */
+static void land(struct simst *s)
+{
+	for (int i = 0; i < s->nfly; i++) {
+		int o = s->fly[i];
+		if (s->hpin[o] == HP_FLY_WRITTEN)
+			written_on(s, s->fly_dev, o);
+		s->hpin[o] = HP_FREE;
+	}
+	s->nfly = 0;
+}
+
+/* The bytes a host copy of o occupies in the host pool. */
+static uint64_t hfoot(const struct tg_graph *g, int o)
+{
+	uint64_t a = g->host_align ? g->host_align : 1;
+	return (g->obj[o].bytes + a - 1) / a * a;
+}
+
+/* A host copy of o is allocated (after host_room) and valid. */
+static void host_add(struct simst *s, int o)
+{
+	if (!s->host[o] && s->hcap)
+		s->hused += hfoot(s->g, o);
+	s->host[o] = 1;
+	s->hstamp[o] = ++s->clock;
+}
+
+static void host_drop(struct simst *s, int o)
+{
+	if (s->host[o] && s->hcap)
+		s->hused -= hfoot(s->g, o);
+	s->host[o] = 0;
+}
+
+/* The object's host and disk copies go: written elsewhere, or dead. */
+static void host_disk_drop(struct simst *s, int o)
+{
+	host_drop(s, o);
+	s->disk[o] = 0;
+}
+
+/* Makes room for a host copy of o (a host pool of hcap bytes with a disk tier
+ * under it), by the vmm's rules: the victim is the host copy needed the
+ * farthest (the sooner of its object's next use anywhere and its next use by
+ * a host task), then the least recently allocated or used there, then the
+ * lower index; one with no valid disk copy is written down first. *free_at (may be NULL) receives when the space is
+ * free (its write-downs landed). -ENOMEM when the pinned copies fill it. */
+static int host_room(struct simst *s, int o, double *free_at)
+{
+	const struct tg_graph *g = s->g;
+	double at = 0;
+	if (!s->hcap || s->host[o] || !g->obj[o].bytes)
+		goto out;
+	const int *hn = s->dnext + (size_t)s->nd * s->no;
+	while (s->hused + hfoot(g, o) > s->hcap) {
+		int v = -1, vn = 0;
+		for (int q = 0; q < s->no; q++) {
+			if (!s->host[q] || s->hpin[q] || q == o)
+				continue;
+			int qn = hn[q] < s->gnext[q] ? hn[q] : s->gnext[q];
+			if (v < 0 || qn > vn || (qn == vn && s->hstamp[q] < s->hstamp[v])) {
+				v = q;
+				vn = qn;
+			}
+		}
+		if (v < 0) {
+			char a[32], b[32];
+			return sp_error(-ENOMEM,
+			                "taskgraph: the host pool (%s) cannot hold object %d (%s) "
+			                "besides the copies in use",
+			                sp_format_size(s->hcap, a, 32), o,
+			                sp_format_size(g->obj[o].bytes, b, 32));
+		}
+		host_drop(s, v);
+		if (!s->disk[v]) {
+			xfer(s, TG_L_H2DISK, v);
+			s->disk[v] = 1;
+			if (s->tm) {
+				double e = disk_at(s->tm, (double)g->obj[v].bytes, s->tm->wend[v]);
+				at = e > at ? e : at;
+			}
+			land(s);
+		}
+	}
+out:
+	if (free_at)
+		*free_at = at;
+	return 0;
+}
+
+/* o comes from its disk copy into a (made) host copy, ready at t: its end. */
+static double disk_read(struct simst *s, int o, double t)
+{
+	xfer(s, TG_L_DISK2H, o);
+	host_add(s, o);
+	land(s);
+	return s->tm ? disk_at(s->tm, (double)s->g->obj[o].bytes, t) : 0;
+}
+
 static void drop(struct simst *s, int d, int o)
 {
 	size_t i = (size_t)d * s->no + o;
@@ -100,7 +229,7 @@ static void drop(struct simst *s, int d, int o)
 
 static int other_copy(const struct simst *s, int d, int o)
 {
-	if (s->host[o])
+	if (s->host[o] || s->disk[o])
 		return 1;
 	for (int e = 0; e < s->nd; e++)
 		if (e != d && s->res[(size_t)e * s->no + o])
@@ -108,18 +237,29 @@ static int other_copy(const struct simst *s, int d, int o)
 	return 0;
 }
 
-static void evict(struct simst *s, int d, int o, int wbclean)
+static int evict(struct simst *s, int d, int o, int wbclean)
 {
-	double free_at = s->tm ? s->tm->dend[(size_t)d * s->no + o] : 0;
+	double free_at = s->tm ? s->tm->dend[(size_t)d * s->no + o] : 0, room;
 	if (wbclean || (!other_copy(s, d, o) && s->gread[o])) {
+		if (!s->host[o]) {
+			SP_CHECK(host_room(s, o, &room));
+			free_at = room > free_at ? room : free_at;
+		}
 		xfer(s, TG_L_D2H, o);
-		s->host[o] = 1;
+		if (!s->host[o])
+			host_add(s, o);
+		if (s->hcap && s->hpin[o] == HP_FREE) { /* the space is handed on in
+			                                    * stream order: not waited for */
+			s->hpin[o] = HP_FLY;
+			s->fly[s->nfly++] = o;
+		}
 		if (s->tm) /* the space is free once the copy-out lands */
 			free_at = copy_at(s->tm, d, 0, (double)s->g->obj[o].bytes, free_at);
 	}
 	if (s->tm && free_at > s->tm->space)
 		s->tm->space = free_at;
 	drop(s, d, o);
+	return 0;
 }
 
 /* Belady on device d: farthest next use there, then least recently used there,
@@ -182,15 +322,130 @@ static void task_done(struct simst *s, const struct tg_task *t, int d, double st
 	m->iter_end[it] = end > m->iter_end[it] ? end : m->iter_end[it];
 }
 
+/* o is acquired for writing on device d: its copy there is now the only one
+ * (the others go at once, so later acquisitions of the task find the room). */
+static void written_on(struct simst *s, int d, int o)
+{
+	host_disk_drop(s, o);
+	for (int e = 0; e < s->nd; e++)
+		if (e != d)
+			drop(s, e, o);
+}
+
+/* An object written on the host (the executor's VMM_OVERWRITE there): room
+ * for it, every other copy dropped. */
+static int host_write(struct simst *s, int o)
+{
+	if (!s->g->obj[o].bytes)
+		return 0;
+	for (int e = 0; e < s->nd; e++)
+		drop(s, e, o);
+	s->disk[o] = 0;
+	if (!s->host[o])
+		SP_CHECK(host_room(s, o, NULL));
+	host_add(s, o);
+	return 0;
+}
+
+/* The executor's initial state: each replica's weights and optimizer state,
+ * pack by pack, written into the host pool. */
+static int host_init(struct simst *s)
+{
+	const struct tg_graph *g = s->g;
+	for (int o = 0; o < g->nobj && !g->nmodels; o++) /* a graph made by hand */
+		if (g->obj[o].kind == TG_O_WEIGHT || g->obj[o].kind == TG_O_OPT)
+			SP_CHECK(host_write(s, o));
+	for (int m = 0; m < g->nmodels; m++) {
+		const struct tg_model_objs *mo = &g->mobj[m];
+		for (int i = 0; i < mo->nrep * mo->P; i++) {
+			if (mo->W[i] >= 0)
+				SP_CHECK(host_write(s, mo->W[i]));
+			if (mo->O[i] >= 0)
+				SP_CHECK(host_write(s, mo->O[i]));
+		}
+	}
+	return 0;
+}
+
+/* A new iteration: each microbatch's input and target, written on the host. */
+static int host_inputs(struct simst *s)
+{
+	const struct tg_graph *g = s->g;
+	for (int o = 0; o < g->nobj && !g->nmodels; o++) /* a graph made by hand */
+		if (g->obj[o].kind == TG_O_INPUT)
+			SP_CHECK(host_write(s, o));
+	for (int m = 0; m < g->nmodels; m++) {
+		const struct tg_model_objs *mo = &g->mobj[m];
+		for (int k = 0; k < mo->nmb; k++) {
+			if (mo->X[k] >= 0)
+				SP_CHECK(host_write(s, mo->X[k]));
+			if (mo->Y[k] >= 0)
+				SP_CHECK(host_write(s, mo->Y[k]));
+		}
+	}
+	return 0;
+}
+
+/* A task on the host (the CPU update) acquires its n objects obj[] there,
+ * those already there first: one it reads comes from a device (D2H) or the
+ * disk; one it writes then has its only copy there. *ready: when the copies
+ * landed. */
+static int host_task(struct simst *s, const int *obj, const unsigned char *reads,
+                     const unsigned char *writes, int n, double *ready)
+{
+	const struct tg_graph *g = s->g;
+	int rc = 0;
+	for (int pass = 0; pass < 2 && !rc; pass++)
+		for (int j = 0; j < n && !rc; j++) {
+			int o = obj[j];
+			if (s->hpin[o] || (pass == 0 && !s->host[o]))
+				continue;
+			if (s->host[o]) {
+				s->hstamp[o] = ++s->clock;
+				s->hpin[o] = HP_PINNED;
+				if (writes[j])
+					host_write(s, o);
+				continue;
+			}
+			double room = 0, at = 0;
+			if ((rc = host_room(s, o, &room)) < 0)
+				break;
+			int src = -1;
+			for (int e = 0; e < s->nd && src < 0 && reads[j]; e++)
+				if (s->res[(size_t)e * s->no + o])
+					src = e;
+			double w = s->tm ? s->tm->wend[o] : 0;
+			w = room > w ? room : w;
+			if (src >= 0) {
+				xfer(s, TG_L_D2H, o);
+				if (s->tm)
+					at = copy_at(s->tm, src, 0, (double)g->obj[o].bytes, w);
+				host_add(s, o);
+			} else if (reads[j] && s->disk[o]) {
+				at = disk_read(s, o, w);
+			} else {
+				host_add(s, o);
+			}
+			*ready = at > *ready ? at : *ready;
+			s->hpin[o] = HP_PINNED;
+			if (writes[j])
+				host_write(s, o);
+		}
+	for (int j = 0; j < n; j++)
+		s->hpin[obj[j]] = HP_FREE;
+	return rc;
+}
+
 static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_clean,
                   struct timing *tm, struct tg_swap *out)
 {
 	SP_CHECK_ARG(g && out, "taskgraph: null graph or result");
 	int rc = 0, nd = g->ndev, no = g->nobj, nt = g->ntask;
-	size_t dn = (size_t)nd * no;
+	size_t dn = (size_t)nd * no, pn = dn + (size_t)no; /* the places: devices, host */
 	struct tg_swap sw;
 	memset(&sw, 0, sizeof(sw));
-	struct simst s = {.g = g, .nd = nd, .no = no, .sw = &sw, .tm = tm};
+	struct simst s = {
+	    .g = g, .nd = nd, .no = no, .sw = &sw, .tm = tm, .hcap = g->host_capacity};
 	/* per task its distinct objects in acquisition-list order (read set, then the
 	 * write set's others) and whether it reads each: toff[t]..toff[t+1] */
 	int *toff = malloc(((size_t)nt + 1) * sizeof(int));
@@ -199,22 +454,30 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 		nl += g->task[i].nread + g->task[i].nwrite;
 	int *tobj = malloc(((size_t)nl + 1) * sizeof(int));
 	unsigned char *trd = malloc((size_t)nl + 1);
+	unsigned char *twr = calloc((size_t)nl + 1, 1); /* ... and whether it writes it */
 	/* per reference of the replay (position n, list entry): next use on the task's
 	 * device and whether the next use anywhere reads it */
 	int *rdn = malloc(((size_t)3 * nl + 1) * sizeof(int));
 	unsigned char *rgr = malloc((size_t)3 * nl + 1);
-	/* per reference: the next use anywhere is in a later iteration */
+	/* per reference: the next use anywhere is in a later iteration, and where */
 	unsigned char *rwr = malloc((size_t)3 * nl + 1);
+	int *rgn = malloc(((size_t)3 * nl + 1) * sizeof(int));
 	int *gpos = malloc(((size_t)no + 1) * sizeof(int));
 	s.res = calloc(dn + 1, 1);
 	s.host = calloc((size_t)no + 1, 1);
 	s.gread = calloc((size_t)no + 1, 1);
-	s.dnext = malloc((dn + 1) * sizeof(int));
+	s.dnext = malloc((pn + 1) * sizeof(int));
+	s.gnext = malloc(((size_t)no + 1) * sizeof(int));
+	s.disk = calloc((size_t)no + 1, 1);
+	s.hpin = calloc((size_t)no + 1, 1);
+	s.fly = malloc(((size_t)no + 1) * sizeof(int));
+	s.hstamp = calloc((size_t)no + 1, sizeof(uint64_t));
 	s.stamp = calloc(dn + 1, sizeof(uint64_t));
 	s.used = calloc((size_t)nd + 1, sizeof(uint64_t));
 	unsigned char *pin = calloc((size_t)no + 1, 1);
-	if (!toff || !tobj || !trd || !rdn || !rgr || !rwr || !gpos || !s.res || !s.host ||
-	    !s.gread || !s.dnext || !s.stamp || !s.used || !pin) {
+	if (!toff || !tobj || !trd || !twr || !rdn || !rgr || !rwr || !gpos || !s.res || !s.host ||
+	    !s.gread || !s.dnext || !s.stamp || !s.used || !pin || !s.disk || !s.hpin || !s.fly ||
+	    !s.gnext || !rgn || !s.hstamp) {
 		rc = sp_error(-ENOMEM, "taskgraph: simulation state for %d objects x %d devices",
 		              no, nd);
 		goto out;
@@ -225,10 +488,14 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 		toff[i] = nl;
 		for (int j = 0; j < t->nread + t->nwrite; j++) {
 			int o = j < t->nread ? t->read[j] : t->write[j - t->nread];
-			if (pin[o])
+			if (pin[o]) { /* read and written: one entry */
+				for (int e = toff[i]; e < nl; e++)
+					twr[e] |= tobj[e] == o && j >= t->nread;
 				continue;
+			}
 			pin[o] = 1;
 			tobj[nl] = o;
+			twr[nl] = j >= t->nread;
 			trd[nl++] = j < t->nread;
 		}
 		for (int j = toff[i]; j < nl; j++)
@@ -236,63 +503,44 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 	}
 	toff[nt] = nl;
 	/* next uses, scanning a fourth copy first so that they wrap around (cyclic) */
-	for (size_t i = 0; i < dn; i++)
+	for (size_t i = 0; i < pn; i++)
 		s.dnext[i] = NEVER;
 	for (int o = 0; o < no; o++)
 		gpos[o] = NEVER;
 	for (int n = 4 * nt - 1; n >= 0; n--) {
 		const struct tg_task *t = &g->task[g->order[n % nt]];
 		int a = toff[t->id], z = toff[t->id + 1], r0 = (n / nt) * nl + a;
+		size_t pb = (size_t)(t->dev >= 0 ? t->dev : nd) * no; /* its place's row */
 		for (int j = a; j < z; j++) {
 			int o = tobj[j];
 			if (n < 3 * nt) {
 				rgr[r0 + j - a] = s.gread[o];
 				rwr[r0 + j - a] = gpos[o] / nt != n / nt;
-				rdn[r0 + j - a] =
-				    t->dev >= 0 ? s.dnext[(size_t)t->dev * no + o] : NEVER;
+				rgn[r0 + j - a] = gpos[o];
+				rdn[r0 + j - a] = s.dnext[pb + o];
 			}
 			s.gread[o] = trd[j];
 			gpos[o] = n;
-			if (t->dev >= 0)
-				s.dnext[(size_t)t->dev * no + o] = n;
+			s.dnext[pb + o] = n;
 		}
 	}
-	/* now dnext and gread describe the first uses; replay */
+	/* now dnext, gpos and gread describe the first uses; replay */
+	memcpy(s.gnext, gpos, (size_t)no * sizeof(int));
 	for (int n = 0; n < 3 * nt && !rc; n++) {
 		const struct tg_task *t = &g->task[g->order[n % nt]];
 		int a = toff[t->id], z = toff[t->id + 1], r0 = (n / nt) * nl + a, d = t->dev;
 		s.count = n >= nt && n < 2 * nt;
-		if (n % nt == 0) /* a new iteration: inputs are new data, on the host */
-			for (int o = 0; o < no; o++) {
-				int k = g->obj[o].kind;
-				if (k == TG_O_INPUT ||
-				    (n == 0 && (k == TG_O_WEIGHT || k == TG_O_OPT)))
-					s.host[o] = 1;
-				if (k == TG_O_INPUT)
-					for (int e = 0; e < nd; e++)
-						drop(&s, e, o);
-			}
+		if (n == 0) /* the initial state, written into the host pool */
+			rc = host_init(&s);
+		if (n % nt == 0 && !rc) /* a new iteration: inputs are new data, on the host */
+			rc = host_inputs(&s);
+		if (rc)
+			break;
 		int it = n / nt;
 		double ready = tm ? task_ready(&s, t) : 0;
 		if (d < 0) { /* host task: pulls what it reads, owns what it writes */
-			for (int j = a; j < z; j++) {
-				int o = tobj[j];
-				if (trd[j] && !s.host[o]) {
-					for (int e = 0; e < nd; e++)
-						if (s.res[(size_t)e * no + o]) {
-							xfer(&s, TG_L_D2H, o);
-							if (tm) {
-								double at =
-								    copy_at(tm, e, 0,
-								            (double)g->obj[o].bytes,
-								            tm->wend[o]);
-								ready = at > ready ? at : ready;
-							}
-							break;
-						}
-					s.host[o] = 1;
-				}
-			}
+			if ((rc = host_task(&s, tobj + a, trd + a, twr + a, z - a, &ready)) < 0)
+				break;
 			if (tm) { /* an update streams W, G and optimizer state through memory */
 				double st = ready > tm->cpu_free ? ready : tm->cpu_free, dur = 0;
 				if (t->kind == TG_UPD)
@@ -303,14 +551,14 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 							       tm->cpu_upd_bw;
 				task_done(&s, t, -1, st, st + dur, it);
 			}
-			for (int i = 0; i < t->nwrite; i++) {
-				s.host[t->write[i]] = 1;
-				for (int e = 0; e < nd; e++)
-					drop(&s, e, t->write[i]);
+			for (int j = a; j < z; j++) {
+				s.dnext[dn + tobj[j]] = rdn[r0 + j - a];
+				s.gnext[tobj[j]] = rgn[r0 + j - a];
 			}
 		} else {
 			size_t base = (size_t)d * no;
 			uint64_t ws = 0;
+			s.fly_dev = d;
 			for (int j = a; j < z; j++) {
 				ws += foot(g, tobj[j]);
 				pin[tobj[j]] = 1;
@@ -326,8 +574,11 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 				break;
 			}
 			for (int j = a; j < z; j++) /* resident ones first: they are used now */
-				if (s.res[base + tobj[j]])
+				if (s.res[base + tobj[j]]) {
 					s.stamp[base + tobj[j]] = ++s.clock;
+					if (twr[j])
+						written_on(&s, d, tobj[j]);
+				}
 			/* its copies are issued when it enters the prefetch window */
 			double pf = 0;
 			if (tm && tm->nstart[d] >= tm->lookahead)
@@ -339,7 +590,19 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 					continue;
 				if (tm)
 					tm->space = pf;
-				while (s.used[d] + foot(g, o) > capacity) {
+				int p2p = 0;
+				for (int e = 0; e < nd && !p2p; e++)
+					p2p = e != d && s.res[(size_t)e * no + o];
+				double w = tm ? tm->wend[o] : 0;
+				s.hpin[o] = HP_PINNED; /* its host copy stays while it comes */
+				if (trd[j] && !p2p && !s.host[o] && s.disk[o]) {
+					/* disk -> host first, then room on the device */
+					double room;
+					if ((rc = host_room(&s, o, &room)) < 0)
+						break;
+					w = disk_read(&s, o, room > w ? room : w);
+				}
+				while (s.used[d] + foot(g, o) > capacity && !rc) {
 					int v = victim(&s, d, pin);
 					if (v < 0) { /* cannot happen: ws <= capacity */
 						rc = sp_error(
@@ -347,17 +610,14 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 						    "taskgraph: nothing to evict on device %d", d);
 						break;
 					}
-					evict(&s, d, v, writeback_clean);
+					rc = evict(&s, d, v, writeback_clean);
 				}
+				s.hpin[o] = HP_FREE;
 				if (rc)
 					break;
 				double at = tm ? tm->space : 0; /* the space is there */
 				if (trd[j]) {
-					int p2p = 0;
-					for (int e = 0; e < nd && !p2p; e++)
-						p2p = e != d && s.res[(size_t)e * no + o];
-					double b = (double)g->obj[o].bytes,
-					       w = tm ? tm->wend[o] : 0;
+					double b = (double)g->obj[o].bytes;
 					double rd = at > w ? at : w;
 					if (p2p) {
 						xfer(&s, TG_L_P2P, o);
@@ -376,17 +636,20 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 				s.res[base + o] = 1;
 				s.used[d] += foot(g, o);
 				s.stamp[base + o] = ++s.clock;
+				if (trd[j] && (p2p || s.host[o])) { /* in flight */
+					s.hpin[o] = twr[j] ? HP_FLY_WRITTEN : HP_FLY;
+					s.fly[s.nfly++] = o;
+					if (twr[j]) /* the disk copy goes at once */
+						s.disk[o] = 0;
+				} else if (twr[j]) {
+					written_on(&s, d, o);
+				}
 			}
-			for (int i = 0; i < t->nwrite; i++) { /* this copy is now the only one */
-				int o = t->write[i];
-				s.host[o] = 0;
-				for (int e = 0; e < nd; e++)
-					if (e != d)
-						drop(&s, e, o);
-			}
+			land(&s); /* the check mode syncs after each task */
 			for (int j = a; j < z; j++) {
 				pin[tobj[j]] = 0;
 				s.dnext[base + tobj[j]] = rdn[r0 + j - a];
+				s.gnext[tobj[j]] = rgn[r0 + j - a];
 			}
 			if (t->kind == TG_ALLREDUCE && t->root < 0 && s.count && nd > 1) /* ring */
 				sw.bytes[TG_L_P2P][TG_O_GRAD] +=
@@ -408,7 +671,7 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 			if (!s.gread[o] || (g->obj[o].kind == TG_O_INPUT && rwr[r0 + j - a])) {
 				for (int e = 0; e < nd; e++)
 					drop(&s, e, o);
-				s.host[o] = 0;
+				host_disk_drop(&s, o);
 			}
 		}
 	}
@@ -419,12 +682,19 @@ out:
 	free(toff);
 	free(tobj);
 	free(trd);
+	free(twr);
 	free(rdn);
 	free(rgr);
 	free(rwr);
+	free(rgn);
+	free(s.gnext);
 	free(gpos);
 	free(s.res);
 	free(s.host);
+	free(s.disk);
+	free(s.hpin);
+	free(s.fly);
+	free(s.hstamp);
 	free(s.gread);
 	free(s.dnext);
 	free(s.stamp);
@@ -452,6 +722,7 @@ int tg_sim_time(const struct tg_graph *g, const struct tg_plan *p, const struct 
 	                   .link_bw = hw->host_link_bw > 0 ? hw->host_link_bw : hw->h2d_bw * nd,
 	                   .p2p_bw = hw->p2p_bw > 0 ? hw->p2p_bw : hw->h2d_bw / 2,
 	                   .cpu_upd_bw = hw->mem_bw > 0 ? hw->mem_bw / 20 : 1e10,
+	                   .disk_bw = hw->disk_bw > 0 ? hw->disk_bw : 1e9,
 	                   .lookahead = 3};
 	m.dev_free = calloc((size_t)nd * 4, sizeof(double));
 	m.wend = calloc((size_t)no * 2 + 1, sizeof(double));
@@ -485,6 +756,14 @@ out:
 	return rc;
 }
 
+static uint64_t sum_link(const struct tg_swap *sw, int link)
+{
+	uint64_t b = 0;
+	for (int k = 0; k < TG_NOKIND; k++)
+		b += sw->bytes[link][k];
+	return b;
+}
+
 int tg_time_predict(const struct tg_graph *g, const struct tg_plan *p, const struct tg_hw *hw,
                     const struct tg_swap *sw, struct tg_time *out)
 {
@@ -502,7 +781,9 @@ int tg_time_predict(const struct tg_graph *g, const struct tg_plan *p, const str
 	double h2d = in / (hw->h2d_bw * n < link ? hw->h2d_bw * n : link);
 	double d2h = outb / (hw->d2h_bw * n < link ? hw->d2h_bw * n : link);
 	double pp = hw->p2p_bw > 0 ? p2p / (hw->p2p_bw * n) : p2p / (hw->h2d_bw * n) * 2;
-	double tr = (h2d > d2h ? h2d : d2h) + pp;
+	double disk = (double)(sum_link(sw, TG_L_H2DISK) + sum_link(sw, TG_L_DISK2H)) /
+	              (hw->disk_bw > 0 ? hw->disk_bw : 1e9);
+	double tr = (h2d > d2h ? h2d : d2h) + pp + disk;
 	double comp = g->makespan_units / hw->flops;
 	double upd = 0;
 	if (p->upd_cpu) /* CPU update streams weights+grads+opt state through host memory */
@@ -520,4 +801,12 @@ int tg_time_predict(const struct tg_graph *g, const struct tg_plan *p, const str
 	t.iter_s = t.compute_s + tr;
 	*out = t;
 	return 0;
+}
+
+void tg_graph_set_hw(struct tg_graph *g, const struct tg_hw *hw)
+{
+	g->size_class_bits = hw->size_class_bits;
+	g->size_class_min = hw->size_class_min;
+	g->host_capacity = hw->host_capacity;
+	g->host_align = hw->host_align;
 }

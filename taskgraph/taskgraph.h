@@ -67,9 +67,13 @@ struct tg_model {
 struct tg_hw {
 	int ndev;
 	uint64_t capacity; /* per device */
-	double flops, mem_bw, h2d_bw, d2h_bw, host_link_bw, p2p_bw, disk_bw;
+	double flops, mem_bw, h2d_bw, d2h_bw, host_link_bw, p2p_bw;
+	double disk_bw;      /* host <-> disk, all drives together */
 	int size_class_bits; /* the vmm's pool size classes (sp_size_class), for the planner */
 	uint64_t size_class_min;
+	/* the host pool's bytes when a disk tier takes what it cannot hold (0: the
+	 * host holds everything), and its allocation unit */
+	uint64_t host_capacity, host_align;
 	/* bytes the devices, the host pool and the disk tier hold together (0: no
 	 * limit): a plan whose objects (tg_graph_state_bytes) need more is not one */
 	uint64_t store;
@@ -102,7 +106,7 @@ enum tg_okind {
 	TG_O_WORK,
 	TG_NOKIND
 };
-enum tg_link { TG_L_H2D, TG_L_D2H, TG_L_P2P, TG_NLINK };
+enum tg_link { TG_L_H2D, TG_L_D2H, TG_L_P2P, TG_L_H2DISK, TG_L_DISK2H, TG_NLINK };
 
 #define TG_MAX_PACKS 1024
 
@@ -244,8 +248,15 @@ struct tg_graph {
 	 * caller */
 	int size_class_bits;
 	uint64_t size_class_min;
+	/* tg_sim_swap: the host pool's bytes when a disk tier takes what it cannot
+	 * hold (0: the host holds everything), a host copy rounded up to
+	 * host_align; set by the caller (tg_graph_set_hw) */
+	uint64_t host_capacity, host_align;
 	int peak_stash; /* max live stashed microbatches on one device */
 };
+
+/* Sets the graph's size classes and host tier for tg_sim_swap from hw. */
+void tg_graph_set_hw(struct tg_graph *g, const struct tg_hw *hw);
 
 /* Bytes of every object of the graph but the workspaces (each task's scratch,
  * dead after it): weights, gradients, optimizer state, every microbatch's
@@ -296,8 +307,20 @@ struct tg_swap {
  *    it, or always with writeback_clean (per-GPU virtual memory: dp-swap);
  *  - host tasks (UPD on the CPU) pull what they read to the host (D2H when the host
  *    copy is stale) and drop the device copies of what they write;
- *  - an ALLREDUCE adds its ring share 2(N-1)/N |G| to P2P.
- * Returns 0, or -ENOMEM naming the task whose working set exceeds the capacity. */
+ *  - an ALLREDUCE adds its ring share 2(N-1)/N |G| to P2P;
+ *  - with g->host_capacity, the host pool holds that much and a disk tier the
+ *    rest: the initial weights and optimizer state (replica by replica, pack by
+ *    pack, W then O) and each iteration's inputs (X then Y per microbatch) are
+ *    written there; a host copy stays when a device takes the object and goes
+ *    when the object is written elsewhere; room is made by Belady on the host
+ *    (farthest next use by a host task, never used there first; ties: least
+ *    recently allocated or used on the host, then lower index), a victim with
+ *    no valid disk copy written down (H2DISK) first; a device reading an
+ *    object held only on disk brings it to the host first (DISK2H), then makes
+ *    room on the device. The disk holds everything (its capacity is not
+ *    modelled).
+ * Returns 0, or -ENOMEM naming the task whose working set exceeds the capacity
+ * (or the host pool that cannot hold a task's host copies). */
 int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean,
                 struct tg_swap *out) SP_MUST_CHECK;
 

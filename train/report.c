@@ -136,11 +136,11 @@ static void measure(struct run *r, struct tr_profile *pr)
 	struct tg_hw hw;
 	rt_plan_hw(r->rt, r->plan.ndev, &hw);
 	struct tg_graph *g = &r->run->g;
-	g->size_class_bits = hw.size_class_bits;
-	g->size_class_min = hw.size_class_min;
+	tg_graph_set_hw(g, &hw);
 	struct tg_swap sw;
 	pr->has_predicted = tg_sim_swap(g, hw.capacity, 0, &sw) == 0;
-	for (int l = 0; l < 3 && pr->has_predicted; l++)
+	_Static_assert(TR_LINKS == TG_NLINK, "the report's links are the taskgraph's");
+	for (int l = 0; l < TR_LINKS && pr->has_predicted; l++)
 		for (int k = 0; k < TR_KINDS; k++)
 			pr->predicted[l][k] = (double)sw.bytes[l][k];
 	if (pr->has_predicted) /* the ring's share is counted as collective traffic */
@@ -242,14 +242,16 @@ void tr_profile_print(const struct tr_profile *pr, FILE *f)
 	fprintf(f, " %10s %10s\n", "total", "predicted");
 	for (int l = 0; l < TR_LINKS; l++) {
 		double tot = 0, pt = 0;
+		int known = pr->has_predicted; /* a report saved before disk predictions: -1 */
 		fprintf(f, "%-11s", link_names[l]);
 		for (int k = 0; k < TR_KINDS; k++) {
 			gb(f, pr->measured[l][k]);
 			tot += pr->measured[l][k];
-			pt += l < 3 ? pr->predicted[l][k] : 0;
+			pt += pr->predicted[l][k];
+			known = known && pr->predicted[l][k] >= 0;
 		}
 		gb(f, tot);
-		gb(f, pr->has_predicted && l < 3 ? pt : -1);
+		gb(f, known ? pt : -1);
 		fprintf(f, "\n");
 	}
 	fprintf(f, "%-11s", "collective");
@@ -350,7 +352,7 @@ int tr_profile_json(const struct tr_profile *pr, const char *path)
 			fprintf(f, "%s\"%s\": {", l ? ", " : "", json_links[l]);
 			for (int k = 0; k < TR_KINDS; k++)
 				fprintf(f, "%s\"%s\": %.17g", k ? ", " : "", json_kinds[k],
-				        w ? (pr->has_predicted && l < 3 ? pr->predicted[l][k] : -1)
+				        w ? (pr->has_predicted ? pr->predicted[l][k] : -1)
 				          : pr->measured[l][k]);
 			fprintf(f, "}");
 		}

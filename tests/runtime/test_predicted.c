@@ -10,12 +10,19 @@
  * order (the simulator's replay), without prefetch or eager write-back; the
  * second of three iterations is compared, bytes per link (H2D, D2H, P2P) and
  * object kind, all-reduce traffic included. Then the same with prefetch on:
- * both figures are printed (docs/runtime.md explains the difference). */
+ * both figures are printed (docs/runtime.md explains the difference).
+ *
+ * Then the host pool as a tier: a pool of 1/2, 1/3 and 1/4 of what the plan
+ * stores (weights and optimizer state first, then whatever the devices write
+ * back) above the simulated disk tier, with the update on the devices and on
+ * the CPU: host->disk and disk->host bytes per kind equal the prediction too. */
 #include "runtime/runtime.h"
 #include "tests/test.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define U  (2u << 20)
 #define NL 6
@@ -62,17 +69,23 @@ static void model(struct rt_model *m, struct rt_layer *L)
 	m->data = no_data;
 }
 
-static struct rt_ctx *open_model(int ndev, uint64_t budget, int prefetch)
+static int mismatches;
+static char disk_dir[] = "/tmp/spill-predicted-XXXXXX";
+
+/* host: the host pool's bytes above a (simulated) disk tier; 0: 4 GiB, no disk */
+static struct rt_ctx *open_model(int ndev, uint64_t budget, int prefetch, uint64_t host)
 {
 	struct sp_params sp;
 	sp_params_defaults(&sp);
+	if (host)
+		sp.disk_path = disk_dir;
 	struct rt_config c;
 	CHECK_OK(rt_config_from_params(&sp, &c));
 	c.dev.backend = DEV_BACKEND_MODEL;
 	c.dev.ndevices = ndev;
 	c.dev.profile = "gtx1080ti-x4";
 	c.vmm.device_mem = budget;
-	c.vmm.host_mem = 4ull << 30;
+	c.vmm.host_mem = host ? host : 4ull << 30;
 	c.vmm.align = U;
 	c.exec.ordered = !prefetch;
 	c.exec.lookahead = prefetch ? 3 : 0;
@@ -99,14 +112,18 @@ static void measured(struct rt_ctx *rt, struct vol *v)
 				if (d != s)
 					v->b[TG_L_P2P][k] += vmm_link_bytes(rt->vmm, s, d, k);
 		}
+	for (int k = 0; k < TG_NOKIND; k++) {
+		v->b[TG_L_H2DISK][k] = vmm_link_bytes(rt->vmm, VMM_HOST, VMM_DISK, k);
+		v->b[TG_L_DISK2H][k] = vmm_link_bytes(rt->vmm, VMM_DISK, VMM_HOST, k);
+	}
 	v->b[TG_L_P2P][TG_O_GRAD] += rt->st.collective_p2p;
 }
 
-static const char *link_name[] = {"H2D", "D2H", "P2P"};
+static const char *link_name[] = {"H2D", "D2H", "P2P", "host->disk", "disk->host"};
 
 /* Returns the bytes moved in the 2nd iteration; prints the table against sw. */
 static uint64_t one(int sched, int ndev, uint64_t budget, int prefetch, const struct tg_swap *sw,
-                    int exact)
+                    int exact, uint64_t host, int upd_cpu)
 {
 	struct rt_layer L[NL];
 	struct rt_model m;
@@ -117,10 +134,11 @@ static uint64_t one(int sched, int ndev, uint64_t budget, int prefetch, const st
 	                    .ndev = ndev,
 	                    .npacks = NL,
 	                    .microbatch = MB,
-	                    .group = sched >= TG_HARMONY_DP ? 2 : 1};
+	                    .group = sched >= TG_HARMONY_DP ? 2 : 1,
+	                    .upd_cpu = upd_cpu};
 	for (int i = 0; i < NL; i++)
 		p.pack_end[i] = i + 1;
-	struct rt_ctx *rt = open_model(ndev, budget, prefetch);
+	struct rt_ctx *rt = open_model(ndev, budget, prefetch, host);
 	struct rt_run *run;
 	CHECK_OK(rt_run_open(rt, &m, &p, 1, &run));
 	struct vol a, b;
@@ -146,11 +164,21 @@ static uint64_t one(int sched, int ndev, uint64_t budget, int prefetch, const st
 	for (int l = 0; l < TG_NLINK; l++)
 		for (int k = 0; k < TG_NOKIND; k++)
 			pred += sw->bytes[l][k];
-	printf("  %-10s %d dev, budget %3" PRIu64 " U, prefetch %s: measured %5" PRIu64
+	uint64_t dk = 0;
+	for (int l = TG_L_H2DISK; l <= TG_L_DISK2H; l++)
+		for (int k = 0; k < TG_NOKIND; k++)
+			dk += sw->bytes[l][k];
+	char hs[64] = "";
+	if (host)
+		snprintf(hs, sizeof(hs), ", host %2" PRIu64 " U%s (disk %4" PRIu64 " MiB)",
+		         host / U, upd_cpu ? ", CPU update" : "", dk >> 20);
+	printf("  %-10s %d dev, budget %3" PRIu64 " U, prefetch %s%s: measured %5" PRIu64
 	       " MiB, predicted %5" PRIu64 " MiB%s\n",
-	       tg_sched_name(sched), ndev, budget / U, prefetch ? "on " : "off", total >> 20,
+	       tg_sched_name(sched), ndev, budget / U, prefetch ? "on " : "off", hs, total >> 20,
 	       pred >> 20, ok ? " (equal)" : "");
-	if (exact)
+	if (exact && host) /* every plan printed, then the count checked */
+		mismatches += !ok;
+	else if (exact)
 		CHECK_MSG(ok, "%s on %d devices: measured != predicted", tg_sched_name(sched),
 		          ndev);
 	rt_run_close(run);
@@ -186,13 +214,60 @@ int main(void)
 			for (uint64_t budget = ws + U; budget <= ws + 4 * U; budget += 3 * U) {
 				struct tg_swap sw;
 				CHECK_OK(tg_sim_swap(&g, budget, 0, &sw));
-				uint64_t got = one(s, nd, budget, 0, &sw, 1);
+				uint64_t got = one(s, nd, budget, 0, &sw, 1, 0, 0);
 				CHECK(got > 0);
-				one(s, nd, budget, 1, &sw, 0);
+				one(s, nd, budget, 1, &sw, 0, 0, 0);
 				compared++;
 			}
 			tg_graph_free(&g);
 		}
 	printf("%d plans: measured = predicted with prefetch off\n", compared);
+	CHECK(mkdtemp(disk_dir) != NULL);
+	int disk_plans = 0;
+	uint64_t disk_bytes = 0;
+	for (int s = 0; s < TG_NSCHED; s++)
+		for (int di = 0; di < 3; di++)
+			for (int upd_cpu = 0; upd_cpu < 2; upd_cpu++) {
+				int nd = devs[di];
+				struct rt_layer L[NL];
+				struct rt_model m;
+				model(&m, L);
+				int dp = s == TG_DP_SWAP || s == TG_HARMONY_DP;
+				m.batch = 4 * MB * (dp ? nd : 1);
+				struct tg_layer tl[NL];
+				struct tg_model tm;
+				rt_model_tg(&m, tl, &tm);
+				struct tg_plan p = {.sched = s,
+				                    .ndev = nd,
+				                    .npacks = NL,
+				                    .microbatch = MB,
+				                    .group = s >= TG_HARMONY_DP ? 2 : 1,
+				                    .upd_cpu = upd_cpu};
+				for (int i = 0; i < NL; i++)
+					p.pack_end[i] = i + 1;
+				struct tg_graph g;
+				CHECK_OK(tg_graph_build(&tm, 1, &p, &g));
+				uint64_t budget = tg_graph_min_capacity(&g, NULL) + U;
+				uint64_t state = tg_graph_state_bytes(&g);
+				for (int frac = 2; frac <= 4; frac++) {
+					uint64_t host = state / frac / U * U;
+					struct tg_hw hw = {.host_capacity = host, .host_align = U};
+					tg_graph_set_hw(&g, &hw);
+					struct tg_swap sw;
+					CHECK_OK(tg_sim_swap(&g, budget, 0, &sw));
+					one(s, nd, budget, 0, &sw, 1, host, upd_cpu);
+					for (int l = TG_L_H2DISK; l <= TG_L_DISK2H; l++)
+						for (int k = 0; k < TG_NOKIND; k++)
+							disk_bytes += sw.bytes[l][k];
+					disk_plans++;
+				}
+				tg_graph_free(&g);
+			}
+	printf("%d plans with a host pool above the disk: measured = predicted, %" PRIu64
+	       " MiB between host and disk\n",
+	       disk_plans, disk_bytes >> 20);
+	CHECK(disk_bytes > 0);
+	CHECK_MSG(mismatches == 0, "%d plans with a host pool: measured != predicted", mismatches);
+	rmdir(disk_dir);
 	TEST_PASS();
 }
