@@ -187,6 +187,12 @@ static int o_evictable(int k, int p)
 		return 0;
 	if (p == pf_place && o->hint <= pf_next)
 		return 0;
+	/* nor one it could not evict without a write to disk: a host copy with no
+	 * disk copy, a device copy that is the only one while the host is full */
+	if (p == pf_place && p == PH && !o->valid[PD])
+		return 0;
+	if (p == pf_place && p < NDEV && o_nvalid(o) == o->valid[p] && o_used(PH) >= HOST_SLOTS)
+		return 0;
 	return 1;
 }
 
