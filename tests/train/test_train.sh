@@ -423,8 +423,13 @@ mkdir -p "$work/nvme"
 "$spill" sim --model 10b --profile "$work/h100-3nvme.prof" --host-mem 64G --disk "$work/nvme" \
 	>"$work/simdisk.out" 2>&1 || { cat "$work/simdisk.out"; fail "spill sim --disk"; }
 grep -E "^host->disk|^disk->host|^disk drives" "$work/simdisk.out"
-awk '/^host->disk/ { if ($NF == "-" ? $(NF-1) > 0 : $NF > 0) ok = 1 } END { exit !ok }' \
+awk '/^host->disk/ { if ($(NF-1) > 0) ok = 1 } END { exit !ok }' \
 	"$work/simdisk.out" || fail "spill sim --disk moved nothing to disk"
+# the taskgraph predicts the disk rows (exact in strict order: test_predicted;
+# here with prefetch, within a third of what moved: 36.2 and 38.7 GB against 33.0)
+awk '/^(host->disk|disk->host)/ { n++; if ($NF == "-" || $NF <= 0 || $NF < $(NF-1) * 2 / 3 ||
+	$NF > $(NF-1) * 3 / 2) bad = 1 } END { exit bad || n != 2 }' "$work/simdisk.out" ||
+	fail "spill sim --disk: the disk rows' prediction is missing or far from what moved"
 grep -q "^disk drives (written + read per step, GB): 0: .* 1: .* 2: " "$work/simdisk.out" ||
 	fail "spill sim --disk: no per-drive bytes"
 [ -z "$(ls -A "$work/nvme")" ] || fail "spill sim --disk wrote into $work/nvme"
