@@ -332,17 +332,22 @@ static void written_on(struct simst *s, int d, int o)
 			drop(s, e, o);
 }
 
+/* o is acquired for writing on the host: its copy there is now the only one. */
+static void written_on_host(struct simst *s, int o)
+{
+	for (int e = 0; e < s->nd; e++)
+		drop(s, e, o);
+	s->disk[o] = 0;
+}
+
 /* An object written on the host (the executor's VMM_OVERWRITE there): room
  * for it, every other copy dropped. */
 static int host_write(struct simst *s, int o)
 {
 	if (!s->g->obj[o].bytes)
 		return 0;
-	for (int e = 0; e < s->nd; e++)
-		drop(s, e, o);
-	s->disk[o] = 0;
-	if (!s->host[o])
-		SP_CHECK(host_room(s, o, NULL));
+	written_on_host(s, o);
+	SP_CHECK(host_room(s, o, NULL));
 	host_add(s, o);
 	return 0;
 }
@@ -404,7 +409,7 @@ static int host_task(struct simst *s, const int *obj, const unsigned char *reads
 				s->hstamp[o] = ++s->clock;
 				s->hpin[o] = HP_PINNED;
 				if (writes[j])
-					host_write(s, o);
+					written_on_host(s, o);
 				continue;
 			}
 			double room = 0, at = 0;
@@ -429,7 +434,7 @@ static int host_task(struct simst *s, const int *obj, const unsigned char *reads
 			*ready = at > *ready ? at : *ready;
 			s->hpin[o] = HP_PINNED;
 			if (writes[j])
-				host_write(s, o);
+				written_on_host(s, o);
 		}
 	for (int j = 0; j < n; j++)
 		s->hpin[obj[j]] = HP_FREE;
