@@ -44,6 +44,10 @@ struct cuda_ctx {
 	struct cuda_drv drv;
 	cudaEvent_t ref[DEV_MAX]; /* recorded at open, completed at ref_t */
 	double ref_t[DEV_MAX];
+	/* growing host regions (host_grow): host-located cuMemCreate chunks of
+	 * location type host_loc, opened to the CPU as host_acc */
+	int host_grow;
+	CUmemLocationType host_loc, host_acc;
 };
 
 struct cuda_event {
@@ -199,6 +203,105 @@ static int cuda_open_dev(struct dev_ctx *ctx, int d, const struct dev_config *cf
 
 static void cuda_close(struct dev_ctx *ctx);
 
+/* Growing host regions (the vmm's host pool, pinned as it fills): a range
+ * reserved with cuMemAddressReserve, each commit a host-located cuMemCreate
+ * chunk mapped into it, readable and writable by every device and the CPU.
+ * Why not cuMemHostRegister of an anonymous mapping, grain by grain: each
+ * grain would be a registration of its own, and the driver promises copies
+ * only within one registered range. The pool places objects without regard to
+ * grains, so an object across a grain boundary would be copied from two
+ * registrations: refused (CUDA_ERROR_INVALID_VALUE) or staged as pageable
+ * memory (synchronous), depending on the driver. One reserved range backed by
+ * several physical allocations is what the virtual-memory API is for: copies
+ * and kernels see one contiguous range whichever chunk backs each part.
+ * CUDA 13 creates host memory with CU_MEM_LOCATION_TYPE_HOST (12.2 to 12.x:
+ * HOST_NUMA), and the CPU is given access as a HOST_NUMA location; this is
+ * tried at open, for real, in the orders drivers accept; where none works a
+ * region is one cudaHostAlloc pinned whole at its reserve, as before. */
+static CUmemAllocationProp host_prop(CUmemLocationType loc)
+{
+	CUmemAllocationProp p;
+	memset(&p, 0, sizeof(p));
+	p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	p.location.type = loc;
+	p.location.id = 0; /* NUMA node 0 (ignored for HOST) */
+	return p;
+}
+
+/* Every device and the CPU (as location type acc) may read and write. */
+static size_t host_access(const struct dev_ctx *ctx, CUmemLocationType acc, CUmemAccessDesc *out)
+{
+	size_t n = 0;
+	memset(out, 0, (size_t)(ctx->ndev + 1) * sizeof(*out));
+	for (int d = 0; d < ctx->ndev; d++, n++) {
+		out[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		out[n].location.id = d;
+		out[n].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	}
+	out[n].location.type = acc;
+	out[n].location.id = 0;
+	out[n].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	return n + 1;
+}
+
+/* Maps a new host chunk of bytes at a (reserved, unmapped) and opens it;
+ * the mapping keeps the memory, so the handle is released at once. */
+static CUresult host_chunk_map(const struct dev_ctx *ctx, const struct cuda_drv *drv,
+                               CUmemLocationType loc, CUmemLocationType acc, CUdeviceptr a,
+                               size_t bytes)
+{
+	CUmemAllocationProp p = host_prop(loc);
+	CUmemAccessDesc ad[DEV_MAX + 1];
+	size_t n = host_access(ctx, acc, ad);
+	CUmemGenericAllocationHandle h = 0;
+	CUresult r = drv->mem_create(&h, bytes, &p, 0);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = drv->mem_map(a, bytes, 0, h, 0);
+	if (r == CUDA_SUCCESS) {
+		r = drv->mem_set_access(a, bytes, ad, n);
+		if (r != CUDA_SUCCESS)
+			drv->mem_unmap(a, bytes);
+	}
+	drv->mem_release(h);
+	return r;
+}
+
+/* Finds the location types with which a host chunk can be created, mapped
+ * and opened to the devices and the CPU; sets ctx->host_commit_gran. */
+static void probe_host_grow(struct dev_ctx *ctx)
+{
+	struct cuda_ctx *c = cctx(ctx);
+	static const CUmemLocationType tries[][2] = {
+	    {CU_MEM_LOCATION_TYPE_HOST, CU_MEM_LOCATION_TYPE_HOST_NUMA},
+	    {CU_MEM_LOCATION_TYPE_HOST_NUMA, CU_MEM_LOCATION_TYPE_HOST_NUMA},
+	    {CU_MEM_LOCATION_TYPE_HOST, CU_MEM_LOCATION_TYPE_HOST}};
+	if (cudaSetDevice(0) != cudaSuccess) {
+		cudaGetLastError();
+		return;
+	}
+	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]) && !c->host_grow; i++) {
+		CUmemAllocationProp p = host_prop(tries[i][0]);
+		size_t g = 0;
+		CUdeviceptr a = 0;
+		if (c->drv.granularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
+		    !g || (g & (g - 1)) || c->drv.addr_reserve(&a, g, g, 0, 0) != CUDA_SUCCESS)
+			continue;
+		if (host_chunk_map(ctx, &c->drv, tries[i][0], tries[i][1], a, g) == CUDA_SUCCESS) {
+			c->drv.mem_unmap(a, g);
+			c->host_grow = 1;
+			c->host_loc = tries[i][0];
+			c->host_acc = tries[i][1];
+			ctx->host_commit_gran = g;
+		}
+		c->drv.addr_free(a, g);
+	}
+	cudaGetLastError();
+	SP_INFO(DEV, "cuda: the host pool %s",
+	        c->host_grow ? "grows (host-located cuMemCreate)"
+	                     : "is pinned whole (cudaHostAlloc)");
+}
+
 /* Times one copy of bytes from src to dst on device 0, best of three. */
 static int time_copy(void *dst, const void *src, size_t bytes, cudaStream_t st, double *bw)
 {
@@ -317,6 +420,7 @@ static int cuda_open(struct dev_ctx *ctx, const struct dev_config *cfg)
 	/* Other link figures come from the profile; a one-GPU profile has no peer one. */
 	if (ctx->prof.p2p_bw <= 0)
 		ctx->prof.p2p_bw = ctx->prof.h2d_bw;
+	probe_host_grow(ctx);
 	return 0;
 }
 
@@ -357,6 +461,45 @@ static int cuda_host_alloc(struct dev_ctx *ctx, size_t bytes, void **out)
 static int cuda_host_free(struct dev_ctx *ctx, void *ptr, size_t bytes)
 {
 	CU_RT(cudaFreeHost(ptr), "cudaFreeHost");
+	return 0;
+}
+
+static int cuda_host_reserve(struct dev_ctx *ctx, size_t bytes, void **out, int *pinned_all)
+{
+	struct cuda_ctx *c = cctx(ctx);
+	*pinned_all = !c->host_grow;
+	if (!c->host_grow)
+		return cuda_host_alloc(ctx, bytes, out);
+	CU_RT(cudaSetDevice(0), "cudaSetDevice");
+	CUdeviceptr p = 0;
+	CU_DRV(c, c->drv.addr_reserve(&p, bytes, ctx->host_commit_gran, 0, 0),
+	       "cuMemAddressReserve (a growing host region)");
+	*out = (void *)(uintptr_t)p;
+	return 0;
+}
+
+static int cuda_host_commit(struct dev_ctx *ctx, void *va, size_t bytes)
+{
+	struct cuda_ctx *c = cctx(ctx);
+	CU_RT(cudaSetDevice(0), "cudaSetDevice");
+	CU_DRV(c,
+	       host_chunk_map(ctx, &c->drv, c->host_loc, c->host_acc, (CUdeviceptr)(uintptr_t)va,
+	                      bytes),
+	       "pinning host memory (cuMemCreate, cuMemMap, cuMemSetAccess)");
+	return 0;
+}
+
+static int cuda_host_uncommit(struct dev_ctx *ctx, void *va, size_t bytes)
+{
+	struct cuda_ctx *c = cctx(ctx);
+	CU_DRV(c, c->drv.mem_unmap((CUdeviceptr)(uintptr_t)va, bytes), "cuMemUnmap (host)");
+	return 0;
+}
+
+static int cuda_host_release(struct dev_ctx *ctx, void *va, size_t bytes)
+{
+	struct cuda_ctx *c = cctx(ctx);
+	CU_DRV(c, c->drv.addr_free((CUdeviceptr)(uintptr_t)va, bytes), "cuMemAddressFree (host)");
 	return 0;
 }
 
@@ -667,6 +810,10 @@ const struct dev_backend_ops dev_cuda_ops = {
     .mem_free = cuda_mem_free,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
+    .host_reserve = cuda_host_reserve,
+    .host_commit = cuda_host_commit,
+    .host_uncommit = cuda_host_uncommit,
+    .host_release = cuda_host_release,
     .va_reserve = cuda_va_reserve,
     .va_release = cuda_va_release,
     .phys_create = cuda_phys_create,

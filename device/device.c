@@ -68,6 +68,7 @@ int dev_config_from_params(const struct sp_params *p, struct dev_config *cfg)
 	c.threads = (int)p->threads;
 	c.host_fail = p->host_fail;
 	c.host_jitter = p->host_jitter;
+	c.host_pin_limit = p->host_pin_limit;
 	*cfg = c;
 	return 0;
 }
@@ -251,6 +252,10 @@ int dev_open(const struct dev_config *cfg, struct dev_ctx **out)
 	SP_CHECK_ARG(!cfg->link_throttle || cfg->backend == DEV_BACKEND_HOST,
 	             "SPILL_LINK_THROTTLE: throttled links need the host backend (this is %s)",
 	             dev_backend_name(cfg->backend));
+	SP_CHECK_ARG(!cfg->host_pin_limit || cfg->backend == DEV_BACKEND_HOST,
+	             "SPILL_HOST_PIN_LIMIT: a pinned-memory limit needs the host backend (this is "
+	             "%s)",
+	             dev_backend_name(cfg->backend));
 	SP_CHECK_ARG(cfg->threads >= 0, "SPILL_THREADS: %d must be >= 0", cfg->threads);
 	struct dev_ctx *ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
@@ -277,6 +282,8 @@ int dev_open(const struct dev_config *cfg, struct dev_ctx **out)
 		free(ctx);
 		return rc;
 	}
+	if (!ctx->host_commit_gran)
+		ctx->host_commit_gran = 4096;
 	SP_INFO(DEV, "opened backend %s: %d device(s) of %s", dev_backend_name(ctx->kind),
 	        ctx->ndev, ctx->info[0].name);
 	*out = ctx;
@@ -292,6 +299,42 @@ static void warn_close(int rc, const char *what)
 static size_t gran_of(const struct dev_ctx *ctx, int dev)
 {
 	return dev == DEV_HOST ? ctx->host_gran : ctx->info[dev].granularity;
+}
+
+static void region_destroy(struct dev_host_region *g)
+{
+	if (g)
+		free(g->c);
+	free(g);
+}
+
+/* Frees a growing host region: each commit undone, then the range. Under
+ * ctx->lock (or at close). What was freed is no longer counted in host_used. */
+static int region_free(struct dev_ctx *ctx, struct dev_reg *r)
+{
+	struct dev_host_region *g = r->grow;
+	void *p = (void *)r->key;
+	int rc = 0;
+	if (g->pinned_all) {
+		rc = ctx->ops->host_free(ctx, p, r->bytes);
+		if (rc == 0) {
+			ctx->host_used -= g->committed;
+			g->committed = 0;
+		}
+		return rc;
+	}
+	while (g->n && rc == 0) {
+		const struct dev_commit *c = &g->c[g->n - 1];
+		rc = ctx->ops->host_uncommit(ctx, (char *)p + c->off, c->bytes);
+		if (rc == 0) {
+			g->committed -= c->bytes;
+			ctx->host_used -= c->bytes;
+			g->n--;
+		}
+	}
+	if (rc == 0)
+		rc = ctx->ops->host_release(ctx, p, r->bytes);
+	return rc;
 }
 
 void dev_close(struct dev_ctx *ctx)
@@ -337,8 +380,12 @@ void dev_close(struct dev_ctx *ctx)
 		void *p = (void *)r->key;
 		if (r->kind == DEV_REG_MEM)
 			warn_close(ctx->ops->mem_free(ctx, r->dev, p, r->bytes), "allocation");
+		else if (r->kind == DEV_REG_HOST_GROW)
+			warn_close(region_free(ctx, r), "growing host region");
 		else
 			warn_close(ctx->ops->host_free(ctx, p, r->bytes), "host allocation");
+		if (r->kind == DEV_REG_HOST_GROW)
+			region_destroy(r->grow);
 	}
 	while (ctx->events) {
 		struct dev_event *e = ctx->events;
@@ -555,7 +602,13 @@ int dev_host_free(struct dev_ctx *ctx, void *ptr)
 	pthread_mutex_lock(&ctx->lock);
 	struct dev_reg *r = reg_find(ctx, ptr);
 	int rc;
-	if (!r || r->kind != DEV_REG_HOST) {
+	if (r && r->kind == DEV_REG_HOST_GROW) {
+		rc = region_free(ctx, r);
+		if (rc == 0) {
+			region_destroy(r->grow);
+			reg_remove(ctx, r);
+		}
+	} else if (!r || r->kind != DEV_REG_HOST) {
 		rc = sp_error(-EINVAL, "dev_host_free: %p is not a pinned host allocation", ptr);
 	} else {
 		size_t bytes = r->bytes;
@@ -567,6 +620,134 @@ int dev_host_free(struct dev_ctx *ctx, void *ptr)
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	return rc;
+}
+
+int dev_host_reserve(struct dev_ctx *ctx, size_t bytes, void **out)
+{
+	SP_CHECK_ARG(ctx && out, "dev_host_reserve: NULL argument");
+	SP_CHECK_ARG(bytes > 0, "dev_host_reserve: zero bytes");
+	size_t cg = ctx->host_commit_gran;
+	SP_CHECK_ARG(bytes <= SIZE_MAX - cg, "dev_host_reserve: %zu bytes is too large", bytes);
+	size_t rb = (bytes + cg - 1) / cg * cg;
+	struct dev_host_region *g = calloc(1, sizeof(*g));
+	if (!g)
+		return sp_error(-ENOMEM, "dev_host_reserve: out of host memory");
+	void *p = NULL;
+	int rc;
+	if (ctx->ops->host_reserve) {
+		rc = ctx->ops->host_reserve(ctx, rb, &p, &g->pinned_all);
+	} else {
+		rc = ctx->ops->host_alloc(ctx, rb, &p);
+		g->pinned_all = 1;
+	}
+	if (rc < 0) {
+		region_destroy(g);
+		return rc;
+	}
+	if (g->pinned_all)
+		g->committed = rb;
+	pthread_mutex_lock(&ctx->lock);
+	struct dev_reg r = {.key = (uintptr_t)p,
+	                    .bytes = rb,
+	                    .dev = DEV_HOST,
+	                    .kind = DEV_REG_HOST_GROW,
+	                    .grow = g};
+	rc = reg_insert(ctx, &r);
+	if (rc == 0)
+		ctx->host_used += g->committed;
+	pthread_mutex_unlock(&ctx->lock);
+	if (rc < 0) {
+		int urc = g->pinned_all ? ctx->ops->host_free(ctx, p, rb)
+		                        : ctx->ops->host_release(ctx, p, rb);
+		if (urc < 0)
+			SP_WARN(DEV, "dev_host_reserve: could not undo the reservation");
+		region_destroy(g);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+/* Room for one more commit record. Under ctx->lock. */
+static int region_room(struct dev_host_region *g)
+{
+	if (g->n < g->cap)
+		return 0;
+	size_t cap = g->cap ? 2 * g->cap : 16;
+	struct dev_commit *t = realloc(g->c, cap * sizeof(*t));
+	if (!t)
+		return sp_error(-ENOMEM, "dev_host_commit: out of host memory for its records");
+	g->c = t;
+	g->cap = cap;
+	return 0;
+}
+
+int dev_host_commit(struct dev_ctx *ctx, void *start, size_t off, size_t bytes)
+{
+	SP_CHECK_ARG(ctx && start, "dev_host_commit: NULL argument");
+	SP_CHECK_ARG(bytes > 0, "dev_host_commit: zero bytes");
+	size_t cg = ctx->host_commit_gran;
+	SP_CHECK_ARG(off % cg == 0 && bytes % cg == 0,
+	             "dev_host_commit: [%zu, +%zu) is not made of whole commit units of %zu "
+	             "bytes",
+	             off, bytes, cg);
+	pthread_mutex_lock(&ctx->lock);
+	struct dev_reg *r = reg_find(ctx, start);
+	int rc = 0;
+	if (!r || r->kind != DEV_REG_HOST_GROW) {
+		rc = sp_error(-EINVAL, "dev_host_commit: %p is not a growing host region", start);
+		goto out;
+	}
+	if (off > r->bytes || bytes > r->bytes - off) {
+		rc = sp_error(-EINVAL,
+		              "dev_host_commit: [%zu, +%zu) is beyond the region of %zu bytes", off,
+		              bytes, r->bytes);
+		goto out;
+	}
+	struct dev_host_region *g = r->grow;
+	if (g->pinned_all)
+		goto out;
+	/* commit the gaps between the commits already there, in address order */
+	size_t i = 0, pos = off, end = off + bytes;
+	while (i < g->n && g->c[i].off + g->c[i].bytes <= pos)
+		i++;
+	while (pos < end) {
+		if (i < g->n && g->c[i].off <= pos) {
+			pos = g->c[i].off + g->c[i].bytes;
+			i++;
+			continue;
+		}
+		size_t gap_end = i < g->n && g->c[i].off < end ? g->c[i].off : end;
+		SP_CHECK_GOTO(region_room(g), rc, out);
+		SP_CHECK_GOTO(ctx->ops->host_commit(ctx, (char *)start + pos, gap_end - pos), rc,
+		              out);
+		memmove(&g->c[i + 1], &g->c[i], (g->n - i) * sizeof(*g->c));
+		g->c[i] = (struct dev_commit){pos, gap_end - pos};
+		g->n++;
+		i++;
+		g->committed += gap_end - pos;
+		ctx->host_used += gap_end - pos;
+		pos = gap_end;
+	}
+out:
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+uint64_t dev_host_committed(struct dev_ctx *ctx, const void *start)
+{
+	if (!ctx || !start)
+		return 0;
+	pthread_mutex_lock(&ctx->lock);
+	struct dev_reg *r = reg_find(ctx, start);
+	uint64_t n = r && r->kind == DEV_REG_HOST_GROW ? r->grow->committed : 0;
+	pthread_mutex_unlock(&ctx->lock);
+	return n;
+}
+
+size_t dev_host_commit_granularity(const struct dev_ctx *ctx)
+{
+	return ctx ? ctx->host_commit_gran : 0;
 }
 
 size_t dev_host_granularity(const struct dev_ctx *ctx)

@@ -56,6 +56,8 @@ struct dev_config {
 	int threads;              /* host: CPU threads for kernels, 0 = cores */
 	const char *host_fail;    /* host: "DEV:N", device DEV fails at its Nth kernel (dev_fail) */
 	const char *host_jitter;  /* host: "DEV:US[:SEED]", DEV's kernels start up to US us late */
+	uint64_t host_pin_limit;  /* host: pinned host memory past this fails with -ENOMEM, as
+	                             the OS or driver out of pinned memory would (0: none) */
 	const struct dev_driver_api *driver; /* driver: the entry points (device/driver.h) */
 	double net_bw; /* > 0: the inter-node link instead of the profile's net (bytes/s) */
 };
@@ -108,6 +110,29 @@ int dev_mem_free(struct dev_ctx *ctx, int dev, void *ptr) SP_MUST_CHECK;
 /* Pinned (page-locked) host memory, usable by async copies. */
 int dev_host_alloc(struct dev_ctx *ctx, size_t bytes, void **out) SP_MUST_CHECK;
 int dev_host_free(struct dev_ctx *ctx, void *ptr) SP_MUST_CHECK;
+/* Pinned host memory that grows (the vmm's host pool): dev_host_reserve
+ * reserves a region of bytes (rounded up to dev_host_commit_granularity) and
+ * pins nothing; dev_host_commit pins (backs) [start + off, start + off +
+ * bytes), which is from then on pinned host memory like dev_host_alloc's
+ * (copies, the CPU); the rest must not be touched. Committed parts stay
+ * until dev_host_free(ctx, start) frees the whole region. off and bytes are
+ * multiples of the commit granularity; committing what is committed already
+ * does nothing. host: PROT_NONE address space, a commit maps it read-write
+ * and faults its pages in (pinned memory is resident; SPILL_HOST_PIN_LIMIT
+ * caps it); cuda and driver: a reserved address range, a commit maps a
+ * host-located cuMemCreate chunk there; model: address space, a commit is
+ * bookkeeping. Where a driver cannot do that (no host-located chunks), the
+ * region is pinned whole at the reserve (dev_host_committed says so).
+ * Returns 0; -EINVAL (not a region, outside it, misaligned); -ENOMEM when the
+ * OS or driver is out of pinned memory (the message says how much was asked
+ * for): what was committed before stays, the region is usable as it is.
+ * Thread-safety: a commit holds the context's lock while it pins. */
+int dev_host_reserve(struct dev_ctx *ctx, size_t bytes, void **out) SP_MUST_CHECK;
+int dev_host_commit(struct dev_ctx *ctx, void *start, size_t off, size_t bytes) SP_MUST_CHECK;
+/* Bytes committed (pinned) in the region reserved at start; 0 for anything else. */
+uint64_t dev_host_committed(struct dev_ctx *ctx, const void *start);
+/* The unit of dev_host_commit (a power of two). */
+size_t dev_host_commit_granularity(const struct dev_ctx *ctx);
 
 /* Virtual ranges and physical chunks. Sizes and offsets are multiples of the
  * device's granularity. A range belongs to a device; chunks of that device map

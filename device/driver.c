@@ -234,6 +234,7 @@ static int drv_open(struct dev_ctx *ctx, const struct dev_config *cfg)
 			if (host_chunks_work(a, locs[i], gran)) {
 				c->host_loc = locs[i];
 				ctx->host_gran = gran;
+				ctx->host_commit_gran = gran; /* growing host regions too */
 			}
 		drv_leave(a, pushed);
 	}
@@ -285,6 +286,60 @@ static int drv_host_free(struct dev_ctx *ctx, void *ptr, size_t bytes)
 {
 	const struct dev_driver_api *a = api_of(ctx);
 	DRV(a, a->host_free(ptr), "cuMemFreeHost");
+	return 0;
+}
+
+/* Growing host regions (the vmm's host pool when the shim's host fallback is
+ * off): a reserved range whose commits are host chunks mapped there and opened
+ * to the device and the CPU, as cuda.c does (its comment says why not
+ * cuMemHostRegister). Without host chunks, one cuMemHostAlloc pinned whole. */
+static int drv_host_reserve(struct dev_ctx *ctx, size_t bytes, void **out, int *pinned_all)
+{
+	const struct dev_driver_api *a = api_of(ctx);
+	*pinned_all = !ctx->host_gran;
+	if (!ctx->host_gran)
+		return drv_host_alloc(ctx, bytes, out);
+	CUdeviceptr p = 0;
+	DRV(a, a->addr_reserve(&p, bytes, ctx->host_gran, 0, 0),
+	    "cuMemAddressReserve (a growing host region)");
+	*out = (void *)(uintptr_t)p;
+	return 0;
+}
+
+static int drv_host_commit(struct dev_ctx *ctx, void *va, size_t bytes)
+{
+	const struct dev_driver_api *a = api_of(ctx);
+	CUmemAllocationProp prop = host_chunk_prop(((struct drv_ctx *)ctx->impl)->host_loc);
+	CUdeviceptr p = (CUdeviceptr)(uintptr_t)va;
+	CUmemAccessDesc acc[2];
+	host_access(acc, a->device);
+	CUmemGenericAllocationHandle h = 0;
+	DRV(a, a->mem_create(&h, bytes, &prop, 0), "cuMemCreate (pinned host memory)");
+	int pushed;
+	CUresult r = drv_enter(a, &pushed);
+	if (r == CUDA_SUCCESS) {
+		r = a->mem_map(p, bytes, 0, h, 0);
+		if (r == CUDA_SUCCESS && (r = a->mem_set_access(p, bytes, acc, 2)) != CUDA_SUCCESS)
+			a->mem_unmap(p, bytes);
+		a->mem_release(h); /* the mapping keeps the memory */
+		drv_leave(a, pushed);
+	}
+	if (r != CUDA_SUCCESS)
+		return drv_err(a, r, "mapping pinned host memory (cuMemMap, cuMemSetAccess)");
+	return 0;
+}
+
+static int drv_host_uncommit(struct dev_ctx *ctx, void *va, size_t bytes)
+{
+	const struct dev_driver_api *a = api_of(ctx);
+	DRV(a, a->mem_unmap((CUdeviceptr)(uintptr_t)va, bytes), "cuMemUnmap (host)");
+	return 0;
+}
+
+static int drv_host_release(struct dev_ctx *ctx, void *va, size_t bytes)
+{
+	const struct dev_driver_api *a = api_of(ctx);
+	DRV(a, a->addr_free((CUdeviceptr)(uintptr_t)va, bytes), "cuMemAddressFree (host)");
 	return 0;
 }
 
@@ -591,6 +646,10 @@ const struct dev_backend_ops dev_driver_ops = {
     .mem_free = drv_mem_free,
     .host_alloc = drv_host_alloc,
     .host_free = drv_host_free,
+    .host_reserve = drv_host_reserve,
+    .host_commit = drv_host_commit,
+    .host_uncommit = drv_host_uncommit,
+    .host_release = drv_host_release,
     .va_reserve = drv_va_reserve,
     .va_release = drv_va_release,
     .phys_create = drv_phys_create,

@@ -21,6 +21,7 @@
 
 #include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -82,6 +83,10 @@ struct host_ctx {
 	long jitter_us;
 	uint64_t jitter_seed;
 	_Atomic uint64_t nstreams; /* streams created: each gets its own draw sequence */
+	/* pinned host memory now (dev_host_alloc, committed parts of growing
+	 * regions, host chunks) and its limit (SPILL_HOST_PIN_LIMIT, 0: none);
+	 * under lock */
+	uint64_t pinned, pin_limit;
 };
 
 enum { HOST_JITTER_NONE = -1, HOST_JITTER_ALL = -2 };
@@ -203,6 +208,7 @@ static int host_open(struct dev_ctx *ctx, const struct dev_config *cfg)
 	pthread_mutex_init(&h->ev_lock, NULL);
 	pthread_cond_init(&h->ev_cond, NULL);
 	h->throttle = cfg->link_throttle;
+	h->pin_limit = cfg->host_pin_limit;
 	h->fail_dev = -1;
 	if (cfg->host_fail && *cfg->host_fail) {
 		const char *f = cfg->host_fail;
@@ -262,6 +268,7 @@ static int host_open(struct dev_ctx *ctx, const struct dev_config *cfg)
 		hd->nfree = 1;
 	}
 	ctx->host_gran = HOST_GRANULARITY;
+	ctx->host_commit_gran = 4096; /* growing host regions commit whole pages */
 	return 0;
 }
 
@@ -332,14 +339,136 @@ static int host_mem_free(struct dev_ctx *ctx, int dev, void *ptr, size_t bytes)
 	return unmap(ptr, bytes);
 }
 
+/* Pinned host memory counts against SPILL_HOST_PIN_LIMIT: -ENOMEM past it, as
+ * cudaHostAlloc or cuMemCreate fail when the OS or driver has no more to pin. */
+static int pin_take(struct dev_ctx *ctx, size_t bytes, const char *what)
+{
+	struct host_ctx *h = hctx(ctx);
+	int rc = 0;
+	pthread_mutex_lock(&h->lock);
+	if (h->pin_limit && (h->pinned > h->pin_limit || bytes > h->pin_limit - h->pinned)) {
+		char a[32], b[32], c[32];
+		rc = sp_error(-ENOMEM,
+		              "host backend: cannot pin %s more for %s: %s are pinned and "
+		              "SPILL_HOST_PIN_LIMIT is %s",
+		              sp_format_size(bytes, a, sizeof(a)), what,
+		              sp_format_size(h->pinned, b, sizeof(b)),
+		              sp_format_size(h->pin_limit, c, sizeof(c)));
+	} else {
+		h->pinned += bytes;
+	}
+	pthread_mutex_unlock(&h->lock);
+	return rc;
+}
+
+static void pin_put(struct dev_ctx *ctx, size_t bytes)
+{
+	struct host_ctx *h = hctx(ctx);
+	pthread_mutex_lock(&h->lock);
+	h->pinned -= bytes;
+	pthread_mutex_unlock(&h->lock);
+}
+
 static int host_host_alloc(struct dev_ctx *ctx, size_t bytes, void **out)
 {
-	return map_anon(bytes, PROT_READ | PROT_WRITE, "pinned host memory", out);
+	SP_CHECK(pin_take(ctx, bytes, "pinned host memory"));
+	int rc = map_anon(bytes, PROT_READ | PROT_WRITE, "pinned host memory", out);
+	if (rc < 0)
+		pin_put(ctx, bytes);
+	return rc;
 }
 
 static int host_host_free(struct dev_ctx *ctx, void *ptr, size_t bytes)
 {
-	return unmap(ptr, bytes);
+	int rc = unmap(ptr, bytes);
+	if (rc == 0)
+		pin_put(ctx, bytes);
+	return rc;
+}
+
+/* A growing host region: address space nothing backs (PROT_NONE, no commit
+ * charge), so touching a part not committed faults. */
+static int host_host_reserve(struct dev_ctx *ctx, size_t bytes, void **out, int *pinned_all)
+{
+	*pinned_all = 0;
+	return map_anon(bytes, PROT_NONE, "a growing host region", out);
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* The kernel's estimate of memory available without swapping (MemAvailable),
+ * in bytes; 0 when unknown. */
+static uint64_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[128];
+	unsigned long long kb = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (uint64_t)kb << 10;
+}
+
+/* Pinning is emulated as residency: the part becomes read-write and its pages
+ * are faulted in now (as cudaHostAlloc and cuMemCreate touch every page), so
+ * a commit costs what pinning costs in time and RSS, and never later. Memory
+ * the machine does not have is refused (-ENOMEM) before it is touched, as a
+ * driver refuses to pin it, rather than left to the OOM killer: a commit must
+ * leave an eighth of the available memory (at most 1 GiB) free. */
+static int host_host_commit(struct dev_ctx *ctx, void *va, size_t bytes)
+{
+	uint64_t avail = mem_available(), keep = avail / 8 < (1ull << 30) ? avail / 8 : 1ull << 30;
+	if (avail && bytes > avail - keep) {
+		char a[32], b[32];
+		return sp_error(-ENOMEM,
+		                "host backend: cannot pin %s: the machine has %s available "
+		                "(MemAvailable)",
+		                sp_format_size(bytes, a, sizeof(a)),
+		                sp_format_size(avail, b, sizeof(b)));
+	}
+	SP_CHECK(pin_take(ctx, bytes, "a growing host region"));
+	int rc = 0;
+	if (mprotect(va, bytes, PROT_READ | PROT_WRITE) < 0) {
+		rc = sp_error(-errno, "host backend: cannot commit %zu bytes at %p: %s", bytes, va,
+		              strerror(errno));
+	} else if (madvise(va, bytes, MADV_POPULATE_WRITE) < 0) {
+		int e = errno;
+		if (e == EINVAL) { /* a kernel before 5.14: touch each page */
+			for (size_t o = 0; o < bytes; o += 4096)
+				((volatile char *)va)[o] = 0;
+		} else {
+			rc = sp_error(-ENOMEM, "host backend: cannot fault in %zu bytes at %p: %s",
+			              bytes, va, strerror(e));
+			if (mmap(va, bytes, PROT_NONE,
+			         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
+			         0) == MAP_FAILED)
+				SP_WARN(DEV, "host backend: cannot undo a commit at %p", va);
+		}
+	}
+	if (rc < 0)
+		pin_put(ctx, bytes);
+	return rc;
+}
+
+static int host_host_uncommit(struct dev_ctx *ctx, void *va, size_t bytes)
+{
+	/* back to inaccessible address space; the pages go */
+	void *p = mmap(va, bytes, PROT_NONE,
+	               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return sp_error(-ENOMEM, "host backend: cannot uncommit %zu bytes at %p: %s", bytes,
+		                va, strerror(errno));
+	pin_put(ctx, bytes);
+	return 0;
+}
+
+static int host_host_release(struct dev_ctx *ctx, void *va, size_t bytes)
+{
+	return unmap(va, bytes);
 }
 
 static int host_va_reserve(struct dev_ctx *ctx, int dev, size_t bytes, void **out)
@@ -367,6 +496,8 @@ static int host_phys_create(struct dev_ctx *ctx, struct dev_phys *ph)
 {
 	struct host_ctx *h = hctx(ctx);
 	struct host_dev *hd = chunk_file(h, ph->dev);
+	if (ph->dev == DEV_HOST)
+		SP_CHECK(pin_take(ctx, ph->bytes, "a host chunk"));
 	pthread_mutex_lock(&h->lock);
 	size_t i = 0;
 	while (i < hd->nfree && hd->free[i].len < ph->bytes)
@@ -388,6 +519,8 @@ static int host_phys_create(struct dev_ctx *ctx, struct dev_phys *ph)
 		}
 	}
 	pthread_mutex_unlock(&h->lock);
+	if (rc < 0 && ph->dev == DEV_HOST)
+		pin_put(ctx, ph->bytes);
 	return rc;
 }
 
@@ -433,6 +566,8 @@ static int host_phys_destroy(struct dev_ctx *ctx, struct dev_phys *ph)
 		}
 	}
 	pthread_mutex_unlock(&h->lock);
+	if (rc == 0 && ph->dev == DEV_HOST)
+		pin_put(ctx, ph->bytes);
 	return rc;
 }
 
@@ -979,6 +1114,10 @@ const struct dev_backend_ops dev_host_ops = {
     .mem_free = host_mem_free,
     .host_alloc = host_host_alloc,
     .host_free = host_host_free,
+    .host_reserve = host_host_reserve,
+    .host_commit = host_host_commit,
+    .host_uncommit = host_host_uncommit,
+    .host_release = host_host_release,
     .va_reserve = host_va_reserve,
     .va_release = host_va_release,
     .phys_create = host_phys_create,

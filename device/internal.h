@@ -50,14 +50,30 @@ int dev_profile_parse(const char *text, const char *origin, struct dev_profile *
 /* Names of the built-in profiles, NULL-terminated. */
 const char *const *dev_profile_builtin_names(void);
 
-enum dev_reg_kind { DEV_REG_MEM, DEV_REG_HOST };
+enum dev_reg_kind { DEV_REG_MEM, DEV_REG_HOST, DEV_REG_HOST_GROW };
 
-/* A plain allocation (device or pinned host), in ctx's hash table by address. */
+/* One commit of a growing host region: [off, off + bytes) from its start. */
+struct dev_commit {
+	size_t off, bytes;
+};
+
+/* A growing host region (dev_host_reserve): its commits sorted by offset, each
+ * one backend host_commit (and so one host_uncommit at the free). */
+struct dev_host_region {
+	struct dev_commit *c;
+	size_t n, cap;
+	uint64_t committed; /* bytes, the sum of c[] */
+	int pinned_all;     /* the backend pinned it whole at the reserve: host_free frees it */
+};
+
+/* A plain allocation (device or pinned host) or a growing host region, in
+ * ctx's hash table by address. */
 struct dev_reg {
 	uintptr_t key; /* address; 0 = empty slot, 1 = tombstone */
 	size_t bytes;
 	int dev;
 	enum dev_reg_kind kind;
+	struct dev_host_region *grow; /* DEV_REG_HOST_GROW */
 };
 
 /* A reserved range, in ctx's array sorted by start (maps look up the range
@@ -106,6 +122,16 @@ struct dev_backend_ops {
 	int (*mem_free)(struct dev_ctx *ctx, int dev, void *ptr, size_t bytes);
 	int (*host_alloc)(struct dev_ctx *ctx, size_t bytes, void **out);
 	int (*host_free)(struct dev_ctx *ctx, void *ptr, size_t bytes);
+	/* Growing host regions. host_reserve reserves bytes (a multiple of
+	 * ctx->host_commit_gran) and pins nothing, or sets *pinned_all when it had
+	 * to pin the whole region (then no commit op is called and host_free frees
+	 * it). host_commit pins a part nothing pinned yet; host_uncommit undoes one
+	 * earlier commit, whole, before host_release frees the range. NULL
+	 * host_reserve: device.c pins the region whole with host_alloc. */
+	int (*host_reserve)(struct dev_ctx *ctx, size_t bytes, void **out, int *pinned_all);
+	int (*host_commit)(struct dev_ctx *ctx, void *va, size_t bytes);
+	int (*host_uncommit)(struct dev_ctx *ctx, void *va, size_t bytes);
+	int (*host_release)(struct dev_ctx *ctx, void *va, size_t bytes);
 	int (*va_reserve)(struct dev_ctx *ctx, int dev, size_t bytes, void **out);
 	int (*va_release)(struct dev_ctx *ctx, void *va, size_t bytes);
 	int (*phys_create)(struct dev_ctx *ctx, struct dev_phys *phys);
@@ -157,6 +183,8 @@ struct dev_ctx {
 	uint64_t host_used;        /* pinned host bytes now */
 	size_t host_gran;          /* granularity of host chunks and host ranges; 0: the backend
 	                     has none (set by the backend's open) */
+	size_t host_commit_gran;   /* unit of growing host regions (a power of two; the backend's
+	                              open sets it, 0: device.c uses 4 KiB) */
 	uint64_t copied[DEV_COPY_KINDS]; /* atomic */
 	void *impl;                      /* backend state */
 

@@ -195,6 +195,29 @@ static int model_host_alloc(struct dev_ctx *ctx, size_t bytes, void **out)
 	return reserve(round_up(bytes, 4096), 4096, out);
 }
 
+/* A growing host region is address space like the rest; a commit pins
+ * nothing (no data here) and only counts, in device.c. */
+static int model_host_reserve(struct dev_ctx *ctx, size_t bytes, void **out, int *pinned_all)
+{
+	*pinned_all = 0;
+	return reserve(bytes, 4096, out);
+}
+
+static int model_host_commit(struct dev_ctx *ctx, void *va, size_t bytes)
+{
+	return 0;
+}
+
+static int model_host_uncommit(struct dev_ctx *ctx, void *va, size_t bytes)
+{
+	return 0;
+}
+
+static int model_host_release(struct dev_ctx *ctx, void *va, size_t bytes)
+{
+	return release(va, bytes, 4096);
+}
+
 static int model_va_reserve(struct dev_ctx *ctx, int dev, size_t bytes, void **out)
 {
 	return reserve(bytes, MODEL_GRANULARITY, out);
@@ -700,6 +723,10 @@ const struct dev_backend_ops dev_model_ops = {
     .mem_free = model_mem_free,
     .host_alloc = model_host_alloc,
     .host_free = model_host_free,
+    .host_reserve = model_host_reserve,
+    .host_commit = model_host_commit,
+    .host_uncommit = model_host_uncommit,
+    .host_release = model_host_release,
     .va_reserve = model_va_reserve,
     .va_release = model_va_release,
     .phys_create = model_phys_create,

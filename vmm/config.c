@@ -17,6 +17,7 @@ int vmm_config_from_params(const struct sp_params *p, struct vmm_config *cfg)
 	c.device_mem = p->vmm_device_mem;
 	c.stable_mem = p->vmm_stable_mem;
 	c.host_mem = p->host_mem;
+	c.host_grow = p->host_grow;
 	if (!c.host_mem) {
 		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
 		c.host_mem =

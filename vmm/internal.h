@@ -16,11 +16,12 @@
 #include <pthread.h>
 
 /* ---- range allocator (pool.c): first fit over an address-ordered block list ---- */
-#define VMM_POOL_FREE 0u /* owner of a free block */
+#define VMM_POOL_FREE   0u         /* owner of a free block */
+#define VMM_POOL_FENCED UINT32_MAX /* owner of space taken out of the pool for good */
 
 struct vmm_pool_block {
 	uint64_t off, size;
-	uint32_t owner; /* object index + 1, or VMM_POOL_FREE */
+	uint32_t owner; /* object index + 1, VMM_POOL_FREE or VMM_POOL_FENCED */
 	int32_t prev, next;
 	/* stream-ordered reuse (swap.c): the newest reuse sequence number of any
 	 * space freed into this block while still read (0: none); an allocation
@@ -30,7 +31,8 @@ struct vmm_pool_block {
 
 struct vmm_pool {
 	uint64_t size, align, used;
-	uint64_t peak; /* the most `used` reached since vmm_place_peak last read it */
+	uint64_t fenced; /* bytes in fenced blocks (vmm_pool_fence): never handed out */
+	uint64_t peak;   /* the most `used` reached since vmm_place_peak last read it */
 	struct vmm_pool_block *blocks; /* node arena */
 	uint32_t cap;
 	int32_t head;      /* first block in address order */
@@ -52,6 +54,17 @@ int vmm_pool_alloc_end(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int h
 void vmm_pool_free(struct vmm_pool *p, int32_t blk, uint64_t reuse_seq);
 uint64_t vmm_pool_round(const struct vmm_pool *p, uint64_t bytes);
 uint64_t vmm_pool_largest_free(const struct vmm_pool *p);
+/* Bytes the pool may still hand out: size - used - fenced. */
+static inline uint64_t vmm_pool_avail(const struct vmm_pool *p)
+{
+	return p->size - p->used - p->fenced;
+}
+/* Takes [off, off + bytes) out of the pool for good (an owner of its own,
+ * VMM_POOL_FENCED: never allocated, never merged, a barrier to windows): the
+ * part of the host pool that could not be pinned. The range must lie in one
+ * free block. Returns 0, -EINVAL (not free), or -ENOMEM (no block nodes left:
+ * each fence takes up to two). */
+int vmm_pool_fence(struct vmm_pool *p, uint64_t off, uint64_t bytes) SP_MUST_CHECK;
 /* Finds the address window of at least bytes made only of free blocks and
  * blocks whose owner cost(arg, owner) >= 0, minimizing the summed cost. Writes
  * the owners in that window to owners (at most max) and returns their count, or
@@ -169,6 +182,18 @@ struct vmm {
 	int ndev;
 	size_t granularity[DEV_MAX];
 	struct vmm_place pl[DEV_MAX + 1]; /* devices, then host */
+	/* the pinned host pool (not cfg.host_fallback): a region reserved at open
+	 * (host_reserved bytes) cut into host_ngrains grains, grain k being
+	 * [host_grain_off[k], host_grain_off[k + 1]) (vmm.c host_grains: from each
+	 * end they double from host_grow / 16 up to host_grow), each committed
+	 * (pinned) the first time the pool hands out space in it; host_capped: a
+	 * commit failed, the grains not committed are fenced out of the pool.
+	 * host_grain_off == NULL: not such a pool */
+	uint64_t host_reserved;
+	uint64_t *host_grain_off;
+	uint32_t host_ngrains;
+	uint8_t *host_grain_on;
+	uint8_t host_capped;
 	struct vmm_disk *disk;
 	/* objects */
 	unsigned char *objs; /* arena of max_objects entries of obj_stride bytes */

@@ -20,3 +20,22 @@ bench-vmm: $(O)/bench/vmm
 
 EXTRA_ALL += $(O)/bench/vmm
 .PHONY: bench-vmm
+
+# `make bench-hostpool`: bench/hostpool.c, the host pool's open before and after
+# it grows as needed (one dev_host_alloc, vmm_open pinning it whole, vmm_open
+# growing): time and RSS after open and after the first host copy, side by
+# side; writes bench/results/hostpool.json. BENCH_HOSTPOOL_ARGS adds flags
+# (--host-mem 16G --grow 256M --backend host|cuda|model).
+BENCH_HOSTPOOL_ARGS ?=
+
+$(O)/bench/hostpool: $(O)/obj/bench/hostpool.c.o $(call mod_libs,vmm)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(call mod_libs,vmm) $(LDLIBS)
+
+bench-hostpool: $(O)/bench/hostpool
+	@mkdir -p bench/results
+	@$(O)/bench/hostpool --json bench/results/hostpool.json $(BENCH_HOSTPOOL_ARGS)
+
+EXTRA_ALL += $(O)/bench/hostpool
+.PHONY: bench-hostpool

@@ -9,7 +9,9 @@
  * activations from the bottom, so a step's short-lived holes do not split the
  * long-lived ones. Fragmentation left over is handled by the
  * caller through vmm_pool_window(): the cheapest window of free and evictable
- * blocks large enough for a request.
+ * blocks large enough for a request. Space fenced out (the part of the host
+ * pool that could not be pinned) is a block of its own that is never handed
+ * out.
  */
 #include "vmm/internal.h"
 
@@ -66,7 +68,7 @@ uint64_t vmm_pool_round(const struct vmm_pool *p, uint64_t bytes)
 int vmm_pool_alloc_end(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int high, int32_t *blk)
 {
 	uint64_t need = vmm_pool_round(p, bytes ? bytes : 1);
-	if (need > p->size - p->used)
+	if (need > vmm_pool_avail(p))
 		return -ENOMEM;
 	/* best fit: the smallest hole that holds it, so that the holes a program's
 	 * few object sizes leave are reused by the same sizes instead of being cut
@@ -152,6 +154,51 @@ void vmm_pool_free(struct vmm_pool *p, int32_t b, uint64_t reuse_seq)
 		merge_next(p, B->prev);
 }
 
+int vmm_pool_fence(struct vmm_pool *p, uint64_t off, uint64_t bytes)
+{
+	int32_t b = p->head;
+	while (b >= 0 && p->blocks[b].off + p->blocks[b].size <= off)
+		b = p->blocks[b].next;
+	if (!bytes || b < 0 || p->blocks[b].owner != VMM_POOL_FREE || p->blocks[b].off > off ||
+	    bytes > p->blocks[b].off + p->blocks[b].size - off)
+		return -EINVAL;
+	int32_t nodes[2];
+	int need = (p->blocks[b].off < off) + (off + bytes < p->blocks[b].off + p->blocks[b].size);
+	for (int i = 0; i < need; i++)
+		if ((nodes[i] = node_get(p)) < 0) {
+			while (i--)
+				node_put(p, nodes[i]);
+			return -ENOMEM;
+		}
+	int k = 0;
+	struct vmm_pool_block *B = &p->blocks[b];
+	if (B->off < off) { /* the free head stays b, the fence is a new block after it */
+		int32_t n = nodes[k++];
+		struct vmm_pool_block *N = &p->blocks[n];
+		*N = (struct vmm_pool_block){
+		    off, B->off + B->size - off, VMM_POOL_FREE, b, B->next, B->reuse_seq};
+		if (B->next >= 0)
+			p->blocks[B->next].prev = n;
+		B->next = n;
+		B->size = off - B->off;
+		b = n;
+		B = N;
+	}
+	if (B->size > bytes) { /* the free tail after the fence */
+		int32_t n = nodes[k++];
+		struct vmm_pool_block *N = &p->blocks[n];
+		*N = (struct vmm_pool_block){off + bytes, B->size - bytes, VMM_POOL_FREE,
+		                             b,           B->next,         B->reuse_seq};
+		if (B->next >= 0)
+			p->blocks[B->next].prev = n;
+		B->next = n;
+		B->size = bytes;
+	}
+	B->owner = VMM_POOL_FENCED;
+	p->fenced += bytes;
+	return 0;
+}
+
 uint64_t vmm_pool_largest_free(const struct vmm_pool *p)
 {
 	uint64_t best = 0;
@@ -177,7 +224,9 @@ int vmm_pool_window(const struct vmm_pool *p, uint64_t bytes, double (*cost)(voi
 		while (wbytes < need && e >= 0) {
 			const struct vmm_pool_block *E = &p->blocks[e];
 			double c = 0;
-			if (E->owner != VMM_POOL_FREE)
+			if (E->owner == VMM_POOL_FENCED)
+				c = -1;
+			else if (E->owner != VMM_POOL_FREE)
 				c = cost(arg, E->owner - 1);
 			if (c < 0)
 				break;

@@ -253,6 +253,8 @@ static void release_space(struct vmm *v, uint32_t idx, int p, uint64_t reuse_seq
 				rc = dev_phys_destroy(v->ctx, c->phys);
 			if (rc < 0)
 				SP_WARN(VMM, "host chunk of '%s': %s", o->name, sp_last_error());
+			else
+				sp_count_add(&v->st.host_committed, -(int64_t)sz);
 			c->phys = NULL;
 		}
 		vmm_pool_free(pool, c->blk, reuse_seq);
@@ -303,6 +305,94 @@ void vmm_swap_free_disk(struct vmm *v, uint32_t idx)
 	o->disk_has = o->disk_valid = 0;
 }
 
+/* The host pool's grain holding byte off (vmm.c host_grains). */
+static uint32_t host_grain_at(const struct vmm *v, uint64_t off)
+{
+	uint32_t lo = 0, hi = v->host_ngrains - 1;
+	while (lo < hi) { /* the last grain that starts at or below off */
+		uint32_t m = lo + (hi - lo + 1) / 2;
+		if (v->host_grain_off[m] <= off)
+			lo = m;
+		else
+			hi = m - 1;
+	}
+	return lo;
+}
+
+/* 1 when every grain under [off, off + bytes) of the host pool is pinned. */
+static int host_pinned(const struct vmm *v, uint64_t off, uint64_t bytes)
+{
+	for (uint32_t k = host_grain_at(v, off), end = host_grain_at(v, off + bytes - 1); k <= end;
+	     k++)
+		if (!v->host_grain_on[k])
+			return 0;
+	return 1;
+}
+
+/* The host pool grows (cfg.host_grow): the grains under [off, off + bytes),
+ * space the pool is handing out to obj, are pinned first. Returns 0, or the
+ * device's error (-ENOMEM: out of pinned memory) with the sizes named. */
+static int host_commit(struct vmm *v, uint32_t idx, uint64_t off, uint64_t bytes)
+{
+	void *base = v->pl[P_HOST(v)].base;
+	for (uint32_t k = host_grain_at(v, off), end = host_grain_at(v, off + bytes - 1); k <= end;
+	     k++) {
+		if (v->host_grain_on[k])
+			continue;
+		uint64_t start = v->host_grain_off[k], len = v->host_grain_off[k + 1] - start;
+		int rc = dev_host_commit(v->ctx, base, start, len);
+		uint64_t now = dev_host_committed(v->ctx, base);
+		sp_count_add(&v->st.host_committed, (int64_t)now - v->st.host_committed.current);
+		if (rc < 0) {
+			char a[32], b[32], c[32], msg[SP_ERROR_MSG_MAX];
+			snprintf(msg, sizeof(msg), "%s", sp_last_error());
+			sp_counter_add(&v->st.host_commit_fails, 1);
+			return sp_error(
+			    rc,
+			    "vmm: pinning %s more of the host pool for '%s' failed with %s "
+			    "pinned of SPILL_HOST_MEM %s: %s",
+			    sp_format_size(len, a, sizeof(a)), vmm_obj_at(v, idx)->name,
+			    sp_format_size(now, b, sizeof(b)),
+			    sp_format_size(v->cfg.host_mem, c, sizeof(c)), msg);
+		}
+		v->host_grain_on[k] = 1;
+		SP_TRACE(VMM,
+		         "host pool: pinned [%" PRIu64 ", +%" PRIu64 ") for '%s', %" PRIu64
+		         " pinned",
+		         start, len, vmm_obj_at(v, idx)->name, now);
+	}
+	return 0;
+}
+
+/* A grain could not be pinned: the host pool holds what is pinned from now
+ * on. The grains not pinned hold no copy (space is pinned before it is handed
+ * out), so each run of them is free space, fenced out of the pool: what does
+ * not fit in the rest evicts to disk, as in a full pool of that size. */
+static void host_cap(struct vmm *v)
+{
+	struct vmm_pool *pool = &v->pl[P_HOST(v)].pool;
+	char a[32], b[32];
+	v->host_capped = 1;
+	for (uint32_t k = 0; k < v->host_ngrains;) {
+		uint32_t e = k;
+		while (e < v->host_ngrains && !v->host_grain_on[e])
+			e++;
+		uint64_t s = v->host_grain_off[k], end = v->host_grain_off[e];
+		if (end > pool->size)
+			end = pool->size;
+		if (s < end && vmm_pool_fence(pool, s, end - s) < 0)
+			SP_WARN(VMM, "host pool: could not fence [%" PRIu64 ", %" PRIu64 ")", s,
+			        end);
+		k = e > k ? e : k + 1;
+	}
+	SP_WARN(VMM, "%s; the host pool holds %s from now on (of SPILL_HOST_MEM %s)%s",
+	        sp_last_error(), sp_format_size(pool->size - pool->fenced, a, sizeof(a)),
+	        sp_format_size(v->cfg.host_mem, b, sizeof(b)),
+	        v->disk ? ": what does not fit goes to disk"
+	                : ": there is no disk tier, so what does not fit fails (SPILL_DISK_PATH)");
+	vmm_err_swallowed(v);
+}
+
 /* Allocates space for obj on p without evicting. -ENOMEM (no message) when full. */
 static int try_alloc(struct vmm *v, uint32_t idx, int p)
 {
@@ -335,10 +425,25 @@ static int try_alloc(struct vmm *v, uint32_t idx, int p)
 			return -ENOMEM;
 		int high = o->kind == VMM_KIND_WEIGHT || o->kind == VMM_KIND_GRAD ||
 		           o->kind == VMM_KIND_OPTIM;
-		rc = vmm_pool_alloc_end(pool, p == P_HOST(v) ? o->bytes : o->dev_bytes, idx + 1,
-		                        high, &c->blk);
+		uint64_t want = p == P_HOST(v) ? o->bytes : o->dev_bytes;
+		rc = vmm_pool_alloc_end(pool, want, idx + 1, high, &c->blk);
 		if (rc < 0)
 			return rc;
+		if (p == P_HOST(v) && v->host_grain_off && !v->host_capped &&
+		    host_commit(v, idx, pool->blocks[c->blk].off, pool->blocks[c->blk].size) < 0) {
+			/* out of pinned memory: the pool is what is pinned; the same
+			 * request again there (or -ENOMEM: evict to make room) */
+			vmm_pool_free(pool, c->blk, 0);
+			host_cap(v);
+			rc = vmm_pool_alloc_end(pool, want, idx + 1, high, &c->blk);
+			if (rc < 0)
+				return rc;
+		}
+		if (p == P_HOST(v) && v->host_capped &&
+		    !host_pinned(v, pool->blocks[c->blk].off, pool->blocks[c->blk].size)) {
+			vmm_pool_free(pool, c->blk, 0); /* only if a fence failed (warned) */
+			return -ENOMEM;
+		}
 		c->ptr = (char *)v->pl[p].base + pool->blocks[c->blk].off;
 		if (p == P_HOST(v) && v->cfg.host_fallback) { /* a host chunk at the block */
 			uint64_t sz = pool->blocks[c->blk].size;
@@ -352,6 +457,7 @@ static int try_alloc(struct vmm *v, uint32_t idx, int p)
 				return sp_error(rc, "vmm: host copy of '%s': %s", o->name,
 				                sp_last_error());
 			}
+			sp_count_add(&v->st.host_committed, (int64_t)sz);
 		}
 		int64_t sz = (int64_t)pool->blocks[c->blk].size;
 		if (p == P_HOST(v))
@@ -881,20 +987,23 @@ static int enomem(struct vmm *v, uint32_t idx, int p)
 	if (p < v->ndev && o->stable)
 		cap = v->pl[p].stable_cap;
 	else
-		cap = v->pl[p].pool.size;
+		cap = v->pl[p].pool.size - v->pl[p].pool.fenced;
 	sp_counter_add(&v->st.enomem, 1);
-	return sp_error(-ENOMEM,
-	                "vmm: object '%s' needs %s on %s%s, which holds %s: %s are pinned or in "
-	                "flight and nothing else can be evicted%s",
-	                o->name,
-	                sp_format_size(p < v->ndev ? o->dev_bytes : o->bytes, a, sizeof(a)),
-	                place_name(v, p, pn, sizeof(pn)),
-	                p < v->ndev && o->stable ? " (stable-address budget)" : "",
-	                sp_format_size(cap, b, sizeof(b)), sp_format_size(pinned, c, sizeof(c)),
-	                p == P_HOST(v) && !v->disk
-	                    ? " (host copies that are their object's only copy stay: there is "
-	                      "no disk tier)"
-	                    : "");
+	return sp_error(
+	    -ENOMEM,
+	    "vmm: object '%s' needs %s on %s%s, which holds %s: %s are pinned or in "
+	    "flight and nothing else can be evicted%s%s",
+	    o->name, sp_format_size(p < v->ndev ? o->dev_bytes : o->bytes, a, sizeof(a)),
+	    place_name(v, p, pn, sizeof(pn)),
+	    p < v->ndev && o->stable ? " (stable-address budget)" : "",
+	    sp_format_size(cap, b, sizeof(b)), sp_format_size(pinned, c, sizeof(c)),
+	    p == P_HOST(v) && !v->disk
+	        ? " (host copies that are their object's only copy stay: there is "
+	          "no disk tier)"
+	        : "",
+	    p == P_HOST(v) && v->host_capped ? " (the host pool was cut to what could be pinned: "
+	                                       "host_commit_fails in the stats)"
+	                                     : "");
 }
 
 /* Evicts victim's copy on p to make room and waits for it to leave. A dirty
@@ -961,7 +1070,7 @@ int vmm_swap_make_space(struct vmm *v, uint32_t idx, int p)
 			struct vmm_pool *pool = &v->pl[p].pool;
 			uint64_t need =
 			    vmm_pool_round(pool, p == P_HOST(v) ? o->bytes : o->dev_bytes);
-			if (pool->size - pool->used >= need) {
+			if (vmm_pool_avail(pool) >= need) {
 				/* enough bytes, no hole: evict the cheapest window */
 				struct window_arg wa = {v, p, nearest_use(v, p)};
 				int n = vmm_pool_window(pool, need, window_cost, &wa, v->owners,

@@ -158,7 +158,83 @@ void vmm_close(struct vmm *v)
 	free(v->trace);
 	free(v->cand);
 	free(v->owners);
+	free(v->host_grain_on);
+	free(v->host_grain_off);
 	free(v);
+}
+
+static uint64_t round_up(uint64_t x, uint64_t unit)
+{
+	return (x + unit - 1) / unit * unit;
+}
+
+/* The host pool's grains (cfg.host_grow), over its reservation of pool bytes
+ * rounded up to the commit unit: from each end of the pool (long-lived
+ * objects fill it from the top, the rest from the bottom) the first grain is
+ * grow / 16 and each next one twice the one before, up to grow; the two
+ * sequences meet in the middle. So a small run pins 2 x 16 MiB with the
+ * default 256M instead of 2 x 256 MiB, and a large one pins 256 MiB at a
+ * time after 4 smaller grains at each end. Boundaries are multiples of the
+ * commit unit and of the pool's alignment (a fence cuts the pool there).
+ * grow 0: one grain, the whole pool. */
+static int host_grains(struct vmm *v, uint64_t pool, uint64_t cg, uint64_t align, uint64_t grow)
+{
+	uint64_t unit = cg > align ? cg : align; /* both powers of two */
+	uint64_t r = round_up(pool, cg), mid = r / 2 / unit * unit;
+	uint64_t g = grow ? round_up(grow, unit) : r, first = round_up(g / 16, unit);
+	int ends = grow && mid && first < mid; /* else one grain, or two halves */
+	char a[32], b[32];
+	v->host_reserved = r;
+	/* boundaries: 0, the bottom's below mid, mid, the top's above it, r */
+	uint64_t n = 2 + (grow && mid);
+	for (int pass = 0; pass < 2; pass++) {
+		uint64_t *off = v->host_grain_off, k = 0, at, sz;
+		if (pass)
+			off[k++] = 0;
+		for (at = first, sz = first; ends && at < mid; at += sz) { /* from the bottom */
+			if (pass)
+				off[k] = at;
+			k++;
+			sz = 2 * sz < g ? 2 * sz : g;
+			if (mid - at <= sz)
+				break;
+		}
+		uint64_t top = k + (grow && mid);
+		if (pass && grow && mid)
+			off[k] = mid;
+		k += grow && mid;
+		for (at = r - first, sz = first; ends && at > mid; at -= sz) { /* from the top */
+			if (pass)
+				off[k] = at;
+			k++;
+			sz = 2 * sz < g ? 2 * sz : g;
+			if (at - mid <= sz)
+				break;
+		}
+		if (!pass) {
+			n = k + 2; /* boundaries */
+			if (n - 1 > (1u << 24))
+				return sp_error(-EINVAL,
+				                "vmm: SPILL_HOST_GROW %s makes %" PRIu64
+				                " grains of the host pool of %s: at most 16777216",
+				                sp_format_size(g, a, sizeof(a)), n - 1,
+				                sp_format_size(pool, b, sizeof(b)));
+			v->host_grain_off = malloc(n * sizeof(*v->host_grain_off));
+			v->host_grain_on = calloc(n - 1, 1);
+			if (!v->host_grain_off || !v->host_grain_on)
+				return sp_error(-ENOMEM,
+				                "vmm: metadata for %" PRIu64 " host grains", n - 1);
+			continue;
+		}
+		for (uint64_t i = top, j = k - 1; i < j && j > 0; i++, j--) { /* top down */
+			uint64_t t = off[i];
+			off[i] = off[j];
+			off[j] = t;
+		}
+		off[k++] = r;
+		v->host_ngrains = (uint32_t)(k - 1);
+	}
+	return 0;
 }
 
 int vmm_open(struct dev_ctx *ctx, const struct vmm_config *cfg, struct vmm **out)
@@ -242,11 +318,42 @@ int vmm_open(struct dev_ctx *ctx, const struct vmm_config *cfg, struct vmm **out
 				align *= 2;
 		}
 		uint64_t hb = cfg->host_mem & ~(uint64_t)(align - 1);
-		SP_CHECK_GOTO(vmm_pool_init(&h->pool, hb, align, max_blocks), rc, fail);
+		uint32_t fence_nodes = 0;
+		if (!cfg->host_fallback && hb) { /* reserved now, pinned in grains */
+			SP_CHECK_GOTO(host_grains(v, hb, dev_host_commit_granularity(ctx), align,
+			                          cfg->host_grow),
+			              rc, fail);
+			fence_nodes = 2 * v->host_ngrains + 2; /* a failed commit fences the rest */
+		}
+		SP_CHECK_GOTO(vmm_pool_init(&h->pool, hb, align, max_blocks + fence_nodes), rc,
+		              fail);
 		if (cfg->host_fallback && hb)
 			SP_CHECK_GOTO(dev_va_reserve(ctx, DEV_HOST, hb, &h->base), rc, fail);
 		else
-			SP_CHECK_GOTO(dev_host_alloc(ctx, hb, &h->base), rc, fail);
+			SP_CHECK_GOTO(dev_host_reserve(ctx, hb, &h->base), rc, fail);
+		if (v->host_grain_off) {
+			uint64_t pinned = dev_host_committed(ctx, h->base);
+			if (pinned < v->host_reserved && !cfg->host_grow &&
+			    (rc = dev_host_commit(ctx, h->base, 0, v->host_reserved)) < 0) {
+				char c[32], msg[SP_ERROR_MSG_MAX];
+				snprintf(msg, sizeof(msg), "%s", sp_last_error());
+				rc = sp_error(
+				    rc,
+				    "vmm: pinning the host pool of %s at open failed "
+				    "(SPILL_HOST_MEM %s, SPILL_HOST_GROW 0: all at once; "
+				    "%s pinned): %s",
+				    sp_format_size(v->host_reserved, a, sizeof(a)),
+				    sp_format_size(cfg->host_mem, b, sizeof(b)),
+				    sp_format_size(dev_host_committed(ctx, h->base), c, sizeof(c)),
+				    msg);
+				goto fail;
+			}
+			/* a backend that cannot grow pinned it whole at the reserve */
+			pinned = dev_host_committed(ctx, h->base);
+			if (pinned >= v->host_reserved)
+				memset(v->host_grain_on, 1, v->host_ngrains);
+			sp_count_add(&v->st.host_committed, (int64_t)pinned);
+		}
 		if (v->ndev == 0) /* host-only vmm: fences still need a stream */
 			rc = -EINVAL;
 	}
@@ -301,7 +408,8 @@ int vmm_obj_create(struct vmm *v, const struct vmm_obj_desc *desc, uint64_t *out
 	             desc->flags);
 	pthread_mutex_lock(&v->lock);
 	int stable = !!(desc->flags & VMM_OBJ_STABLE);
-	uint64_t host_cap = v->pl[P_HOST(v)].pool.size;
+	/* what the host pool can hold (less any part that could not be pinned) */
+	uint64_t host_cap = v->pl[P_HOST(v)].pool.size - v->pl[P_HOST(v)].pool.fenced;
 	if (stable && (desc->home < 0 || desc->home >= v->ndev)) {
 		rc = sp_error(-EINVAL, "vmm: stable object '%s': home device %d is not in 0..%d",
 		              desc->name ? desc->name : "?", desc->home, v->ndev - 1);
@@ -1096,7 +1204,7 @@ int vmm_place_usage(struct vmm *v, int place, uint64_t *used, uint64_t *capacity
 		*capacity = s.capacity;
 	} else if (p == P_HOST(v)) {
 		*used = v->pl[p].pool.used;
-		*capacity = v->pl[p].pool.size;
+		*capacity = v->pl[p].pool.size - v->pl[p].pool.fenced;
 	} else {
 		*used = v->pl[p].pool.used + v->pl[p].stable_used;
 		*capacity = v->pl[p].pool.size + v->pl[p].stable_cap;

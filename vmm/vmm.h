@@ -92,7 +92,16 @@ struct vmm_config {
 	int ndevices;        /* devices of the context to use, 0 = all */
 	uint64_t device_mem; /* vmm budget per device, 0 = 90% of its capacity */
 	uint64_t stable_mem; /* part of device_mem for VMM_OBJ_STABLE objects */
-	uint64_t host_mem;   /* pinned host pool bytes (must be > 0) */
+	uint64_t host_mem;   /* pinned host pool bytes (must be > 0): the capacity */
+	uint64_t host_grow;  /* the pool is reserved at open and pinned in grains of this
+	                        many bytes (rounded up to dev_host_commit_granularity), each
+	                        the first time the pool hands out space in it; 0 = pin it
+	                        all at open. Placement, eviction and every transfer are the
+	                        same either way. A grain that cannot be pinned (the OS or
+	                        driver is out of pinned memory) is a warning naming the
+	                        sizes, and the pool holds what is pinned from then on
+	                        (copies that do not fit go to disk). Not with host_fallback
+	                        (its host copies are chunks of their own). */
 	int use_disk;        /* 1: open the disk tier with cfg.disk */
 	struct vmm_disk_config disk;
 	enum vmm_policy policy;
@@ -316,6 +325,7 @@ int vmm_trace_write(struct vmm *v, FILE *f) SP_MUST_CHECK;
 #define VMM_STATS(X)                                                                    \
 	X(COUNT, device_bytes, "bytes of device copies (all devices)")                  \
 	X(COUNT, host_bytes, "bytes in the pinned host pool")                           \
+	X(COUNT, host_committed, "host pool bytes pinned (grains, host chunks)")        \
 	X(COUNT, disk_bytes, "bytes of disk extents")                                   \
 	X(COUNT, objects, "live objects")                                               \
 	X(COUNT, pinned, "acquired copies")                                             \
@@ -337,6 +347,7 @@ int vmm_trace_write(struct vmm *v, FILE *f) SP_MUST_CHECK;
 	X(COUNTER, waits, "blocking waits on one transfer's event or ticket")           \
 	X(COUNTER, fence_waits, "blocking waits on a caller's done event")              \
 	X(COUNTER, ordered_reuses, "device space reused in stream order, no wait")      \
+	X(COUNTER, host_commit_fails, "host pool grains that could not be pinned")      \
 	X(COUNTER, host_fallbacks, "stable objects given their host copy at their address")
 SP_STATS_DECLARE(vmm_stats, VMM_STATS)
 

@@ -7,9 +7,11 @@
  * of every kind and memset with their contents, stream order, events across
  * streams (a wait really waits; query, sync and times agree; a re-record
  * does not release a wait queued before it), peer copies,
- * host callbacks, the copied-bytes counters, and bad arguments; and closing a
- * context with live mappings (conformance_close: every mapping is unmapped
- * whole, with no warning).
+ * host callbacks, the copied-bytes counters, bad arguments, growing pinned
+ * host regions (commits, overlapping commits, copies and CPU writes across
+ * the boundary of two commits, bad calls); and closing a context with live
+ * mappings and a region with commits (conformance_close: every mapping is
+ * unmapped whole, with no warning).
  * The model backend has no data: contents are not checked there, times are.
  * Header-only; a test includes it once.
  */
@@ -21,6 +23,7 @@
 
 #include "common/log.h"
 
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -271,6 +274,53 @@ static void cf_copies(struct dev_ctx *ctx, struct dev_stream *s, int data)
 	CHECK_OK(dev_mem_free(ctx, 0, d0a));
 	CHECK_OK(dev_host_free(ctx, h2));
 	CHECK_OK(dev_host_free(ctx, h1));
+}
+
+/* A growing pinned host region: nothing pinned at the reserve (unless the
+ * backend can only pin it whole), commits of whole units, an overlapping
+ * commit that adds only the gap, and a copy in and out of the device across
+ * the boundary between two commits. */
+static void cf_host_grow(struct dev_ctx *ctx, struct dev_stream *s, int data)
+{
+	size_t cg = dev_host_commit_granularity(ctx);
+	CHECK(cg >= 4096 && !(cg & (cg - 1)));
+	void *r, *d, *h;
+	CHECK(dev_host_reserve(ctx, 0, &r) == -EINVAL);
+	CHECK_OK(dev_host_reserve(ctx, 8 * cg + 1, &r)); /* rounded up: 9 units */
+	uint64_t c0 = dev_host_committed(ctx, r);
+	int whole = c0 == 9 * cg;
+	CHECK_MSG(c0 == 0 || whole, "%" PRIu64 " bytes pinned at the reserve", c0);
+	CHECK_OK(dev_host_commit(ctx, r, cg, 2 * cg));
+	CHECK(dev_host_committed(ctx, r) == (whole ? 9 * cg : 2 * cg));
+	CHECK_OK(dev_host_commit(ctx, r, 2 * cg, 3 * cg)); /* [cg, 3cg) is there already */
+	CHECK(dev_host_committed(ctx, r) == (whole ? 9 * cg : 4 * cg));
+	CHECK_OK(dev_host_commit(ctx, r, cg, 4 * cg)); /* all there: nothing to do */
+	CHECK(dev_host_committed(ctx, r) == (whole ? 9 * cg : 4 * cg));
+	/* bad calls */
+	CHECK(dev_host_commit(ctx, r, cg / 2, cg) == -EINVAL);
+	CHECK(dev_host_commit(ctx, r, cg, cg + 1) == -EINVAL);
+	CHECK(dev_host_commit(ctx, r, 8 * cg, 2 * cg) == -EINVAL); /* beyond */
+	CHECK(dev_host_commit(ctx, (char *)r + cg, 0, cg) == -EINVAL);
+	CHECK_OK(dev_host_alloc(ctx, cg, &h));
+	CHECK(dev_host_commit(ctx, h, 0, cg) == -EINVAL); /* not a region */
+	CHECK(dev_host_committed(ctx, h) == 0);
+	/* [2.5 cg, 3.5 cg) spans the two commits: to the device and back */
+	char *across = (char *)r + 2 * cg + cg / 2, *back = (char *)r + cg;
+	CHECK_OK(dev_mem_alloc(ctx, 0, cg, &d));
+	if (data) {
+		cf_pattern(across, cg, 23);
+		memset(back, 0, cg);
+	}
+	CHECK_OK(dev_memcpy_async(s, d, 0, across, DEV_HOST, cg));
+	CHECK_OK(dev_memcpy_async(s, back, DEV_HOST, d, 0, cg));
+	CHECK_OK(dev_stream_sync(s));
+	if (data)
+		CHECK_MSG(cf_pattern_ok(back, cg, 23), "a copy across two commits lost bytes");
+	CHECK_OK(dev_mem_free(ctx, 0, d));
+	CHECK_OK(dev_host_free(ctx, h));
+	CHECK_OK(dev_host_free(ctx, r));
+	CHECK(dev_host_free(ctx, r) == -EINVAL);
+	CHECK(dev_host_committed(ctx, r) == 0);
 }
 
 /* Stream A: a slow host callback stores a flag, then records E. Stream B waits
@@ -586,6 +636,7 @@ static void conformance_run(struct dev_ctx *ctx, int data, int real_time)
 	CHECK(dev_stream_create(ctx, dev_count(ctx), &s) == -EINVAL);
 	cf_map(ctx, s, data);
 	cf_copies(ctx, s, data);
+	cf_host_grow(ctx, s, data);
 	cf_callbacks(ctx, s);
 	CHECK_OK(dev_stream_destroy(s));
 	cf_events(ctx, data, real_time);
@@ -595,8 +646,9 @@ static void conformance_run(struct dev_ctx *ctx, int data, int real_time)
 }
 
 /* Closes ctx with mappings left in place: one of two granules and one of a
- * granule right after it. dev_close must unmap each whole (cuMemUnmap refuses
- * part of a mapping) and so print no warning. */
+ * granule right after it, and a growing host region with two commits.
+ * dev_close must unmap each whole (cuMemUnmap refuses part of a mapping), undo
+ * the commits and free the region, and so print no warning. */
 static void conformance_close(struct dev_ctx *ctx)
 {
 	struct dev_info in;
@@ -609,6 +661,11 @@ static void conformance_close(struct dev_ctx *ctx)
 	CHECK_OK(dev_phys_create(ctx, 0, g, &b));
 	CHECK_OK(dev_va_map(ctx, va, 2 * g, a, 0));
 	CHECK_OK(dev_va_map(ctx, (char *)va + 2 * g, g, b, 0));
+	void *r; /* a growing host region with two commits */
+	size_t cg = dev_host_commit_granularity(ctx);
+	CHECK_OK(dev_host_reserve(ctx, 4 * cg, &r));
+	CHECK_OK(dev_host_commit(ctx, r, 0, cg));
+	CHECK_OK(dev_host_commit(ctx, r, 2 * cg, 2 * cg));
 	FILE *log = tmpfile();
 	CHECK(log);
 	int level = sp_log_level_now;

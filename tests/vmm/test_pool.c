@@ -1,7 +1,9 @@
 /* tests/vmm/test_pool.c — the range allocator: best fit from either end,
  * coalescing, no overlap under random alloc/free (each allocation checked to
  * take the smallest hole that holds it), and the fragmentation window (the cheapest
- * run of free and evictable blocks that opens a hole large enough). */
+ * run of free and evictable blocks that opens a hole large enough), and fences
+ * (space taken out for good: never handed out, never merged, a barrier to
+ * windows). */
 #include "tests/test.h"
 #include "vmm/internal.h"
 
@@ -16,7 +18,7 @@ static double cost_all(void *arg, uint32_t owner)
 
 static void check_tiling(const struct vmm_pool *p)
 {
-	uint64_t off = 0, used = 0;
+	uint64_t off = 0, used = 0, fenced = 0;
 	int prev_free = 0;
 	for (int32_t b = p->head; b >= 0; b = p->blocks[b].next) {
 		const struct vmm_pool_block *B = &p->blocks[b];
@@ -27,12 +29,52 @@ static void check_tiling(const struct vmm_pool *p)
 		CHECK_MSG(!(is_free && prev_free), "two adjacent free blocks at %llu",
 		          (unsigned long long)off);
 		prev_free = is_free;
-		if (!is_free)
+		if (B->owner == VMM_POOL_FENCED)
+			fenced += B->size;
+		else if (!is_free)
 			used += B->size;
 		off += B->size;
 	}
 	CHECK(off == p->size);
 	CHECK(used == p->used);
+	CHECK(fenced == p->fenced);
+}
+
+/* Space fenced out (the host pool cut to what could be pinned): never handed
+ * out, never merged with a free neighbour, a barrier to windows; only free
+ * space can be fenced. */
+static void test_fence(void)
+{
+	struct vmm_pool p;
+	int32_t a, b, c;
+	int pinned[8] = {0};
+	uint32_t owners[8];
+	CHECK_OK(vmm_pool_init(&p, 8192, 256, 64));
+	CHECK_OK(vmm_pool_alloc(&p, 1024, 1, &a));        /* [0, 1K) */
+	CHECK_OK(vmm_pool_alloc_end(&p, 1024, 2, 1, &b)); /* [7K, 8K) */
+	CHECK(vmm_pool_fence(&p, 512, 1024) == -EINVAL);  /* not free */
+	CHECK(vmm_pool_fence(&p, 2048, 6144) == -EINVAL); /* beyond the free block */
+	CHECK_OK(vmm_pool_fence(&p, 3072, 2048));         /* [3K, 5K) in the middle */
+	check_tiling(&p);
+	CHECK(p.fenced == 2048 && vmm_pool_avail(&p) == 4096);
+	CHECK(vmm_pool_largest_free(&p) == 2048);
+	CHECK(vmm_pool_alloc(&p, 3072, 3, &c) == -ENOMEM); /* 4K free, in two holes */
+	/* 4K only across the fence: no window; 3K beside it, evicting one */
+	CHECK(vmm_pool_window(&p, 4096, cost_all, pinned, owners, 8) == -1);
+	CHECK(vmm_pool_window(&p, 3072, cost_all, pinned, owners, 8) == 1);
+	CHECK_OK(vmm_pool_alloc(&p, 2048, 3, &c));
+	CHECK(p.blocks[c].off < 3072 || p.blocks[c].off >= 5120);
+	vmm_pool_free(&p, a, 0);
+	vmm_pool_free(&p, c, 0);
+	vmm_pool_free(&p, b, 0);
+	check_tiling(&p); /* free on both sides of the fence, not merged into it */
+	CHECK(p.used == 0 && p.fenced == 2048 && vmm_pool_largest_free(&p) == 3072);
+	CHECK(vmm_pool_alloc(&p, 4096, 4, &a) == -ENOMEM);
+	CHECK_OK(vmm_pool_fence(&p, 0, 3072)); /* a whole free block */
+	CHECK_OK(vmm_pool_fence(&p, 5120, 3072));
+	check_tiling(&p);
+	CHECK(vmm_pool_avail(&p) == 0 && vmm_pool_alloc(&p, 1, 5, &a) == -ENOMEM);
+	vmm_pool_fini(&p);
 }
 
 int main(void)
@@ -148,5 +190,6 @@ int main(void)
 	}
 	check_tiling(&p);
 	vmm_pool_fini(&p);
+	test_fence();
 	TEST_PASS();
 }
