@@ -1015,7 +1015,8 @@ static void end_prefetch(struct shim_op *op, struct op_state *st, CUresult drive
 		if (a)
 			next[n++] = a;
 	}
-	shim_base_prefetch(next, n, effective_stream(op), d->ops);
+	/* marked with the next operation's number, which then does not prefetch them again */
+	shim_base_prefetch(next, n, effective_stream(op), d->ops + 1);
 }
 
 /* After the operation, for each device e whose allocations it touched: the
