@@ -416,39 +416,25 @@ static void dev_opened(struct shim_dev *d)
 	}
 }
 
-/* dev_init for a baseline mode (mode.c): the first device only, no vmm; the
+/* dev_open_in for a baseline mode (mode.c): no vmm; the balloon, and the
  * recorder for uvm-prefetch. */
 static int base_init(struct shim_dev *d)
 {
-	pthread_mutex_lock(&shim.lock);
-	int taken = shim.base != NULL;
-	if (!taken)
-		shim.base = d; /* mode.c works on shim.base */
-	pthread_mutex_unlock(&shim.lock);
-	if (taken)
-		return sp_error(-ENODEV, "shim: mode %s manages one device (device %d is not it)",
-		                shim_mode_name(shim.mode), (int)d->device);
-	SP_CHECK(shim_base_init());
+	SP_CHECK(shim_base_init(d));
 	d->rec = shim_rec_new(shim.mode == SHIM_MODE_UVM_PREFETCH);
 	if (!d->rec)
 		return sp_error(-ENOMEM, "shim: out of memory");
 	dev_opened(d);
 	char a[32];
-	SP_INFO(SHIM, "mode %s (SPILL_SHIM_MODE), device memory budget %s (SPILL_DEVICE_MEM)",
-	        shim_mode_name(shim.mode), sp_format_size(d->budget, a, sizeof(a)));
+	SP_INFO(SHIM,
+	        "device %d: mode %s (SPILL_SHIM_MODE), device memory budget %s (SPILL_DEVICE_MEM)",
+	        d->idx, shim_mode_name(shim.mode), sp_format_size(d->budget, a, sizeof(a)));
 	return 0;
 }
 
-/* Opens d's vmm in the program's current context (on d's device), at its
- * first allocation. Under d's lock. Returns 0, or -errno (d's allocations
- * then pass through). */
-static int dev_init(struct shim_dev *d, CUcontext ctx)
+/* dev_init's work, with ctx current. */
+static int dev_open_in(struct shim_dev *d, CUcontext ctx)
 {
-	if (d->ready)
-		return 0;
-	if (d->failed)
-		return -ENODEV;
-	d->failed = 1;
 	d->ctx = ctx;
 	d->device = d->idx;
 	size_t free_b = 0, total_b = 0;
@@ -497,6 +483,38 @@ static int dev_init(struct shim_dev *d, CUcontext ctx)
 	        (int)d->device, sp_format_size(d->budget, a, sizeof(a)), in.name,
 	        shim.params.shim_policy);
 	return 0;
+}
+
+int shim_ctx_push(CUcontext ctx)
+{
+	CUcontext cur = NULL;
+	if (!ctx || (shim_real.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx))
+		return 0;
+	return shim_real.cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS;
+}
+
+void shim_ctx_pop(int pushed)
+{
+	CUcontext c;
+	if (pushed && shim_real.cuCtxPopCurrent_v2(&c) != CUDA_SUCCESS)
+		SP_WARN(SHIM, "cuCtxPopCurrent failed");
+}
+
+/* Opens d in ctx (a context on d's device; made current for the while), at
+ * its first allocation or chunk: its vmm in spill mode, its baseline state
+ * otherwise. Under d's lock. Returns 0, or -errno (d's allocations then pass
+ * through). */
+static int dev_init(struct shim_dev *d, CUcontext ctx)
+{
+	if (d->ready)
+		return 0;
+	if (d->failed)
+		return -ENODEV;
+	d->failed = 1;
+	int pushed = shim_ctx_push(ctx);
+	int rc = dev_open_in(d, ctx);
+	shim_ctx_pop(pushed);
+	return rc;
 }
 
 /* The calling thread's device, or NULL with *ctx NULL when it has no context. */
@@ -896,11 +914,14 @@ static CUresult begin_locked(struct shim_op *op, struct op_state *st)
 {
 	CUstream s = effective_stream(op);
 	uint64_t sig = mix(0, op->fn ? (uint64_t)(uintptr_t)op->fn : st->k);
-	if (shim.mode != SHIM_MODE_SPILL) { /* uvm-prefetch: its allocations, before it */
+	if (shim.mode != SHIM_MODE_SPILL) {
+		/* uvm-prefetch: its allocations, before it, to its device (once the
+		 * shim manages that device) */
 		for (int i = 0; i < st->n; i++)
 			sig = mix(sig, st->a[i]->base);
 		st->sig = sig;
-		shim_base_prefetch(st->a, st->n, s, shim.base->ops);
+		if (st->cur)
+			shim_base_prefetch(st->cur, st->a, st->n, s, st->cur->ops);
 		return CUDA_SUCCESS;
 	}
 	st->misses = st->h2d = st->disk2h = 0;
@@ -1000,10 +1021,12 @@ CUresult shim_op_begin(struct shim_op *op)
 	return r;
 }
 
-/* uvm-prefetch, after a launch: the recorder's next allocations, on its stream. */
-static void end_prefetch(struct shim_op *op, struct op_state *st, CUresult driver_result)
+/* uvm-prefetch, after a launch on d: d's recorder sees the launch, and the
+ * next allocations it predicts (among the devices locked) go to d on the
+ * launch's stream. */
+static void end_prefetch(struct shim_dev *d, struct shim_op *op, struct op_state *st,
+                         CUresult driver_result)
 {
-	struct shim_dev *d = shim.base;
 	uint64_t pre[8];
 	int npre = 0;
 	if (driver_result == CUDA_SUCCESS && st->n)
@@ -1011,16 +1034,17 @@ static void end_prefetch(struct shim_op *op, struct op_state *st, CUresult drive
 	struct shim_alloc *next[8];
 	int n = 0;
 	for (int i = 0; i < npre; i++) {
-		struct shim_alloc *a = find_in(d, (CUdeviceptr)pre[i]);
+		struct shim_alloc *a = find((CUdeviceptr)pre[i]);
 		if (a)
 			next[n++] = a;
 	}
 	/* marked with the next operation's number, which then does not prefetch them again */
-	shim_base_prefetch(next, n, effective_stream(op), d->ops + 1);
+	shim_base_prefetch(d, next, n, effective_stream(op), d->ops + 1);
 }
 
-/* After the operation, for each device e whose allocations it touched: the
- * recorder of e sees e's part of it and prefetches e's next ones. */
+/* After the operation, for each device e locked: its count, the stream that
+ * used its allocations; in spill mode the recorder of e sees e's part of it
+ * and prefetches e's next ones. */
 static void end_dev(struct shim_dev *e, struct op_state *st, CUresult driver_result)
 {
 	struct shim_alloc *mine[SHIM_MAX_TOUCH];
@@ -1038,6 +1062,8 @@ static void end_dev(struct shim_dev *e, struct op_state *st, CUresult driver_res
 		e->peer_used = 1;
 		e->peer_ops++;
 	}
+	if (shim.mode != SHIM_MODE_SPILL)
+		return;
 	uint64_t pre[8];
 	int npre = 0;
 	if (driver_result == CUDA_SUCCESS)
@@ -1084,15 +1110,10 @@ void shim_op_end(struct shim_op *op, CUresult driver_result)
 		shim.nlaunch++;
 	}
 	pthread_mutex_unlock(&shim.lock);
-	if (shim.mode != SHIM_MODE_SPILL) {
-		if (st->n)
-			note_stream(shim.base, st->stream);
-		end_prefetch(op, st, driver_result);
-		shim.base->ops++;
-	} else {
-		for (unsigned x = set; x; x &= x - 1)
-			end_dev(&shim.dev[__builtin_ctz(x)], st, driver_result);
-	}
+	if (shim.mode != SHIM_MODE_SPILL && st->cur)
+		end_prefetch(st->cur, op, st, driver_result); /* before its ops count moves */
+	for (unsigned x = set; x; x &= x - 1)
+		end_dev(&shim.dev[__builtin_ctz(x)], st, driver_result);
 	shim_dev_unlock_set(set);
 }
 
@@ -1203,7 +1224,7 @@ CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, const char *api)
 	struct shim_alloc *a = NULL;
 	CUresult r;
 	if (shim.mode != SHIM_MODE_SPILL)
-		r = shim_base_alloc(dptr, bytes, api, 0, NULL, NULL, 0);
+		r = shim_base_alloc(d, dptr, bytes, api, 0, NULL, NULL, 0);
 	else if ((r = shim_alloc_create(d, bytes, api, &a)) == CUDA_SUCCESS)
 		*dptr = a->base;
 	shim_dev_unlock(d);
@@ -1383,7 +1404,7 @@ CUresult shim_mem_get_info(size_t *free_b, size_t *total_b)
 	if (d && dev_ready(d)) {
 		shim_dev_lock(d);
 		if (shim.mode != SHIM_MODE_SPILL) {
-			shim_base_get_info(free_b, total_b);
+			shim_base_get_info(d, free_b, total_b);
 		} else {
 			/* the budget is the device the program sees; what the vmm holds is used */
 			uint64_t used = 0, cap = 0;
