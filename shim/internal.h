@@ -47,6 +47,7 @@
 	X(cuCtxPushCurrent_v2)                    \
 	X(cuCtxPopCurrent_v2)                     \
 	X(cuCtxSynchronize)                       \
+	X(cuDevicePrimaryCtxRetain)               \
 	X(cuDeviceTotalMem_v2)                    \
 	X(cuDeviceGetName)                        \
 	X(cuMemAlloc_v2)                          \
@@ -237,10 +238,18 @@ struct shim_dev;
  * at its first use. Returns 0 with *out locked, or -errno and nothing locked
  * (pass through; -EAGAIN: no context yet). */
 int shim_dev_enter(struct shim_dev **out);
+/* Device ord, locked, its vmm opened at its first use: in the calling
+ * thread's context when that is on ord, else in ord's primary context
+ * (retained for good). For a chunk made for a device that may not be the
+ * current one. Returns as shim_dev_enter. */
+int shim_dev_enter_at(int ord, struct shim_dev **out);
 /* Makes ctx current in the calling thread unless it is; returns 1 when it
  * pushed it, for shim_ctx_pop. */
 int shim_ctx_push(CUcontext ctx);
 void shim_ctx_pop(int pushed);
+/* Under d's lock: waits for the work queued that may use d's memory (d's
+ * context, or every device's once another device's stream used it). */
+void shim_dev_sync(struct shim_dev *d);
 /* Device locks, taken in ascending order and before shim.lock; the calling
  * thread's held set is what shim_alloc_find searches. */
 void shim_dev_lock(struct shim_dev *d);
@@ -335,8 +344,9 @@ void shim_base_json(FILE *f, const struct shim_dev *d);
 
 /* ---- vmmap.c: chunks the program maps itself (cuMemCreate, cuMemMap) ---- */
 
-/* The wrappers' work: each takes the lock; handles and ranges the shim did
- * not make go to the driver. */
+/* The wrappers' work, from any thread and context: each takes the lock of
+ * the chunk's device (unmap and set access: every device's); handles and
+ * ranges the shim did not make go to the driver. */
 CUresult shim_chunk_create(CUmemGenericAllocationHandle *h, size_t size,
                            const CUmemAllocationProp *prop, unsigned long long flags);
 CUresult shim_chunk_release(CUmemGenericAllocationHandle h);
@@ -354,11 +364,12 @@ CUresult shim_chunk_multicast(CUmemGenericAllocationHandle mc, size_t mc_off,
                               unsigned long long flags);
 CUresult shim_chunk_multicast_addr(CUmemGenericAllocationHandle mc, size_t mc_off, CUdeviceptr ptr,
                                    size_t size, unsigned long long flags);
-/* Under the lock: a chunk entry resident for an operation (its bytes back
- * unless overwrite; room made first). Returns 0 or -errno. */
+/* Under a's device's lock: a chunk entry resident for an operation (its bytes
+ * back unless overwrite; room made first in that device's budget; the moves
+ * in its context). Returns 0 or -errno. */
 int shim_chunk_hold(struct shim_alloc *a, struct shim_alloc *const *keep, int nkeep, int overwrite);
-/* Under the lock: copies a released chunk out to the vmm and unmaps it.
- * Returns 0, -EBUSY (held, pinned, evicted) or -errno. */
+/* Under a's device's lock: copies a released chunk out to that device's vmm
+ * and unmaps it. Returns 0, -EBUSY (held, pinned, evicted) or -errno. */
 int shim_chunk_evict(struct shim_alloc *a);
 int shim_chunk_resident(const struct shim_alloc *a);
 
@@ -470,9 +481,8 @@ struct shim_state {
 	enum shim_mode mode; /* set before ready */
 	struct sp_params params;
 	struct shim_dev dev[SHIM_MAX_DEV];
-	struct shim_dev *
-	    base; /* the first device opened (the chunks' device; its trace lanes carry no device name) */
-	int ndev; /* devices opened (atomic) */
+	struct shim_dev *base; /* the first device opened (its trace lanes carry no device name) */
+	int ndev;              /* devices opened (atomic) */
 	uint64_t nseq;
 	/* freed ranges, to refuse operations on them */
 	struct {

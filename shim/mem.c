@@ -564,6 +564,14 @@ static void sync_all(void)
 			ctx_sync(&shim.dev[i]);
 }
 
+void shim_dev_sync(struct shim_dev *d)
+{
+	if (d->peer_used)
+		sync_all();
+	else
+		ctx_sync(d);
+}
+
 /* One event after every use so far of d's allocations about to be released:
  * the streams used since the last batch joined on d's stream. NULL when the
  * devices had to be synchronized instead. */
@@ -1119,7 +1127,8 @@ void shim_op_end(struct shim_op *op, CUresult driver_result)
 
 /* ---- allocation API ------------------------------------------------------------- */
 
-int shim_dev_enter(struct shim_dev **out)
+/* shim_dev_enter and shim_dev_enter_at: ord < 0 is the current device. */
+static int enter(int ord, struct shim_dev **out)
 {
 	pthread_mutex_lock(&shim.lock);
 	int rc = load();
@@ -1128,9 +1137,27 @@ int shim_dev_enter(struct shim_dev **out)
 	struct shim_dev *d = rc == 0 ? current_dev(&ctx) : NULL;
 	if (rc == 0 && !d)
 		rc = ctx ? sp_error(-ENODEV, "shim: no device for the current context") : -EAGAIN;
+	int cur = d ? d->idx : -1; /* ctx's device */
+	if (rc == 0 && ord >= 0 && cur != ord) {
+		d = NULL;
+		if (ord >= SHIM_MAX_DEV)
+			rc = sp_error(-ENODEV, "shim: device %d is beyond the %d the shim manages",
+			              ord, SHIM_MAX_DEV);
+		else
+			d = &shim.dev[ord];
+	}
 	if (d) {
 		shim_dev_lock(d);
-		rc = dev_init(d, ctx);
+		if (d->idx != cur && !dev_ready(d) && !d->failed) {
+			/* not the calling thread's device, not open yet: its primary context */
+			CUcontext pctx = NULL;
+			if (!shim_real.cuDevicePrimaryCtxRetain ||
+			    shim_real.cuDevicePrimaryCtxRetain(&pctx, d->idx) != CUDA_SUCCESS)
+				pctx = NULL;
+			ctx = pctx;
+		}
+		rc = ctx ? dev_init(d, ctx)
+		         : sp_error(-ENODEV, "shim: no context on device %d", d->idx);
 		if (rc < 0) {
 			static int warned[SHIM_MAX_DEV];
 			if (!__atomic_fetch_add(&warned[d->idx], 1, __ATOMIC_RELAXED))
@@ -1146,6 +1173,16 @@ int shim_dev_enter(struct shim_dev **out)
 	if (rc == 0)
 		*out = d;
 	return rc;
+}
+
+int shim_dev_enter(struct shim_dev **out)
+{
+	return enter(-1, out);
+}
+
+int shim_dev_enter_at(int ord, struct shim_dev **out)
+{
+	return enter(ord < 0 ? SHIM_MAX_DEV : ord, out);
 }
 
 /* Under d's lock: into d's table (with shim.lock), its range no longer freed. */

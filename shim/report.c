@@ -189,6 +189,11 @@ static void print_locked(FILE *f)
 			        d->idx, sp_format_size(x.budget, b[0], 32), x.ops, x.peer_ops,
 			        x.live, sp_format_size(x.moved[0], b[1], 32),
 			        sp_format_size(x.moved[1], b[2], 32), x.batch_releases);
+			if (x.nchunks_made)
+				fprintf(f,
+				        ", %" PRIu64 " chunks the program mapped itself (%" PRIu64
+				        " evictions, %" PRIu64 " restores)",
+				        x.nchunks_made, x.chunk_evictions, x.chunk_restores);
 			fputc('\n', f);
 		}
 	}
