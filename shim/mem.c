@@ -1083,11 +1083,17 @@ static void end_dev(struct shim_dev *e, struct op_state *st, CUresult driver_res
 		    (vmm_obj_where(e->vmm, a->obj) & 1u))
 			continue;
 		uint64_t used = 0, cap = 0;
-		if (!released && vmm_place_usage(e->vmm, 0, &used, &cap) == 0 &&
-		    used + a->bytes > cap) {
+		if (vmm_place_usage(e->vmm, 0, &used, &cap) == 0 &&
+		    used + e->ext_bytes + a->bytes > cap) {
+			/* the vmm evicts for a prefetch within its own capacity: beside
+			 * memory it does not see (chunks, pass-through pools) that
+			 * would overrun the budget, so no prefetch there */
+			if (e->ext_bytes)
+				continue;
 			/* the prefetch may evict only what is needed after it: let it
 			 * choose among everything, held or not */
-			release_batch(e, NULL, 0);
+			if (!released)
+				release_batch(e, NULL, 0);
 			released = 1;
 		}
 		if (vmm_prefetch(e->vmm, a->obj, 0) < 0)
