@@ -268,6 +268,10 @@ CUresult shim_alloc_create(struct shim_dev *d, size_t bytes, const char *api,
 struct shim_alloc *shim_alloc_find(CUdeviceptr p);
 /* 1 when p is in a range freed lately (a double free, a use after free). */
 int shim_alloc_freed(CUdeviceptr p);
+/* [base, base+bytes) was handed out again by the driver, to memory that
+ * passes through (the driver reuses the addresses the shim freed): no
+ * longer a freed range. Takes shim.lock. */
+void shim_alloc_reused(CUdeviceptr base, size_t bytes);
 /* Out of the table, its range counted as freed; a held copy is released
  * after done (NULL: every use has completed). */
 void shim_alloc_retire(struct shim_alloc *a, struct dev_event *done);

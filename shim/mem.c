@@ -1261,9 +1261,14 @@ CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, const char *api)
 	if (!bytes)
 		return CUDA_ERROR_INVALID_VALUE; /* as the driver */
 	struct shim_dev *d = NULL;
-	if (shim_dev_enter(&d) < 0)
-		return shim_real.cuMemAlloc_v2 ? shim_real.cuMemAlloc_v2(dptr, bytes)
-		                               : CUDA_ERROR_NOT_INITIALIZED;
+	if (shim_dev_enter(&d) < 0) {
+		if (!shim_real.cuMemAlloc_v2)
+			return CUDA_ERROR_NOT_INITIALIZED;
+		CUresult r = shim_real.cuMemAlloc_v2(dptr, bytes);
+		if (r == CUDA_SUCCESS)
+			shim_alloc_reused(*dptr, bytes);
+		return r;
+	}
 	struct shim_alloc *a = NULL;
 	CUresult r;
 	if (shim.mode != SHIM_MODE_SPILL)
@@ -1309,6 +1314,14 @@ struct shim_alloc *shim_alloc_next(struct shim_dev *d, CUdeviceptr p)
 	if (i && p - d->allocs[i - 1]->base < d->allocs[i - 1]->bytes)
 		return d->allocs[i - 1];
 	return i < d->nallocs ? d->allocs[i] : NULL;
+}
+
+void shim_alloc_reused(CUdeviceptr base, size_t bytes)
+{
+	pthread_mutex_lock(&shim.lock);
+	if (shim.ngrave)
+		grave_clear(base, bytes);
+	pthread_mutex_unlock(&shim.lock);
 }
 
 int shim_alloc_freed(CUdeviceptr p)

@@ -222,6 +222,8 @@ CUresult shim_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, in
 			ext_add(d, *dptr, bytes);
 			shim_dev_unlock(d);
 		}
+		if (r == CUDA_SUCCESS)
+			shim_alloc_reused(*dptr, bytes);
 		return r;
 	}
 	if (shim.mode != SHIM_MODE_SPILL) { /* a baseline's (mode.c) */

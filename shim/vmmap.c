@@ -392,8 +392,12 @@ CUresult shim_chunk_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGeneri
                         unsigned long long flags)
 {
 	struct shim_chunk *c = chunk_lock(h);
-	if (!c)
-		return shim_real.cuMemMap(ptr, size, offset, h, flags);
+	if (!c) {
+		CUresult r = shim_real.cuMemMap(ptr, size, offset, h, flags);
+		if (r == CUDA_SUCCESS)
+			shim_alloc_reused(ptr, size); /* the driver's chunk, where the shim's was */
+		return r;
+	}
 	struct shim_dev *d = c->dev;
 	CUresult r = CUDA_SUCCESS;
 	if (c->maps || offset || size != c->bytes)
