@@ -47,6 +47,7 @@
 	X(cuCtxPushCurrent_v2)                    \
 	X(cuCtxPopCurrent_v2)                     \
 	X(cuCtxSynchronize)                       \
+	X(cuDevicePrimaryCtxRetain)               \
 	X(cuDeviceTotalMem_v2)                    \
 	X(cuDeviceGetName)                        \
 	X(cuMemAlloc_v2)                          \
@@ -237,6 +238,18 @@ struct shim_dev;
  * at its first use. Returns 0 with *out locked, or -errno and nothing locked
  * (pass through; -EAGAIN: no context yet). */
 int shim_dev_enter(struct shim_dev **out);
+/* Device ord, locked, its vmm opened at its first use: in the calling
+ * thread's context when that is on ord, else in ord's primary context
+ * (retained for good). For a chunk made for a device that may not be the
+ * current one. Returns as shim_dev_enter. */
+int shim_dev_enter_at(int ord, struct shim_dev **out);
+/* Makes ctx current in the calling thread unless it is; returns 1 when it
+ * pushed it, for shim_ctx_pop. */
+int shim_ctx_push(CUcontext ctx);
+void shim_ctx_pop(int pushed);
+/* Under d's lock: waits for the work queued that may use d's memory (d's
+ * context, or every device's once another device's stream used it). */
+void shim_dev_sync(struct shim_dev *d);
 /* Device locks, taken in ascending order and before shim.lock; the calling
  * thread's held set is what shim_alloc_find searches. */
 void shim_dev_lock(struct shim_dev *d);
@@ -255,6 +268,10 @@ CUresult shim_alloc_create(struct shim_dev *d, size_t bytes, const char *api,
 struct shim_alloc *shim_alloc_find(CUdeviceptr p);
 /* 1 when p is in a range freed lately (a double free, a use after free). */
 int shim_alloc_freed(CUdeviceptr p);
+/* [base, base+bytes) was handed out again by the driver, to memory that
+ * passes through (the driver reuses the addresses the shim freed): no
+ * longer a freed range. Takes shim.lock. */
+void shim_alloc_reused(CUdeviceptr base, size_t bytes);
 /* Out of the table, its range counted as freed; a held copy is released
  * after done (NULL: every use has completed). */
 void shim_alloc_retire(struct shim_alloc *a, struct dev_event *done);
@@ -305,29 +322,35 @@ void shim_pool_forget_external(CUdeviceptr p);
  * message naming SPILL_SHIM_MODE and the accepted values. */
 int shim_mode_parse(const char *s, enum shim_mode *out);
 const char *shim_mode_name(enum shim_mode m);
-/* Under the lock, from mm_init (params and budget set): the uvm modes hold
- * the device beyond the budget with one allocation of their own (a balloon),
- * so the driver oversubscribes at the budget. Returns 0 or -errno. */
-int shim_base_init(void);
-/* Under the lock: an allocation of a baseline mode (async: stream-ordered;
- * pool NULL: the current device's). Returns CUDA_SUCCESS or the driver's error. */
-CUresult shim_base_alloc(CUdeviceptr *dptr, size_t bytes, const char *api, int async,
-                         CUmemoryPool pool, CUstream s, int ptds);
-/* Under the lock: frees a baseline allocation now (async 0) or once the work
- * queued on s so far is done (async 1, cuMemFreeAsync). */
+/* Under d's lock, from d's init in d's context (params and budget set): the
+ * uvm modes hold d beyond its budget with one allocation of their own (a
+ * balloon), so the driver oversubscribes at the budget. Returns 0 or -errno. */
+int shim_base_init(struct shim_dev *d);
+/* Under d's lock, d's context current: an allocation of a baseline mode on d
+ * (async: stream-ordered; pool NULL: the current device's). Returns
+ * CUDA_SUCCESS or the driver's error. */
+CUresult shim_base_alloc(struct shim_dev *d, CUdeviceptr *dptr, size_t bytes, const char *api,
+                         int async, CUmemoryPool pool, CUstream s, int ptds);
+/* Under a's device's lock: frees a baseline allocation now (async 0) or once
+ * the work queued on s so far is done (async 1, cuMemFreeAsync). */
 CUresult shim_base_free(struct shim_alloc *a, int async, CUstream s, int ptds);
-/* Under the lock (uvm-prefetch): prefetches allocations to the device on s. */
-void shim_base_prefetch(struct shim_alloc *const *a, int n, CUstream s, uint64_t op);
-/* Under the lock: cuMemGetInfo as the program sees it in a baseline mode. */
-void shim_base_get_info(size_t *free_b, size_t *total_b);
-/* Under the lock: the report's lines and JSON fields of a baseline mode. */
+/* Under the locks of d and of every a[i]'s device (uvm-prefetch): prefetches
+ * the managed ones to d on s, for d's operation op (each at most once per op). */
+void shim_base_prefetch(struct shim_dev *d, struct shim_alloc *const *a, int n, CUstream s,
+                        uint64_t op);
+/* Under d's lock: cuMemGetInfo on d as the program sees it in a baseline mode. */
+void shim_base_get_info(struct shim_dev *d, size_t *free_b, size_t *total_b);
+/* With every device's lock: the report's lines of a baseline mode (totals,
+ * then one line per device when there are several) and its JSON fields, of
+ * device d or (NULL) added up over the devices. */
 void shim_base_report(FILE *f);
-void shim_base_json(FILE *f);
+void shim_base_json(FILE *f, const struct shim_dev *d);
 
 /* ---- vmmap.c: chunks the program maps itself (cuMemCreate, cuMemMap) ---- */
 
-/* The wrappers' work: each takes the lock; handles and ranges the shim did
- * not make go to the driver. */
+/* The wrappers' work, from any thread and context: each takes the lock of
+ * the chunk's device (unmap and set access: every device's); handles and
+ * ranges the shim did not make go to the driver. */
 CUresult shim_chunk_create(CUmemGenericAllocationHandle *h, size_t size,
                            const CUmemAllocationProp *prop, unsigned long long flags);
 CUresult shim_chunk_release(CUmemGenericAllocationHandle h);
@@ -345,11 +368,12 @@ CUresult shim_chunk_multicast(CUmemGenericAllocationHandle mc, size_t mc_off,
                               unsigned long long flags);
 CUresult shim_chunk_multicast_addr(CUmemGenericAllocationHandle mc, size_t mc_off, CUdeviceptr ptr,
                                    size_t size, unsigned long long flags);
-/* Under the lock: a chunk entry resident for an operation (its bytes back
- * unless overwrite; room made first). Returns 0 or -errno. */
+/* Under a's device's lock: a chunk entry resident for an operation (its bytes
+ * back unless overwrite; room made first in that device's budget; the moves
+ * in its context). Returns 0 or -errno. */
 int shim_chunk_hold(struct shim_alloc *a, struct shim_alloc *const *keep, int nkeep, int overwrite);
-/* Under the lock: copies a released chunk out to the vmm and unmaps it.
- * Returns 0, -EBUSY (held, pinned, evicted) or -errno. */
+/* Under a's device's lock: copies a released chunk out to that device's vmm
+ * and unmaps it. Returns 0, -EBUSY (held, pinned, evicted) or -errno. */
 int shim_chunk_evict(struct shim_alloc *a);
 int shim_chunk_resident(const struct shim_alloc *a);
 
@@ -391,13 +415,14 @@ struct shim_alloc {
 	uint64_t obj; /* vmm object */
 	uint64_t seq; /* allocation number, for names */
 	enum shim_backing backing;
-	uint64_t prefetched_op;   /* uvm-prefetch: the operation it was last prefetched for */
-	void *host;               /* SHIM_BACK_HOST: the host address (cuMemFreeHost) */
-	struct shim_chunk *chunk; /* SHIM_BACK_CHUNK: the program's chunk */
-	int held;                 /* acquired on the device (the shim releases in batches) */
-	int pinned;               /* never released (captured, exported, ...) */
-	struct dev_event *ready;  /* the acquire's event, until it is known complete */
-	CUstream ready_waited;    /* the stream that already waits for it (if waited) */
+	struct shim_dev *prefetched_to; /* uvm-prefetch: the device it was last prefetched to */
+	uint64_t prefetched_op;         /* and that device's operation it was for */
+	void *host;                     /* SHIM_BACK_HOST: the host address (cuMemFreeHost) */
+	struct shim_chunk *chunk;       /* SHIM_BACK_CHUNK: the program's chunk */
+	int held;                       /* acquired on the device (the shim releases in batches) */
+	int pinned;                     /* never released (captured, exported, ...) */
+	struct dev_event *ready;        /* the acquire's event, until it is known complete */
+	CUstream ready_waited;          /* the stream that already waits for it (if waited) */
 	int waited;
 	uint32_t first_k;                  /* kstat of the first operation that used it, or -1 */
 	uint64_t h2d, d2h, h2disk, disk2h; /* bytes moved, filled in at free */
@@ -460,7 +485,7 @@ struct shim_state {
 	enum shim_mode mode; /* set before ready */
 	struct sp_params params;
 	struct shim_dev dev[SHIM_MAX_DEV];
-	struct shim_dev *base; /* the first device opened (the baselines' and chunks' device) */
+	struct shim_dev *base; /* the first device opened (its trace lanes carry no device name) */
 	int ndev;              /* devices opened (atomic) */
 	uint64_t nseq;
 	/* freed ranges, to refuse operations on them */

@@ -416,39 +416,25 @@ static void dev_opened(struct shim_dev *d)
 	}
 }
 
-/* dev_init for a baseline mode (mode.c): the first device only, no vmm; the
+/* dev_open_in for a baseline mode (mode.c): no vmm; the balloon, and the
  * recorder for uvm-prefetch. */
 static int base_init(struct shim_dev *d)
 {
-	pthread_mutex_lock(&shim.lock);
-	int taken = shim.base != NULL;
-	if (!taken)
-		shim.base = d; /* mode.c works on shim.base */
-	pthread_mutex_unlock(&shim.lock);
-	if (taken)
-		return sp_error(-ENODEV, "shim: mode %s manages one device (device %d is not it)",
-		                shim_mode_name(shim.mode), (int)d->device);
-	SP_CHECK(shim_base_init());
+	SP_CHECK(shim_base_init(d));
 	d->rec = shim_rec_new(shim.mode == SHIM_MODE_UVM_PREFETCH);
 	if (!d->rec)
 		return sp_error(-ENOMEM, "shim: out of memory");
 	dev_opened(d);
 	char a[32];
-	SP_INFO(SHIM, "mode %s (SPILL_SHIM_MODE), device memory budget %s (SPILL_DEVICE_MEM)",
-	        shim_mode_name(shim.mode), sp_format_size(d->budget, a, sizeof(a)));
+	SP_INFO(SHIM,
+	        "device %d: mode %s (SPILL_SHIM_MODE), device memory budget %s (SPILL_DEVICE_MEM)",
+	        d->idx, shim_mode_name(shim.mode), sp_format_size(d->budget, a, sizeof(a)));
 	return 0;
 }
 
-/* Opens d's vmm in the program's current context (on d's device), at its
- * first allocation. Under d's lock. Returns 0, or -errno (d's allocations
- * then pass through). */
-static int dev_init(struct shim_dev *d, CUcontext ctx)
+/* dev_init's work, with ctx current. */
+static int dev_open_in(struct shim_dev *d, CUcontext ctx)
 {
-	if (d->ready)
-		return 0;
-	if (d->failed)
-		return -ENODEV;
-	d->failed = 1;
 	d->ctx = ctx;
 	d->device = d->idx;
 	size_t free_b = 0, total_b = 0;
@@ -499,6 +485,38 @@ static int dev_init(struct shim_dev *d, CUcontext ctx)
 	return 0;
 }
 
+int shim_ctx_push(CUcontext ctx)
+{
+	CUcontext cur = NULL;
+	if (!ctx || (shim_real.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx))
+		return 0;
+	return shim_real.cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS;
+}
+
+void shim_ctx_pop(int pushed)
+{
+	CUcontext c;
+	if (pushed && shim_real.cuCtxPopCurrent_v2(&c) != CUDA_SUCCESS)
+		SP_WARN(SHIM, "cuCtxPopCurrent failed");
+}
+
+/* Opens d in ctx (a context on d's device; made current for the while), at
+ * its first allocation or chunk: its vmm in spill mode, its baseline state
+ * otherwise. Under d's lock. Returns 0, or -errno (d's allocations then pass
+ * through). */
+static int dev_init(struct shim_dev *d, CUcontext ctx)
+{
+	if (d->ready)
+		return 0;
+	if (d->failed)
+		return -ENODEV;
+	d->failed = 1;
+	int pushed = shim_ctx_push(ctx);
+	int rc = dev_open_in(d, ctx);
+	shim_ctx_pop(pushed);
+	return rc;
+}
+
 /* The calling thread's device, or NULL with *ctx NULL when it has no context. */
 static struct shim_dev *current_dev(CUcontext *ctx)
 {
@@ -544,6 +562,14 @@ static void sync_all(void)
 	for (int i = 0; i < SHIM_MAX_DEV; i++)
 		if (dev_ready(&shim.dev[i]) && shim.dev[i].ctx)
 			ctx_sync(&shim.dev[i]);
+}
+
+void shim_dev_sync(struct shim_dev *d)
+{
+	if (d->peer_used)
+		sync_all();
+	else
+		ctx_sync(d);
 }
 
 /* One event after every use so far of d's allocations about to be released:
@@ -896,11 +922,14 @@ static CUresult begin_locked(struct shim_op *op, struct op_state *st)
 {
 	CUstream s = effective_stream(op);
 	uint64_t sig = mix(0, op->fn ? (uint64_t)(uintptr_t)op->fn : st->k);
-	if (shim.mode != SHIM_MODE_SPILL) { /* uvm-prefetch: its allocations, before it */
+	if (shim.mode != SHIM_MODE_SPILL) {
+		/* uvm-prefetch: its allocations, before it, to its device (once the
+		 * shim manages that device) */
 		for (int i = 0; i < st->n; i++)
 			sig = mix(sig, st->a[i]->base);
 		st->sig = sig;
-		shim_base_prefetch(st->a, st->n, s, shim.base->ops);
+		if (st->cur)
+			shim_base_prefetch(st->cur, st->a, st->n, s, st->cur->ops);
 		return CUDA_SUCCESS;
 	}
 	st->misses = st->h2d = st->disk2h = 0;
@@ -1000,10 +1029,12 @@ CUresult shim_op_begin(struct shim_op *op)
 	return r;
 }
 
-/* uvm-prefetch, after a launch: the recorder's next allocations, on its stream. */
-static void end_prefetch(struct shim_op *op, struct op_state *st, CUresult driver_result)
+/* uvm-prefetch, after a launch on d: d's recorder sees the launch, and the
+ * next allocations it predicts (among the devices locked) go to d on the
+ * launch's stream. */
+static void end_prefetch(struct shim_dev *d, struct shim_op *op, struct op_state *st,
+                         CUresult driver_result)
 {
-	struct shim_dev *d = shim.base;
 	uint64_t pre[8];
 	int npre = 0;
 	if (driver_result == CUDA_SUCCESS && st->n)
@@ -1011,15 +1042,17 @@ static void end_prefetch(struct shim_op *op, struct op_state *st, CUresult drive
 	struct shim_alloc *next[8];
 	int n = 0;
 	for (int i = 0; i < npre; i++) {
-		struct shim_alloc *a = find_in(d, (CUdeviceptr)pre[i]);
+		struct shim_alloc *a = find((CUdeviceptr)pre[i]);
 		if (a)
 			next[n++] = a;
 	}
-	shim_base_prefetch(next, n, effective_stream(op), d->ops);
+	/* marked with the next operation's number, which then does not prefetch them again */
+	shim_base_prefetch(d, next, n, effective_stream(op), d->ops + 1);
 }
 
-/* After the operation, for each device e whose allocations it touched: the
- * recorder of e sees e's part of it and prefetches e's next ones. */
+/* After the operation, for each device e locked: its count, the stream that
+ * used its allocations; in spill mode the recorder of e sees e's part of it
+ * and prefetches e's next ones. */
 static void end_dev(struct shim_dev *e, struct op_state *st, CUresult driver_result)
 {
 	struct shim_alloc *mine[SHIM_MAX_TOUCH];
@@ -1037,6 +1070,8 @@ static void end_dev(struct shim_dev *e, struct op_state *st, CUresult driver_res
 		e->peer_used = 1;
 		e->peer_ops++;
 	}
+	if (shim.mode != SHIM_MODE_SPILL)
+		return;
 	uint64_t pre[8];
 	int npre = 0;
 	if (driver_result == CUDA_SUCCESS)
@@ -1048,11 +1083,17 @@ static void end_dev(struct shim_dev *e, struct op_state *st, CUresult driver_res
 		    (vmm_obj_where(e->vmm, a->obj) & 1u))
 			continue;
 		uint64_t used = 0, cap = 0;
-		if (!released && vmm_place_usage(e->vmm, 0, &used, &cap) == 0 &&
-		    used + a->bytes > cap) {
+		if (vmm_place_usage(e->vmm, 0, &used, &cap) == 0 &&
+		    used + e->ext_bytes + a->bytes > cap) {
+			/* the vmm evicts for a prefetch within its own capacity: beside
+			 * memory it does not see (chunks, pass-through pools) that
+			 * would overrun the budget, so no prefetch there */
+			if (e->ext_bytes)
+				continue;
 			/* the prefetch may evict only what is needed after it: let it
 			 * choose among everything, held or not */
-			release_batch(e, NULL, 0);
+			if (!released)
+				release_batch(e, NULL, 0);
 			released = 1;
 		}
 		if (vmm_prefetch(e->vmm, a->obj, 0) < 0)
@@ -1083,21 +1124,17 @@ void shim_op_end(struct shim_op *op, CUresult driver_result)
 		shim.nlaunch++;
 	}
 	pthread_mutex_unlock(&shim.lock);
-	if (shim.mode != SHIM_MODE_SPILL) {
-		if (st->n)
-			note_stream(shim.base, st->stream);
-		end_prefetch(op, st, driver_result);
-		shim.base->ops++;
-	} else {
-		for (unsigned x = set; x; x &= x - 1)
-			end_dev(&shim.dev[__builtin_ctz(x)], st, driver_result);
-	}
+	if (shim.mode != SHIM_MODE_SPILL && st->cur)
+		end_prefetch(st->cur, op, st, driver_result); /* before its ops count moves */
+	for (unsigned x = set; x; x &= x - 1)
+		end_dev(&shim.dev[__builtin_ctz(x)], st, driver_result);
 	shim_dev_unlock_set(set);
 }
 
 /* ---- allocation API ------------------------------------------------------------- */
 
-int shim_dev_enter(struct shim_dev **out)
+/* shim_dev_enter and shim_dev_enter_at: ord < 0 is the current device. */
+static int enter(int ord, struct shim_dev **out)
 {
 	pthread_mutex_lock(&shim.lock);
 	int rc = load();
@@ -1106,9 +1143,27 @@ int shim_dev_enter(struct shim_dev **out)
 	struct shim_dev *d = rc == 0 ? current_dev(&ctx) : NULL;
 	if (rc == 0 && !d)
 		rc = ctx ? sp_error(-ENODEV, "shim: no device for the current context") : -EAGAIN;
+	int cur = d ? d->idx : -1; /* ctx's device */
+	if (rc == 0 && ord >= 0 && cur != ord) {
+		d = NULL;
+		if (ord >= SHIM_MAX_DEV)
+			rc = sp_error(-ENODEV, "shim: device %d is beyond the %d the shim manages",
+			              ord, SHIM_MAX_DEV);
+		else
+			d = &shim.dev[ord];
+	}
 	if (d) {
 		shim_dev_lock(d);
-		rc = dev_init(d, ctx);
+		if (d->idx != cur && !dev_ready(d) && !d->failed) {
+			/* not the calling thread's device, not open yet: its primary context */
+			CUcontext pctx = NULL;
+			if (!shim_real.cuDevicePrimaryCtxRetain ||
+			    shim_real.cuDevicePrimaryCtxRetain(&pctx, d->idx) != CUDA_SUCCESS)
+				pctx = NULL;
+			ctx = pctx;
+		}
+		rc = ctx ? dev_init(d, ctx)
+		         : sp_error(-ENODEV, "shim: no context on device %d", d->idx);
 		if (rc < 0) {
 			static int warned[SHIM_MAX_DEV];
 			if (!__atomic_fetch_add(&warned[d->idx], 1, __ATOMIC_RELAXED))
@@ -1124,6 +1179,16 @@ int shim_dev_enter(struct shim_dev **out)
 	if (rc == 0)
 		*out = d;
 	return rc;
+}
+
+int shim_dev_enter(struct shim_dev **out)
+{
+	return enter(-1, out);
+}
+
+int shim_dev_enter_at(int ord, struct shim_dev **out)
+{
+	return enter(ord < 0 ? SHIM_MAX_DEV : ord, out);
 }
 
 /* Under d's lock: into d's table (with shim.lock), its range no longer freed. */
@@ -1196,13 +1261,18 @@ CUresult shim_mem_alloc(CUdeviceptr *dptr, size_t bytes, const char *api)
 	if (!bytes)
 		return CUDA_ERROR_INVALID_VALUE; /* as the driver */
 	struct shim_dev *d = NULL;
-	if (shim_dev_enter(&d) < 0)
-		return shim_real.cuMemAlloc_v2 ? shim_real.cuMemAlloc_v2(dptr, bytes)
-		                               : CUDA_ERROR_NOT_INITIALIZED;
+	if (shim_dev_enter(&d) < 0) {
+		if (!shim_real.cuMemAlloc_v2)
+			return CUDA_ERROR_NOT_INITIALIZED;
+		CUresult r = shim_real.cuMemAlloc_v2(dptr, bytes);
+		if (r == CUDA_SUCCESS)
+			shim_alloc_reused(*dptr, bytes);
+		return r;
+	}
 	struct shim_alloc *a = NULL;
 	CUresult r;
 	if (shim.mode != SHIM_MODE_SPILL)
-		r = shim_base_alloc(dptr, bytes, api, 0, NULL, NULL, 0);
+		r = shim_base_alloc(d, dptr, bytes, api, 0, NULL, NULL, 0);
 	else if ((r = shim_alloc_create(d, bytes, api, &a)) == CUDA_SUCCESS)
 		*dptr = a->base;
 	shim_dev_unlock(d);
@@ -1244,6 +1314,14 @@ struct shim_alloc *shim_alloc_next(struct shim_dev *d, CUdeviceptr p)
 	if (i && p - d->allocs[i - 1]->base < d->allocs[i - 1]->bytes)
 		return d->allocs[i - 1];
 	return i < d->nallocs ? d->allocs[i] : NULL;
+}
+
+void shim_alloc_reused(CUdeviceptr base, size_t bytes)
+{
+	pthread_mutex_lock(&shim.lock);
+	if (shim.ngrave)
+		grave_clear(base, bytes);
+	pthread_mutex_unlock(&shim.lock);
 }
 
 int shim_alloc_freed(CUdeviceptr p)
@@ -1382,7 +1460,7 @@ CUresult shim_mem_get_info(size_t *free_b, size_t *total_b)
 	if (d && dev_ready(d)) {
 		shim_dev_lock(d);
 		if (shim.mode != SHIM_MODE_SPILL) {
-			shim_base_get_info(free_b, total_b);
+			shim_base_get_info(d, free_b, total_b);
 		} else {
 			/* the budget is the device the program sees; what the vmm holds is used */
 			uint64_t used = 0, cap = 0;

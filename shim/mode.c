@@ -16,9 +16,12 @@
  * the budget as the shim does. Allocations live in mem.c's table, so launches
  * are scanned and a use after free refused as in spill mode; their memory is
  * the driver's. A free is the driver's free; cuMemFreeAsync frees once the
- * work queued before it is done (an event, polled at the next allocation).
- * The baselines manage the first device the program allocates on (shim.base);
- * other devices pass through. Everything here runs under its lock.
+ * work queued before it is done (an event, polled at the device's next
+ * allocation).
+ * Every device the program uses gets its own state here (struct base_dev: the
+ * balloon, the bytes per backing, the pending frees, the prefetches made to
+ * it), kept under that device's lock; an allocation belongs to the device
+ * current when it was made, and a prefetch goes to the device of the launch.
  */
 #include "shim/internal.h"
 
@@ -44,15 +47,23 @@ struct pending {
 	CUevent ev;
 };
 
-static struct {
+/* One device's baseline state, under its lock (shim.dev[i] is bdev[i]'s). */
+struct base_dev {
 	CUdeviceptr balloon;
 	size_t balloon_bytes;
-	/* bytes now and at peak, per backing */
+	/* bytes now and at peak, per backing, of the allocations made on it */
 	uint64_t cur[SHIM_BACK_HOST + 1], peak[SHIM_BACK_HOST + 1], count[SHIM_BACK_HOST + 1];
+	/* prefetches to it (launches on it) */
 	uint64_t prefetches, prefetch_bytes, prefetch_errors;
-	struct pending *pend;
+	struct pending *pend; /* frees of its allocations waiting for their stream */
 	size_t npend, cap_pend;
-} base;
+};
+static struct base_dev bdev[SHIM_MAX_DEV];
+
+static struct base_dev *bd_of(const struct shim_dev *d)
+{
+	return &bdev[d->idx];
+}
 
 int shim_mode_parse(const char *s, enum shim_mode *out)
 {
@@ -80,8 +91,9 @@ static int uvm(void)
 	return shim.mode == SHIM_MODE_UVM || shim.mode == SHIM_MODE_UVM_PREFETCH;
 }
 
-int shim_base_init(void)
+int shim_base_init(struct shim_dev *d)
 {
+	struct base_dev *b = bd_of(d);
 	if (uvm() && !shim_real.cuMemAllocManaged)
 		return sp_error(-ENOTSUP, "SPILL_SHIM_MODE=%s: the driver has no cuMemAllocManaged",
 		                shim_mode_name(shim.mode));
@@ -95,35 +107,37 @@ int shim_base_init(void)
 		        "(CUDA < 12.2): nothing is prefetched");
 	if (!uvm() || !shim.params.device_mem)
 		return 0;
-	/* the driver's oversubscription at the budget: hold the rest */
+	/* the driver's oversubscription at the budget: hold the rest (the
+	 * caller made d's context current) */
 	size_t free_b = 0, total_b = 0;
 	if (shim_real.cuMemGetInfo_v2(&free_b, &total_b) != CUDA_SUCCESS)
 		return sp_error(-ENODEV, "shim: cuMemGetInfo failed");
-	if (free_b <= shim.base->budget + BALLOON_GRAIN)
+	if (free_b <= d->budget + BALLOON_GRAIN)
 		return 0;
-	size_t want = (free_b - shim.base->budget) / BALLOON_GRAIN * BALLOON_GRAIN;
-	CUresult r = shim_real.cuMemAlloc_v2(&base.balloon, want);
+	size_t want = (free_b - d->budget) / BALLOON_GRAIN * BALLOON_GRAIN;
+	CUresult r = shim_real.cuMemAlloc_v2(&b->balloon, want);
 	if (r != CUDA_SUCCESS) {
 		SP_WARN(SHIM,
-		        "SPILL_SHIM_MODE=%s: cannot hold the device beyond the budget (%d): the "
+		        "SPILL_SHIM_MODE=%s: cannot hold device %d beyond the budget (%d): the "
 		        "driver oversubscribes at the device's size",
-		        shim_mode_name(shim.mode), (int)r);
-		base.balloon = 0;
+		        shim_mode_name(shim.mode), d->idx, (int)r);
+		b->balloon = 0;
 		return 0;
 	}
-	base.balloon_bytes = want;
+	b->balloon_bytes = want;
 	return 0;
 }
 
-static void account(enum shim_backing b, size_t bytes, int add)
+static void account(struct shim_dev *d, enum shim_backing k, size_t bytes, int add)
 {
+	struct base_dev *b = bd_of(d);
 	if (add) {
-		base.cur[b] += bytes;
-		base.count[b]++;
-		if (base.cur[b] > base.peak[b])
-			base.peak[b] = base.cur[b];
+		b->cur[k] += bytes;
+		b->count[k]++;
+		if (b->cur[k] > b->peak[k])
+			b->peak[k] = b->cur[k];
 	} else {
-		base.cur[b] -= bytes;
+		b->cur[k] -= bytes;
 	}
 }
 
@@ -138,33 +152,35 @@ static void free_now(struct shim_alloc *a)
 	if (r != CUDA_SUCCESS)
 		SP_WARN(SHIM, "freeing allocation %" PRIu64 " (%#llx): driver error %d", a->seq,
 		        (unsigned long long)a->base, (int)r);
-	account(a->backing, a->bytes, 0);
+	account(a->dev, a->backing, a->bytes, 0);
 	shim_alloc_bury(a);
 }
 
-/* Frees the pending allocations whose stream passed the free (all: wait). */
-static void reap(int all)
+/* Frees d's pending allocations whose stream passed the free (all: wait). */
+static void reap(struct shim_dev *d, int all)
 {
+	struct base_dev *bd = bd_of(d);
 	size_t k = 0;
-	for (size_t i = 0; i < base.npend; i++) {
-		struct pending *p = &base.pend[i];
+	for (size_t i = 0; i < bd->npend; i++) {
+		struct pending *p = &bd->pend[i];
 		CUresult q =
 		    all ? shim_real.cuEventSynchronize(p->ev) : shim_real.cuEventQuery(p->ev);
 		if (q == CUDA_ERROR_NOT_READY) {
-			base.pend[k++] = *p;
+			bd->pend[k++] = *p;
 			continue;
 		}
 		if (shim_real.cuEventDestroy_v2(p->ev) != CUDA_SUCCESS)
 			SP_TRACE(SHIM, "destroying a free's event failed");
 		free_now(p->a);
 	}
-	base.npend = k;
+	bd->npend = k;
 }
 
-CUresult shim_base_alloc(CUdeviceptr *dptr, size_t bytes, const char *api, int async,
-                         CUmemoryPool pool, CUstream s, int ptds)
+CUresult shim_base_alloc(struct shim_dev *d, CUdeviceptr *dptr, size_t bytes, const char *api,
+                         int async, CUmemoryPool pool, CUstream s, int ptds)
 {
-	reap(0);
+	reap(d, 0);
+	struct base_dev *bd = bd_of(d);
 	CUdeviceptr p = 0;
 	void *host = NULL;
 	enum shim_backing b = SHIM_BACK_MANAGED;
@@ -172,10 +188,11 @@ CUresult shim_base_alloc(CUdeviceptr *dptr, size_t bytes, const char *api, int a
 	if (uvm()) {
 		r = shim_real.cuMemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL);
 	} else {
-		/* pass-through pools (exportable) count: they are on the device too */
-		if (base.cur[SHIM_BACK_DEVICE] + base.cur[SHIM_BACK_DEVICE_ASYNC] +
-		        shim.base->ext_bytes + bytes <=
-		    shim.base->budget) {
+		/* pass-through pools (exportable) and the program's chunks count:
+		 * they are on the device too */
+		if (bd->cur[SHIM_BACK_DEVICE] + bd->cur[SHIM_BACK_DEVICE_ASYNC] + d->ext_bytes +
+		        bytes <=
+		    d->budget) {
 			b = async ? SHIM_BACK_DEVICE_ASYNC : SHIM_BACK_DEVICE;
 			if (!async)
 				r = shim_real.cuMemAlloc_v2(&p, bytes);
@@ -200,12 +217,13 @@ CUresult shim_base_alloc(CUdeviceptr *dptr, size_t bytes, const char *api, int a
 	}
 	if (r != CUDA_SUCCESS) {
 		char b1[32];
-		SP_WARN(SHIM, "%s of %s (mode %s): driver error %d", api,
-		        sp_format_size(bytes, b1, sizeof(b1)), shim_mode_name(shim.mode), (int)r);
+		SP_WARN(SHIM, "%s of %s on device %d (mode %s): driver error %d", api,
+		        sp_format_size(bytes, b1, sizeof(b1)), d->idx, shim_mode_name(shim.mode),
+		        (int)r);
 		return r;
 	}
 	struct shim_alloc *a = NULL;
-	r = shim_alloc_insert(shim.base, p, bytes, b, &a);
+	r = shim_alloc_insert(d, p, bytes, b, &a);
 	if (r != CUDA_SUCCESS) {
 		CUresult f =
 		    b == SHIM_BACK_HOST ? shim_real.cuMemFreeHost(host) : shim_real.cuMemFree_v2(p);
@@ -214,13 +232,15 @@ CUresult shim_base_alloc(CUdeviceptr *dptr, size_t bytes, const char *api, int a
 		return r;
 	}
 	a->host = host;
-	account(b, bytes, 1);
+	account(d, b, bytes, 1);
 	*dptr = p;
 	return CUDA_SUCCESS;
 }
 
 CUresult shim_base_free(struct shim_alloc *a, int async, CUstream s, int ptds)
 {
+	struct shim_dev *d = a->dev;
+	struct base_dev *bd = bd_of(d);
 	shim_alloc_untrack(a);
 	if (a->backing == SHIM_BACK_DEVICE_ASYNC && async) {
 		/* the driver's own pool orders it */
@@ -229,26 +249,27 @@ CUresult shim_base_free(struct shim_alloc *a, int async, CUstream s, int ptds)
 		if (r != CUDA_SUCCESS)
 			SP_WARN(SHIM, "cuMemFreeAsync of %#llx: driver error %d",
 			        (unsigned long long)a->base, (int)r);
-		account(a->backing, a->bytes, 0);
+		account(d, a->backing, a->bytes, 0);
 		shim_alloc_bury(a);
 		return r;
 	}
 	if (!async) {
 		free_now(a);
-		reap(0);
+		reap(d, 0);
 		return CUDA_SUCCESS;
 	}
 	CUevent ev = NULL;
-	if (base.npend == base.cap_pend) {
-		size_t cap = base.cap_pend ? 2 * base.cap_pend : 64;
-		struct pending *t = realloc(base.pend, cap * sizeof(*t));
+	if (bd->npend == bd->cap_pend) {
+		size_t cap = bd->cap_pend ? 2 * bd->cap_pend : 64;
+		struct pending *t = realloc(bd->pend, cap * sizeof(*t));
 		if (t) {
-			base.pend = t;
-			base.cap_pend = cap;
+			bd->pend = t;
+			bd->cap_pend = cap;
 		}
 	}
+	/* the event is of the freeing thread's context (its stream's) */
 	CUstream st = !s && ptds ? CU_STREAM_PER_THREAD : s;
-	if (base.npend == base.cap_pend ||
+	if (bd->npend == bd->cap_pend ||
 	    shim_real.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
 	    shim_real.cuEventRecord(ev, st) != CUDA_SUCCESS) {
 		/* no event: wait for the stream, then free */
@@ -260,92 +281,176 @@ CUresult shim_base_free(struct shim_alloc *a, int async, CUstream s, int ptds)
 		free_now(a);
 		return CUDA_SUCCESS;
 	}
-	base.pend[base.npend++] = (struct pending){a, ev};
-	reap(0);
+	bd->pend[bd->npend++] = (struct pending){a, ev};
+	reap(d, 0);
 	return CUDA_SUCCESS;
 }
 
-void shim_base_prefetch(struct shim_alloc *const *a, int n, CUstream s, uint64_t op)
+void shim_base_prefetch(struct shim_dev *d, struct shim_alloc *const *a, int n, CUstream s,
+                        uint64_t op)
 {
 	if (!shim_real.cuMemPrefetchAsync_v2)
 		return;
-	CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = shim.base->device};
+	struct base_dev *bd = bd_of(d);
+	CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = d->device};
 	for (int i = 0; i < n; i++) {
-		if (a[i]->backing != SHIM_BACK_MANAGED || a[i]->prefetched_op == op)
+		if (a[i]->backing != SHIM_BACK_MANAGED ||
+		    (a[i]->prefetched_to == d && a[i]->prefetched_op == op))
 			continue;
+		a[i]->prefetched_to = d;
 		a[i]->prefetched_op = op;
 		CUresult r = shim_real.cuMemPrefetchAsync_v2(a[i]->base, a[i]->bytes, loc, 0, s);
 		if (r != CUDA_SUCCESS) {
-			if (!base.prefetch_errors++)
+			if (!bd->prefetch_errors++)
 				SP_WARN(SHIM,
 				        "cuMemPrefetchAsync of allocation %" PRIu64
-				        ": driver error %d",
-				        a[i]->seq, (int)r);
+				        " to device %d: driver error %d",
+				        a[i]->seq, d->idx, (int)r);
 			continue;
 		}
-		base.prefetches++;
-		base.prefetch_bytes += a[i]->bytes;
+		bd->prefetches++;
+		bd->prefetch_bytes += a[i]->bytes;
 	}
 }
 
-void shim_base_get_info(size_t *free_b, size_t *total_b)
+void shim_base_get_info(struct shim_dev *d, size_t *free_b, size_t *total_b)
 {
 	/* the budget is the device the program sees */
+	struct base_dev *bd = bd_of(d);
 	uint64_t used = shim.mode == SHIM_MODE_HOSTMAP
-	                    ? base.cur[SHIM_BACK_DEVICE] + base.cur[SHIM_BACK_DEVICE_ASYNC]
+	                    ? bd->cur[SHIM_BACK_DEVICE] + bd->cur[SHIM_BACK_DEVICE_ASYNC]
 	                    : 0;
-	used += shim.base->ext_bytes;
-	uint64_t f = shim.base->budget > used ? shim.base->budget - used : 0;
-	*total_b = shim.base->budget;
+	used += d->ext_bytes;
+	uint64_t f = d->budget > used ? d->budget - used : 0;
+	*total_b = d->budget;
 	if (f < *free_b)
 		*free_b = f;
+}
+
+/* ---- the report (every device's lock held) ---------------------------------------- */
+
+/* One device's figures, or every device's added up (peaks: the sum of each
+ * device's own peak). */
+struct base_sum {
+	uint64_t budget, live, chunks, managed_peak, device_peak, device_count, host_peak,
+	    host_count, balloon, prefetches, prefetch_bytes, period;
+};
+
+static void sum_add(struct base_sum *t, const struct shim_dev *d)
+{
+	const struct base_dev *b = bd_of(d);
+	uint64_t period = 0, cycles = 0;
+	if (d->rec)
+		shim_rec_mode(d->rec, &period, &cycles);
+	t->budget += d->budget;
+	t->live += d->nallocs;
+	t->chunks += d->nchunks_made;
+	t->managed_peak += b->peak[SHIM_BACK_MANAGED];
+	t->device_peak += b->peak[SHIM_BACK_DEVICE] + b->peak[SHIM_BACK_DEVICE_ASYNC];
+	t->device_count += b->count[SHIM_BACK_DEVICE] + b->count[SHIM_BACK_DEVICE_ASYNC];
+	t->host_peak += b->peak[SHIM_BACK_HOST];
+	t->host_count += b->count[SHIM_BACK_HOST];
+	t->balloon += b->balloon_bytes;
+	t->prefetches += b->prefetches;
+	t->prefetch_bytes += b->prefetch_bytes;
+	if (period > t->period)
+		t->period = period;
+}
+
+static int dev_is_open(const struct shim_dev *d)
+{
+	return __atomic_load_n(&d->ready, __ATOMIC_ACQUIRE);
 }
 
 void shim_base_report(FILE *f)
 {
 	char b[4][32];
-	uint64_t period = 0, cycles = 0;
-	shim_rec_mode(shim.base->rec, &period, &cycles);
-	fprintf(f, "spill shim: mode %s, budget %s, %" PRIu64 " allocations (%zu live)\n",
-	        shim_mode_name(shim.mode), sp_format_size(shim.base->budget, b[0], 32), shim.nseq,
-	        shim.base->nallocs);
+	struct base_sum t;
+	memset(&t, 0, sizeof(t));
+	int ndev = 0;
+	for (int i = 0; i < SHIM_MAX_DEV; i++)
+		if (dev_is_open(&shim.dev[i])) {
+			sum_add(&t, &shim.dev[i]);
+			ndev++;
+		}
+	fprintf(f, "spill shim: mode %s, budget %s, %" PRIu64 " allocations (%" PRIu64 " live)\n",
+	        shim_mode_name(shim.mode), sp_format_size(t.budget, b[0], 32), shim.nseq, t.live);
 	if (uvm()) {
 		fprintf(f, "spill shim: managed memory %s at peak; %s\n",
-		        sp_format_size(base.peak[SHIM_BACK_MANAGED], b[0], 32),
-		        base.balloon_bytes ? "the driver oversubscribes at the budget (the device "
-		                             "beyond it held by the shim)"
-		                           : "the driver oversubscribes at the device's size");
-		if (base.balloon_bytes)
+		        sp_format_size(t.managed_peak, b[0], 32),
+		        t.balloon ? "the driver oversubscribes at the budget (the device "
+		                    "beyond it held by the shim)"
+		                  : "the driver oversubscribes at the device's size");
+		if (t.balloon)
 			fprintf(f, "spill shim: held beyond the budget: %s\n",
-			        sp_format_size(base.balloon_bytes, b[1], 32));
+			        sp_format_size(t.balloon, b[1], 32));
 	} else {
-		fprintf(
-		    f,
-		    "spill shim: on the device %" PRIu64 " allocations (%s at peak), mapped from "
-		    "pinned host memory %" PRIu64 " (%s at peak)\n",
-		    base.count[SHIM_BACK_DEVICE] + base.count[SHIM_BACK_DEVICE_ASYNC],
-		    sp_format_size(base.peak[SHIM_BACK_DEVICE] + base.peak[SHIM_BACK_DEVICE_ASYNC],
-		                   b[0], 32),
-		    base.count[SHIM_BACK_HOST],
-		    sp_format_size(base.peak[SHIM_BACK_HOST], b[1], 32));
+		fprintf(f,
+		        "spill shim: on the device %" PRIu64 " allocations (%s at peak), mapped "
+		        "from pinned host memory %" PRIu64 " (%s at peak)\n",
+		        t.device_count, sp_format_size(t.device_peak, b[0], 32), t.host_count,
+		        sp_format_size(t.host_peak, b[1], 32));
 	}
 	if (shim.mode == SHIM_MODE_UVM_PREFETCH)
 		fprintf(f,
 		        "spill shim: %" PRIu64 " prefetches of %s to the device (%" PRIu64
 		        " launches; %s)\n",
-		        base.prefetches, sp_format_size(base.prefetch_bytes, b[2], 32),
-		        shim.base->ops,
-		        period ? "ahead by the recorded iteration" : "no repeating iteration seen");
+		        t.prefetches, sp_format_size(t.prefetch_bytes, b[2], 32), shim.ops,
+		        t.period ? "ahead by the recorded iteration"
+		                 : "no repeating iteration seen");
+	if (t.chunks)
+		fprintf(f,
+		        "spill shim: %" PRIu64
+		        " chunks the program mapped itself: on their device, "
+		        "never moved, counted in its budget\n",
+		        t.chunks);
+	if (ndev < 2)
+		return;
+	for (int i = 0; i < SHIM_MAX_DEV; i++) {
+		const struct shim_dev *d = &shim.dev[i];
+		if (!dev_is_open(d))
+			continue;
+		struct base_sum x;
+		memset(&x, 0, sizeof(x));
+		sum_add(&x, d);
+		fprintf(f, "spill shim: device %d: budget %s, %" PRIu64 " live allocations", d->idx,
+		        sp_format_size(x.budget, b[0], 32), x.live);
+		if (uvm())
+			fprintf(f, ", managed %s at peak, held beyond the budget %s",
+			        sp_format_size(x.managed_peak, b[1], 32),
+			        sp_format_size(x.balloon, b[2], 32));
+		else
+			fprintf(f,
+			        ", on the device %" PRIu64
+			        " (%s at peak), mapped from host %" PRIu64 " (%s at peak)",
+			        x.device_count, sp_format_size(x.device_peak, b[1], 32),
+			        x.host_count, sp_format_size(x.host_peak, b[2], 32));
+		if (shim.mode == SHIM_MODE_UVM_PREFETCH)
+			fprintf(f, ", %" PRIu64 " prefetches of %s (%" PRIu64 " operations)",
+			        x.prefetches, sp_format_size(x.prefetch_bytes, b[3], 32), d->ops);
+		fprintf(f, ", %" PRIu64 " chunks\n", x.chunks);
+	}
 }
 
-void shim_base_json(FILE *f)
+static void json_sum(FILE *f, const struct base_sum *t)
 {
 	fprintf(f,
 	        "\"managed_peak\":%" PRIu64 ",\"device_peak\":%" PRIu64 ",\"hostmap_peak\":%" PRIu64
-	        ",\"hostmap_allocations\":%" PRIu64 ",\"balloon\":%zu,\"prefetches\":%" PRIu64
-	        ",\"prefetch_bytes\":%" PRIu64 ",",
-	        base.peak[SHIM_BACK_MANAGED],
-	        base.peak[SHIM_BACK_DEVICE] + base.peak[SHIM_BACK_DEVICE_ASYNC],
-	        base.peak[SHIM_BACK_HOST], base.count[SHIM_BACK_HOST], base.balloon_bytes,
-	        base.prefetches, base.prefetch_bytes);
+	        ",\"hostmap_allocations\":%" PRIu64 ",\"balloon\":%" PRIu64
+	        ",\"prefetches\":%" PRIu64 ",\"prefetch_bytes\":%" PRIu64 ",",
+	        t->managed_peak, t->device_peak, t->host_peak, t->host_count, t->balloon,
+	        t->prefetches, t->prefetch_bytes);
+}
+
+void shim_base_json(FILE *f, const struct shim_dev *d)
+{
+	struct base_sum t;
+	memset(&t, 0, sizeof(t));
+	if (d)
+		sum_add(&t, d);
+	else
+		for (int i = 0; i < SHIM_MAX_DEV; i++)
+			if (dev_is_open(&shim.dev[i]))
+				sum_add(&t, &shim.dev[i]);
+	json_sum(f, &t);
 }

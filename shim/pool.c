@@ -222,11 +222,13 @@ CUresult shim_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, in
 			ext_add(d, *dptr, bytes);
 			shim_dev_unlock(d);
 		}
+		if (r == CUDA_SUCCESS)
+			shim_alloc_reused(*dptr, bytes);
 		return r;
 	}
 	if (shim.mode != SHIM_MODE_SPILL) { /* a baseline's (mode.c) */
 		CUresult r = shim_base_alloc(
-		    dptr, bytes, current ? "cuMemAllocAsync" : "cuMemAllocFromPoolAsync", 1,
+		    d, dptr, bytes, current ? "cuMemAllocAsync" : "cuMemAllocFromPoolAsync", 1,
 		    current ? NULL : pool, s, ptds);
 		shim_dev_unlock(d);
 		return r;

@@ -185,10 +185,16 @@ static void print_locked(FILE *f)
 			fprintf(f,
 			        "spill shim: device %d: budget %s, %" PRIu64 " operations (%" PRIu64
 			        " from other devices), %" PRIu64 " live allocations, moved h2d %s, "
-			        "d2h %s, %" PRIu64 " batch releases\n",
+			        "d2h %s, %" PRIu64 " batch releases",
 			        d->idx, sp_format_size(x.budget, b[0], 32), x.ops, x.peer_ops,
 			        x.live, sp_format_size(x.moved[0], b[1], 32),
 			        sp_format_size(x.moved[1], b[2], 32), x.batch_releases);
+			if (x.nchunks_made)
+				fprintf(f,
+				        ", %" PRIu64 " chunks the program mapped itself (%" PRIu64
+				        " evictions, %" PRIu64 " restores)",
+				        x.nchunks_made, x.chunk_evictions, x.chunk_restores);
+			fputc('\n', f);
 		}
 	}
 	if (t.nchunks_made)
@@ -279,8 +285,11 @@ static void json_dev(FILE *f, const struct dev_sum *x)
 {
 	fprintf(f,
 	        "\"budget\":%" PRIu64 ",\"batch_releases\":%" PRIu64 ",\"host_fallbacks\":%" PRIu64
-	        ",\"period\":%" PRIu64 ",\"repeats\":%" PRIu64 ",\"live\":%" PRIu64,
-	        x->budget, x->batch_releases, x->host_fallbacks, x->period, x->cycles, x->live);
+	        ",\"period\":%" PRIu64 ",\"repeats\":%" PRIu64 ",\"live\":%" PRIu64
+	        ",\"chunks\":%" PRIu64 ",\"chunk_evictions\":%" PRIu64
+	        ",\"chunk_restores\":%" PRIu64 ",\"chunk_h2d\":%" PRIu64 ",\"chunk_d2h\":%" PRIu64,
+	        x->budget, x->batch_releases, x->host_fallbacks, x->period, x->cycles, x->live,
+	        x->nchunks_made, x->chunk_evictions, x->chunk_restores, x->chunk_h2d, x->chunk_d2h);
 }
 
 static int json_locked(FILE *f)
@@ -289,7 +298,7 @@ static int json_locked(FILE *f)
 	struct dev_sum t = total_sum();
 	fprintf(f, "{\"tool\":\"spill-shim\",\"mode\":\"%s\",", shim_mode_name(shim.mode));
 	if (shim.mode != SHIM_MODE_SPILL)
-		shim_base_json(f);
+		shim_base_json(f, NULL);
 	fprintf(f, "\"operations\":%" PRIu64 ",\"allocations\":%" PRIu64 ",", shim.ops, shim.nseq);
 	json_dev(f, &t);
 	fprintf(f,
@@ -308,6 +317,8 @@ static int json_locked(FILE *f)
 		        "%s\n{\"device\":%d,\"operations\":%" PRIu64 ",\"peer_operations\":%" PRIu64
 		        ",",
 		        firstd ? "" : ",", d->idx, x.ops, x.peer_ops);
+		if (shim.mode != SHIM_MODE_SPILL)
+			shim_base_json(f, d);
 		json_dev(f, &x);
 		fprintf(f,
 		        ",\"bytes\":{\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"host2disk\":%" PRIu64

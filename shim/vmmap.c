@@ -10,15 +10,21 @@
  * from the program's range and releases the driver's chunk; restoring it
  * creates a new chunk, maps it at the same address with the program's access
  * and copies the bytes back. While a chunk holds device memory (created,
- * mapped or not) its bytes count in shim.base->ext_bytes, so the budget covers it.
- * A chunk the shim cannot take over is pinned (resident for good, counted),
- * with one log line naming it: created with shareable handle types, exported,
- * mapped twice or in part. Handles the shim did not make (imported ones) pass
- * through, uncounted.
+ * mapped or not) its bytes count in its device's ext_bytes, so that device's
+ * budget covers it. A chunk the shim cannot take over is pinned (resident for
+ * good, counted), with one log line naming it: created with shareable handle
+ * types, exported, mapped twice or in part. In the baseline modes every chunk
+ * is pinned (the driver's memory, never moved) and counted, without a line.
+ * Handles the shim did not make (imported ones, host-located chunks, chunks
+ * made while the calling thread had no context) pass through, uncounted.
+ * A chunk belongs to the device of its location (prop->location.id), whatever
+ * context is current when it is made, mapped, unmapped or released: that
+ * device's vmm holds its bytes while it is evicted, its lock guards it, its
+ * table holds its mapping, and its moves run in that device's context.
  * Chunk moves are synchronous (the device is synchronized first): correct
- * before fast. The shim manages the chunks of the first device it opened
- * (shim.base); those of other devices pass through. Everything here runs
- * under that device's lock unless it says otherwise.
+ * before fast. The table of handles is shared by the devices, under
+ * shim.lock; a chunk's fields are under its device's lock. Unmap and set
+ * access, which may span chunks of several devices, lock every device.
  */
 #include "shim/internal.h"
 
@@ -30,6 +36,7 @@
 #define CHUNK_ACCESS_MAX 4
 
 struct shim_chunk {
+	struct shim_dev *dev;              /* its location's device (set before it is listed) */
 	CUmemGenericAllocationHandle real; /* the driver's chunk; 0 while evicted */
 	size_t bytes;
 	CUmemAllocationProp prop;
@@ -42,7 +49,8 @@ struct shim_chunk {
 	uint64_t obj; /* evicted: the vmm object that holds its bytes */
 };
 
-/* The shim's handles, sorted, so a handle of the driver's is told apart. */
+/* The shim's handles, sorted, so a handle of the driver's is told apart.
+ * Under shim.lock. */
 static struct shim_chunk **chunks;
 static size_t nchunks, cap_chunks;
 
@@ -59,37 +67,73 @@ static size_t chunk_lower(const struct shim_chunk *c)
 	return lo;
 }
 
-static struct shim_chunk *chunk_of(CUmemGenericAllocationHandle h)
+/* Under shim.lock. */
+static struct shim_chunk *lookup(CUmemGenericAllocationHandle h)
 {
 	struct shim_chunk *c = (struct shim_chunk *)(uintptr_t)h;
 	size_t i = chunk_lower(c);
 	return i < nchunks && chunks[i] == c ? c : NULL;
 }
 
+/* The shim's chunk behind h with its device locked, or NULL (a handle of the
+ * driver's; nothing locked). */
+static struct shim_chunk *chunk_lock(CUmemGenericAllocationHandle h)
+{
+	if (!__atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE))
+		return NULL;
+	for (;;) {
+		pthread_mutex_lock(&shim.lock);
+		struct shim_chunk *c = lookup(h);
+		struct shim_dev *d = c ? c->dev : NULL;
+		pthread_mutex_unlock(&shim.lock);
+		if (!d)
+			return NULL;
+		shim_dev_lock(d);
+		/* freed (and its address reused) in between: look again */
+		pthread_mutex_lock(&shim.lock);
+		int same = lookup(h) == c && c->dev == d;
+		pthread_mutex_unlock(&shim.lock);
+		if (same)
+			return c;
+		shim_dev_unlock(d);
+	}
+}
+
+/* Takes shim.lock. */
 static int chunk_add(struct shim_chunk *c)
 {
+	int rc = 0;
+	pthread_mutex_lock(&shim.lock);
 	if (nchunks == cap_chunks) {
 		size_t cap = cap_chunks ? 2 * cap_chunks : 64;
 		struct shim_chunk **t = realloc(chunks, cap * sizeof(*t));
-		if (!t)
-			return -ENOMEM;
-		chunks = t;
-		cap_chunks = cap;
+		if (t) {
+			chunks = t;
+			cap_chunks = cap;
+		} else {
+			rc = -ENOMEM;
+		}
 	}
-	size_t i = chunk_lower(c);
-	memmove(&chunks[i + 1], &chunks[i], (nchunks - i) * sizeof(*chunks));
-	chunks[i] = c;
-	nchunks++;
-	return 0;
+	if (rc == 0) {
+		size_t i = chunk_lower(c);
+		memmove(&chunks[i + 1], &chunks[i], (nchunks - i) * sizeof(*chunks));
+		chunks[i] = c;
+		nchunks++;
+	}
+	pthread_mutex_unlock(&shim.lock);
+	return rc;
 }
 
+/* Takes shim.lock. */
 static void chunk_del(struct shim_chunk *c)
 {
+	pthread_mutex_lock(&shim.lock);
 	size_t i = chunk_lower(c);
 	if (i < nchunks && chunks[i] == c) {
 		memmove(&chunks[i], &chunks[i + 1], (nchunks - i - 1) * sizeof(*chunks));
 		nchunks--;
 	}
+	pthread_mutex_unlock(&shim.lock);
 }
 
 /* Frees c once the program holds no handle to it and no mapping. */
@@ -97,30 +141,32 @@ static void chunk_maybe_free(struct shim_chunk *c)
 {
 	if (c->refs || c->maps)
 		return;
+	struct shim_dev *d = c->dev;
 	if (c->real) {
 		if (shim_real.cuMemRelease(c->real) != CUDA_SUCCESS)
 			SP_WARN(SHIM, "cuMemRelease of a chunk of %zu bytes failed", c->bytes);
-		shim.base->ext_bytes -= c->bytes;
+		d->ext_bytes -= c->bytes;
 	}
-	if (c->obj && vmm_obj_destroy(shim.base->vmm, c->obj) < 0)
+	if (c->obj && vmm_obj_destroy(d->vmm, c->obj) < 0)
 		SP_WARN(SHIM, "%s", sp_last_error());
 	chunk_del(c);
 	free(c);
 }
 
-/* The program's access to a new mapping of c (or read-write on the device). */
+/* The program's access to a new mapping of c (or read-write on its device). */
 static CUresult chunk_access(struct shim_chunk *c, CUdeviceptr at)
 {
 	CUmemAccessDesc rw = {
-	    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = shim.base->device},
+	    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = c->dev->device},
 	    .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 	return c->naccess ? shim_real.cuMemSetAccess(at, c->bytes, c->access, (size_t)c->naccess)
 	                  : shim_real.cuMemSetAccess(at, c->bytes, &rw, 1);
 }
 
-/* Brings an evicted chunk back at its address (overwrite: without its bytes). */
-static int chunk_restore(struct shim_chunk *c, int overwrite)
+/* chunk_restore's work, in its device's context. */
+static int restore_in(struct shim_chunk *c, int overwrite)
 {
+	struct shim_dev *d = c->dev;
 	struct shim_alloc *a = c->alloc;
 	CUmemGenericAllocationHandle h = 0;
 	CUresult r = shim_real.cuMemCreate(&h, c->bytes, &c->prop, 0);
@@ -139,13 +185,13 @@ static int chunk_restore(struct shim_chunk *c, int overwrite)
 	if (!overwrite) {
 		void *p = NULL;
 		struct dev_event *ready = NULL;
-		int rc = vmm_acquire(shim.base->vmm, c->obj, VMM_HOST, VMM_READ, &p, &ready);
+		int rc = vmm_acquire(d->vmm, c->obj, VMM_HOST, VMM_READ, &p, &ready);
 		if (rc == 0 && ready)
 			rc = dev_event_sync(ready);
 		if (rc == 0 && shim_real.cuMemcpyHtoD_v2(a->base, p, c->bytes) != CUDA_SUCCESS)
 			rc = sp_error(-EIO, "shim: copying a chunk back to %#llx failed",
 			              (unsigned long long)a->base);
-		if (p && vmm_release(shim.base->vmm, c->obj, VMM_HOST, NULL) < 0)
+		if (p && vmm_release(d->vmm, c->obj, VMM_HOST, NULL) < 0)
 			SP_WARN(SHIM, "%s", sp_last_error());
 		if (rc < 0) {
 			if (shim_real.cuMemUnmap(a->base, c->bytes) != CUDA_SUCCESS ||
@@ -154,15 +200,25 @@ static int chunk_restore(struct shim_chunk *c, int overwrite)
 			return rc;
 		}
 		a->h2d += c->bytes;
-		shim.base->chunk_h2d += c->bytes;
+		d->chunk_h2d += c->bytes;
 	}
-	if (vmm_obj_destroy(shim.base->vmm, c->obj) < 0)
+	if (vmm_obj_destroy(d->vmm, c->obj) < 0)
 		SP_WARN(SHIM, "%s", sp_last_error());
 	c->obj = 0;
 	c->real = h;
-	shim.base->ext_bytes += c->bytes;
-	shim.base->chunk_restores++;
+	d->ext_bytes += c->bytes;
+	d->chunk_restores++;
 	return 0;
+}
+
+/* Brings an evicted chunk back at its address (overwrite: without its bytes),
+ * whichever context the calling thread has. */
+static int chunk_restore(struct shim_chunk *c, int overwrite)
+{
+	int pushed = shim_ctx_push(c->dev->ctx);
+	int rc = restore_in(c, overwrite);
+	shim_ctx_pop(pushed);
+	return rc;
 }
 
 int shim_chunk_resident(const struct shim_alloc *a)
@@ -173,11 +229,56 @@ int shim_chunk_resident(const struct shim_alloc *a)
 int shim_chunk_hold(struct shim_alloc *a, struct shim_alloc *const *keep, int nkeep, int overwrite)
 {
 	if (!a->chunk->real) {
-		shim_mem_fit_external(shim.base, a->bytes, keep, nkeep);
+		shim_mem_fit_external(a->dev, a->bytes, keep, nkeep);
 		SP_CHECK(chunk_restore(a->chunk, overwrite));
 	}
 	a->held = 1;
 	a->ready = NULL;
+	return 0;
+}
+
+/* shim_chunk_evict's work, in its device's context. */
+static int evict_in(struct shim_alloc *a)
+{
+	struct shim_chunk *c = a->chunk;
+	struct shim_dev *d = c->dev;
+	char name[32];
+	snprintf(name, sizeof(name), "chunk%" PRIu64, a->seq);
+	struct vmm_obj_desc od = {.bytes = c->bytes,
+	                          .kind = VMM_KIND_WORKSPACE,
+	                          .name = name,
+	                          .flags = VMM_OBJ_STABLE,
+	                          .home = 0};
+	uint64_t obj = 0;
+	SP_CHECK(vmm_obj_create(d->vmm, &od, &obj));
+	/* the program's queued work may still use it, on its device or a peer */
+	shim_dev_sync(d);
+	void *p = NULL;
+	struct dev_event *ready = NULL;
+	int rc = vmm_acquire(d->vmm, obj, VMM_HOST, VMM_OVERWRITE, &p, &ready);
+	if (rc == 0 && ready)
+		rc = dev_event_sync(ready);
+	if (rc == 0 && shim_real.cuMemcpyDtoH_v2(p, a->base, c->bytes) != CUDA_SUCCESS)
+		rc = sp_error(-EIO, "shim: copying out the chunk at %#llx failed",
+		              (unsigned long long)a->base);
+	if (p && vmm_release(d->vmm, obj, VMM_HOST, NULL) < 0)
+		SP_WARN(SHIM, "%s", sp_last_error());
+	if (rc == 0 && shim_real.cuMemUnmap(a->base, c->bytes) != CUDA_SUCCESS)
+		rc = sp_error(-EIO, "shim: unmapping the chunk at %#llx failed",
+		              (unsigned long long)a->base);
+	if (rc < 0) {
+		if (vmm_obj_destroy(d->vmm, obj) < 0)
+			SP_WARN(SHIM, "%s", sp_last_error());
+		return rc;
+	}
+	if (shim_real.cuMemRelease(c->real) != CUDA_SUCCESS)
+		SP_WARN(SHIM, "cuMemRelease of an evicted chunk failed");
+	c->real = 0;
+	c->obj = obj;
+	d->ext_bytes -= c->bytes;
+	a->d2h += c->bytes;
+	d->chunk_d2h += c->bytes;
+	d->chunk_evictions++;
 	return 0;
 }
 
@@ -186,44 +287,10 @@ int shim_chunk_evict(struct shim_alloc *a)
 	struct shim_chunk *c = a->chunk;
 	if (!c->real || c->pinned || a->held)
 		return -EBUSY;
-	char name[32];
-	snprintf(name, sizeof(name), "chunk%" PRIu64, a->seq);
-	struct vmm_obj_desc d = {.bytes = c->bytes,
-	                         .kind = VMM_KIND_WORKSPACE,
-	                         .name = name,
-	                         .flags = VMM_OBJ_STABLE,
-	                         .home = 0};
-	uint64_t obj = 0;
-	SP_CHECK(vmm_obj_create(shim.base->vmm, &d, &obj));
-	/* the program's queued work may still use it */
-	shim_real.cuCtxSynchronize();
-	void *p = NULL;
-	struct dev_event *ready = NULL;
-	int rc = vmm_acquire(shim.base->vmm, obj, VMM_HOST, VMM_OVERWRITE, &p, &ready);
-	if (rc == 0 && ready)
-		rc = dev_event_sync(ready);
-	if (rc == 0 && shim_real.cuMemcpyDtoH_v2(p, a->base, c->bytes) != CUDA_SUCCESS)
-		rc = sp_error(-EIO, "shim: copying out the chunk at %#llx failed",
-		              (unsigned long long)a->base);
-	if (p && vmm_release(shim.base->vmm, obj, VMM_HOST, NULL) < 0)
-		SP_WARN(SHIM, "%s", sp_last_error());
-	if (rc == 0 && shim_real.cuMemUnmap(a->base, c->bytes) != CUDA_SUCCESS)
-		rc = sp_error(-EIO, "shim: unmapping the chunk at %#llx failed",
-		              (unsigned long long)a->base);
-	if (rc < 0) {
-		if (vmm_obj_destroy(shim.base->vmm, obj) < 0)
-			SP_WARN(SHIM, "%s", sp_last_error());
-		return rc;
-	}
-	if (shim_real.cuMemRelease(c->real) != CUDA_SUCCESS)
-		SP_WARN(SHIM, "cuMemRelease of an evicted chunk failed");
-	c->real = 0;
-	c->obj = obj;
-	shim.base->ext_bytes -= c->bytes;
-	a->d2h += c->bytes;
-	shim.base->chunk_d2h += c->bytes;
-	shim.base->chunk_evictions++;
-	return 0;
+	int pushed = shim_ctx_push(c->dev->ctx);
+	int rc = evict_in(a);
+	shim_ctx_pop(pushed);
+	return rc;
 }
 
 /* Resident for good, with its one log line. */
@@ -232,7 +299,7 @@ static CUresult chunk_pin(struct shim_chunk *c, const char *why)
 	if (c->pinned)
 		return CUDA_SUCCESS;
 	if (c->alloc && !c->real) {
-		shim_mem_fit_external(shim.base, c->bytes, NULL, 0);
+		shim_mem_fit_external(c->dev, c->bytes, NULL, 0);
 		if (chunk_restore(c, 0) < 0) {
 			SP_WARN(SHIM, "%s", sp_last_error());
 			return CUDA_ERROR_OUT_OF_MEMORY;
@@ -249,102 +316,98 @@ static CUresult chunk_pin(struct shim_chunk *c, const char *why)
 	return CUDA_SUCCESS;
 }
 
-/* ---- the wrappers' work (each takes the lock) ------------------------------------ */
+/* ---- the wrappers' work (each takes the locks it needs) ------------------------ */
 
-/* The chunks' device locked, or NULL (none open yet: the driver's call). */
-static struct shim_dev *vm_lock(void)
+/* The chunk entry holding p with its device locked, or NULL (nothing locked). */
+static struct shim_alloc *entry_lock(CUdeviceptr p)
 {
-	struct shim_dev *d = __atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE) ? shim.base : NULL;
-	if (d)
-		shim_dev_lock(d);
-	return d;
-}
-
-static void vm_unlock(struct shim_dev *d)
-{
-	if (d)
-		shim_dev_unlock(d);
-}
-
-/* The chunks' device, locked, when the shim takes the call; NULL: the driver's. */
-static struct shim_dev *take(void)
-{
-	struct shim_dev *d = NULL;
-	if (shim_dev_enter(&d) < 0)
+	struct shim_dev *d = __atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE) ? shim_dev_of(p) : NULL;
+	if (!d)
 		return NULL;
-	if (shim.mode == SHIM_MODE_SPILL && d == shim.base)
-		return d;
-	shim_dev_unlock(d);
+	shim_dev_lock(d);
+	struct shim_alloc *a = shim_alloc_find(p);
+	if (a && a->dev == d && a->backing == SHIM_BACK_CHUNK)
+		return a;
+	shim_dev_unlock(d); /* unmapped in between, or not a chunk: the driver's */
 	return NULL;
 }
 
 CUresult shim_chunk_create(CUmemGenericAllocationHandle *h, size_t size,
                            const CUmemAllocationProp *prop, unsigned long long flags)
 {
-	struct shim_dev *bd = NULL;
+	struct shim_dev *d = NULL;
+	/* the chunk's device is its location's, whichever context is current */
 	if (!h || !prop || !size || flags || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-	    !(bd = take()))
+	    shim_dev_enter_at(prop->location.id, &d) < 0)
 		return shim_real.cuMemCreate(h, size, prop, flags);
-	if (prop->location.id != bd->device) {
-		vm_unlock(bd);
-		return shim_real.cuMemCreate(h, size, prop, flags);
-	}
+	int spill = shim.mode == SHIM_MODE_SPILL;
 	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
 	struct shim_chunk *c = calloc(1, sizeof(*c));
-	if (c && chunk_add(c) == 0) {
-		shim_mem_fit_external(shim.base, size, NULL, 0); /* room first */
-		r = shim_real.cuMemCreate(&c->real, size, prop, flags);
-		if (r != CUDA_SUCCESS)
-			chunk_del(c);
+	if (c) {
+		c->dev = d;
+		if (chunk_add(c) == 0) {
+			if (spill)
+				shim_mem_fit_external(d, size, NULL, 0); /* room first */
+			r = shim_real.cuMemCreate(&c->real, size, prop, flags);
+			if (r != CUDA_SUCCESS)
+				chunk_del(c);
+		}
 	}
 	if (r != CUDA_SUCCESS) {
 		free(c);
-		vm_unlock(bd);
+		shim_dev_unlock(d);
 		return r;
 	}
 	c->bytes = size;
 	c->prop = *prop;
 	c->refs = 1;
-	shim.base->ext_bytes += size;
-	shim.base->nchunks_made++;
-	if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE)
+	d->ext_bytes += size;
+	d->nchunks_made++;
+	if (!spill)
+		c->pinned = 1; /* a baseline's: the driver's memory, never moved, counted */
+	else if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE)
 		chunk_pin(c, "is exportable (created with shareable handle types)");
 	*h = (CUmemGenericAllocationHandle)(uintptr_t)c;
-	vm_unlock(bd);
+	shim_dev_unlock(d);
 	return CUDA_SUCCESS;
 }
 
 CUresult shim_chunk_release(CUmemGenericAllocationHandle h)
 {
-	struct shim_dev *bd = vm_lock();
-	struct shim_chunk *c = chunk_of(h);
-	if (!c || c->refs <= 0) {
-		vm_unlock(bd);
-		return c ? CUDA_ERROR_INVALID_VALUE : shim_real.cuMemRelease(h);
+	struct shim_chunk *c = chunk_lock(h);
+	if (!c)
+		return shim_real.cuMemRelease(h);
+	struct shim_dev *d = c->dev;
+	CUresult r = CUDA_ERROR_INVALID_VALUE;
+	if (c->refs > 0) {
+		c->refs--;
+		chunk_maybe_free(c);
+		r = CUDA_SUCCESS;
 	}
-	c->refs--;
-	chunk_maybe_free(c);
-	vm_unlock(bd);
-	return CUDA_SUCCESS;
+	shim_dev_unlock(d);
+	return r;
 }
 
 CUresult shim_chunk_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
                         unsigned long long flags)
 {
-	struct shim_dev *bd = vm_lock();
-	struct shim_chunk *c = chunk_of(h);
+	struct shim_chunk *c = chunk_lock(h);
 	if (!c) {
-		vm_unlock(bd);
-		return shim_real.cuMemMap(ptr, size, offset, h, flags);
+		CUresult r = shim_real.cuMemMap(ptr, size, offset, h, flags);
+		if (r == CUDA_SUCCESS)
+			shim_alloc_reused(ptr, size); /* the driver's chunk, where the shim's was */
+		return r;
 	}
+	struct shim_dev *d = c->dev;
 	CUresult r = CUDA_SUCCESS;
 	if (c->maps || offset || size != c->bytes)
 		r = chunk_pin(c, c->maps ? "is mapped twice" : "is mapped in part");
 	if (r == CUDA_SUCCESS)
 		r = shim_real.cuMemMap(ptr, size, offset, c->real, flags);
 	if (r == CUDA_SUCCESS && !c->maps++) {
+		/* in its device's table, whichever context mapped it */
 		struct shim_alloc *a = NULL;
-		if (shim_alloc_insert(shim.base, ptr, size, SHIM_BACK_CHUNK, &a) == CUDA_SUCCESS) {
+		if (shim_alloc_insert(d, ptr, size, SHIM_BACK_CHUNK, &a) == CUDA_SUCCESS) {
 			a->chunk = c;
 			a->held = 1; /* resident until a batch release */
 			a->pinned = c->pinned;
@@ -353,29 +416,43 @@ CUresult shim_chunk_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGeneri
 			chunk_pin(c, "could not be tracked");
 		}
 	}
-	vm_unlock(bd);
+	shim_dev_unlock(d);
 	return r;
 }
 
-/* The table's chunk entries in [ptr, ptr+size), in address order, through fn;
- * the parts between them go to the driver's through gap. */
-static CUresult chunk_walk(CUdeviceptr ptr, size_t size,
+/* Among the devices in set: the chunk entry that holds at or, else, starts
+ * first above it, if it starts below end. */
+static struct shim_alloc *next_chunk(unsigned set, CUdeviceptr at, CUdeviceptr end)
+{
+	struct shim_alloc *best = NULL;
+	for (; set; set &= set - 1) {
+		struct shim_dev *d = &shim.dev[__builtin_ctz(set)];
+		for (CUdeviceptr p = at; p < end;) {
+			struct shim_alloc *x = shim_alloc_next(d, p);
+			if (!x || x->base >= end)
+				break;
+			if (x->backing == SHIM_BACK_CHUNK) {
+				if (!best || x->base < best->base)
+					best = x;
+				break;
+			}
+			p = x->base + x->bytes;
+		}
+	}
+	return best;
+}
+
+/* The chunk entries in [ptr, ptr+size) of the devices in set (locked), in
+ * address order, through fn; the parts between them go to the driver's
+ * through gap. */
+static CUresult chunk_walk(unsigned set, CUdeviceptr ptr, size_t size,
                            CUresult (*fn)(struct shim_alloc *, void *),
                            CUresult (*gap)(CUdeviceptr, size_t, void *), void *arg)
 {
 	CUdeviceptr at = ptr, end = ptr + size;
 	CUresult r = CUDA_SUCCESS, e;
 	while (at < end) {
-		struct shim_alloc *a = NULL;
-		for (CUdeviceptr p = at; p < end && !a;) {
-			struct shim_alloc *x = shim_alloc_next(shim.base, p);
-			if (!x || x->base >= end)
-				break;
-			if (x->backing == SHIM_BACK_CHUNK)
-				a = x;
-			else
-				p = x->base + x->bytes;
-		}
+		struct shim_alloc *a = next_chunk(set, at, end);
 		CUdeviceptr stop = a ? a->base : end;
 		if (a && (a->base < at || a->base + a->bytes > end))
 			return CUDA_ERROR_INVALID_VALUE; /* a mapping cut in two: the driver's error */
@@ -404,12 +481,15 @@ static CUresult unmap_one(struct shim_alloc *a, void *arg)
 	if (r != CUDA_SUCCESS)
 		return r;
 	if (c->obj) { /* evicted: its bytes go */
-		if (vmm_obj_destroy(shim.base->vmm, c->obj) < 0)
+		if (vmm_obj_destroy(c->dev->vmm, c->obj) < 0)
 			SP_WARN(SHIM, "%s", sp_last_error());
 		c->obj = 0;
 	}
 	a->held = 0;
-	shim_alloc_retire(a, NULL);
+	if (shim.mode == SHIM_MODE_SPILL)
+		shim_alloc_retire(a, NULL); /* a use after unmap is refused */
+	else
+		shim_alloc_untrack(a); /* a baseline refuses nothing */
 	shim_alloc_bury(a);
 	c->alloc = NULL;
 	c->maps--;
@@ -417,12 +497,14 @@ static CUresult unmap_one(struct shim_alloc *a, void *arg)
 	return CUDA_SUCCESS;
 }
 
+/* A range may hold chunks of several devices: every device is locked (rare
+ * calls), whichever thread or context mapped them. */
 CUresult shim_chunk_unmap(CUdeviceptr ptr, size_t size)
 {
-	struct shim_dev *bd = vm_lock();
-	CUresult r = bd ? chunk_walk(ptr, size, unmap_one, unmap_gap, NULL)
-	                : shim_real.cuMemUnmap(ptr, size);
-	vm_unlock(bd);
+	unsigned set = __atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE) ? shim_dev_lock_all() : 0;
+	CUresult r = set ? chunk_walk(set, ptr, size, unmap_one, unmap_gap, NULL)
+	                 : shim_real.cuMemUnmap(ptr, size);
+	shim_dev_unlock_set(set);
 	return r;
 }
 
@@ -456,49 +538,47 @@ CUresult shim_chunk_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDe
 {
 	if (!desc || !count)
 		return shim_real.cuMemSetAccess(ptr, size, desc, count);
-	struct shim_dev *bd = vm_lock();
+	unsigned set = __atomic_load_n(&shim.ready, __ATOMIC_ACQUIRE) ? shim_dev_lock_all() : 0;
 	struct access_arg x = {desc, count};
-	CUresult r = bd ? chunk_walk(ptr, size, access_one, access_gap, &x)
-	                : shim_real.cuMemSetAccess(ptr, size, desc, count);
-	vm_unlock(bd);
+	CUresult r = set ? chunk_walk(set, ptr, size, access_one, access_gap, &x)
+	                 : shim_real.cuMemSetAccess(ptr, size, desc, count);
+	shim_dev_unlock_set(set);
 	return r;
 }
 
 CUresult shim_chunk_retain(CUmemGenericAllocationHandle *h, void *addr)
 {
-	struct shim_dev *bd = vm_lock();
-	struct shim_alloc *a = bd ? shim_alloc_find((CUdeviceptr)(uintptr_t)addr) : NULL;
-	if (!h || !a || a->backing != SHIM_BACK_CHUNK) {
-		vm_unlock(bd);
+	struct shim_alloc *a = h ? entry_lock((CUdeviceptr)(uintptr_t)addr) : NULL;
+	if (!a)
 		return shim_real.cuMemRetainAllocationHandle(h, addr);
-	}
 	a->chunk->refs++;
 	*h = (CUmemGenericAllocationHandle)(uintptr_t)a->chunk;
-	vm_unlock(bd);
+	shim_dev_unlock(a->dev);
 	return CUDA_SUCCESS;
 }
 
 CUresult shim_chunk_props(CUmemAllocationProp *prop, CUmemGenericAllocationHandle h)
 {
-	struct shim_dev *bd = vm_lock();
-	struct shim_chunk *c = chunk_of(h);
-	if (c && prop)
+	struct shim_chunk *c = chunk_lock(h);
+	if (!c)
+		return shim_real.cuMemGetAllocationPropertiesFromHandle(prop, h);
+	if (prop)
 		*prop = c->prop;
-	vm_unlock(bd);
-	return c ? (prop ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE)
-	         : shim_real.cuMemGetAllocationPropertiesFromHandle(prop, h);
+	shim_dev_unlock(c->dev);
+	return prop ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult shim_chunk_export(void *out, CUmemGenericAllocationHandle h,
                            CUmemAllocationHandleType type, unsigned long long flags)
 {
-	struct shim_dev *bd = vm_lock();
-	struct shim_chunk *c = chunk_of(h);
+	struct shim_chunk *c = chunk_lock(h);
 	CUresult r = CUDA_SUCCESS;
-	if (c)
+	CUmemGenericAllocationHandle real = h;
+	if (c) {
 		r = chunk_pin(c, "was exported (cuMemExportToShareableHandle)");
-	CUmemGenericAllocationHandle real = c ? c->real : h;
-	vm_unlock(bd);
+		real = c->real;
+		shim_dev_unlock(c->dev);
+	}
 	return r != CUDA_SUCCESS ? r
 	                         : shim_real.cuMemExportToShareableHandle(out, real, type, flags);
 }
@@ -507,13 +587,14 @@ CUresult shim_chunk_multicast(CUmemGenericAllocationHandle mc, size_t mc_off,
                               CUmemGenericAllocationHandle h, size_t off, size_t size,
                               unsigned long long flags)
 {
-	struct shim_dev *bd = vm_lock();
-	struct shim_chunk *c = chunk_of(h);
+	struct shim_chunk *c = chunk_lock(h);
 	CUresult r = CUDA_SUCCESS;
-	if (c)
+	CUmemGenericAllocationHandle real = h;
+	if (c) {
 		r = chunk_pin(c, "is bound to a multicast object");
-	CUmemGenericAllocationHandle real = c ? c->real : h;
-	vm_unlock(bd);
+		real = c->real;
+		shim_dev_unlock(c->dev);
+	}
 	return r != CUDA_SUCCESS ? r
 	                         : shim_real.cuMulticastBindMem(mc, mc_off, real, off, size, flags);
 }
@@ -521,11 +602,11 @@ CUresult shim_chunk_multicast(CUmemGenericAllocationHandle mc, size_t mc_off,
 CUresult shim_chunk_multicast_addr(CUmemGenericAllocationHandle mc, size_t mc_off, CUdeviceptr ptr,
                                    size_t size, unsigned long long flags)
 {
-	struct shim_dev *bd = vm_lock();
-	struct shim_alloc *a = bd ? shim_alloc_find(ptr) : NULL;
+	struct shim_alloc *a = entry_lock(ptr);
 	CUresult r = CUDA_SUCCESS;
-	if (a && a->backing == SHIM_BACK_CHUNK)
+	if (a) {
 		r = chunk_pin(a->chunk, "is bound to a multicast object");
-	vm_unlock(bd);
+		shim_dev_unlock(a->dev);
+	}
 	return r != CUDA_SUCCESS ? r : shim_real.cuMulticastBindAddr(mc, mc_off, ptr, size, flags);
 }

@@ -9,8 +9,9 @@
  * FAKECU_DEVICE_MEM bytes and its primary context; peer copies and access work
  * between any two. Managed memory (cuMemAllocManaged) is
  * device memory of the backend that is not counted against the device; a
- * prefetch checks its arguments and counts bytes (fakecu_prefetched). "Kernels" are host functions a test
- * registers here; cuModuleLoadData accepts any image and cuModuleGetFunction
+ * prefetch checks its arguments and counts bytes per device
+ * (fakecu_prefetched_on). "Kernels" are host functions a test registers
+ * here; cuModuleLoadData accepts any image and cuModuleGetFunction
  * finds a registered kernel by name. A launch packs the parameters as the
  * real driver lays them out (each at its natural alignment, at most 8) and
  * runs the function on the stream's worker thread with the packed buffer.
@@ -45,8 +46,10 @@ uint64_t fakecu_device_used(void);
 uint64_t fakecu_device_peak(void);
 uint64_t fakecu_device_used_on(int dev);
 uint64_t fakecu_device_peak_on(int dev);
-/* Bytes of managed memory prefetched to the device (cuMemPrefetchAsync). */
+/* Bytes of managed memory prefetched to a device (cuMemPrefetchAsync), to
+ * any device and to device dev. */
 uint64_t fakecu_prefetched(void);
+uint64_t fakecu_prefetched_on(int dev);
 
 #ifdef __cplusplus
 }

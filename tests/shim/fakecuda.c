@@ -185,7 +185,7 @@ static struct {
 	/* atomics */
 	int ndev; /* written once by init_once */
 	uint64_t copied[FAKECU_COPY_KINDS], launches, prefetched;
-	uint64_t used[MAX_DEV], peak[MAX_DEV];
+	uint64_t used[MAX_DEV], peak[MAX_DEV], prefetched_on[MAX_DEV];
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static struct CUctx_st g_primary[MAX_DEV];
@@ -1309,8 +1309,8 @@ EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned i
 }
 
 /* Checks the range is managed and queues nothing (the pages are where every
- * kernel reaches them); counts the bytes sent to the device. */
-static CUresult prefetch(CUdeviceptr p, size_t count, int to_device, CUstream h, int ptds)
+ * kernel reaches them); counts the bytes sent to device dev (-1: the host). */
+static CUresult prefetch(CUdeviceptr p, size_t count, int dev, CUstream h, int ptds)
 {
 	NEED_INIT();
 	struct thread_state *ts = thread_state();
@@ -1323,16 +1323,19 @@ static CUresult prefetch(CUdeviceptr p, size_t count, int to_device, CUstream h,
 	                  ? stream_resolve(h, ptds, ts, &s)
 	                  : CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_unlock(&g.lock);
-	if (rc == CUDA_SUCCESS && to_device)
+	if (rc == CUDA_SUCCESS && dev >= 0) {
 		__atomic_add_fetch(&g.prefetched, count, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&g.prefetched_on[dev], count, __ATOMIC_RELAXED);
+	}
 	return rc;
 }
 
+/* The device of loc, -1 for the host, -2 for neither. */
 static int prefetch_target(CUmemLocation loc)
 {
-	return loc.type == CU_MEM_LOCATION_TYPE_DEVICE && dev_valid(loc.id) ? 1
-	       : loc.type == CU_MEM_LOCATION_TYPE_HOST                      ? 0
-	                                                                    : -1;
+	return loc.type == CU_MEM_LOCATION_TYPE_DEVICE && dev_valid(loc.id) ? loc.id
+	       : loc.type == CU_MEM_LOCATION_TYPE_HOST                      ? -1
+	                                                                    : -2;
 }
 
 EXPORT CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
@@ -1340,7 +1343,7 @@ EXPORT CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice ds
 {
 	if (dstDevice != 0 && dstDevice != CU_DEVICE_CPU)
 		return CUDA_ERROR_INVALID_DEVICE;
-	return prefetch(devPtr, count, dstDevice == 0, hStream, 0);
+	return prefetch(devPtr, count, dstDevice == 0 ? 0 : -1, hStream, 0);
 }
 
 EXPORT CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
@@ -1348,14 +1351,14 @@ EXPORT CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevi
 {
 	if (dstDevice != 0 && dstDevice != CU_DEVICE_CPU)
 		return CUDA_ERROR_INVALID_DEVICE;
-	return prefetch(devPtr, count, dstDevice == 0, hStream, 1);
+	return prefetch(devPtr, count, dstDevice == 0 ? 0 : -1, hStream, 1);
 }
 
 EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location,
                                       unsigned int flags, CUstream hStream)
 {
 	int t = prefetch_target(location);
-	if (t < 0 || flags)
+	if (t < -1 || flags)
 		return CUDA_ERROR_INVALID_VALUE;
 	return prefetch(devPtr, count, t, hStream, 0);
 }
@@ -1364,7 +1367,7 @@ EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CUm
                                            unsigned int flags, CUstream hStream)
 {
 	int t = prefetch_target(location);
-	if (t < 0 || flags)
+	if (t < -1 || flags)
 		return CUDA_ERROR_INVALID_VALUE;
 	return prefetch(devPtr, count, t, hStream, 1);
 }
@@ -2888,6 +2891,28 @@ EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle
 	return m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* What a chunk was made with, as far as the emulation keeps it: pinned, on
+ * its device or the host. */
+EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+                                                       CUmemGenericAllocationHandle handle)
+{
+	NEED_INIT();
+	struct chunk *c = (struct chunk *)(uintptr_t)handle;
+	if (!prop)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&g.lock);
+	int ok = hs_has(c, H_CHUNK);
+	if (ok) {
+		memset(prop, 0, sizeof(*prop));
+		prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+		prop->location.type =
+		    c->host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
+		prop->location.id = c->host ? 0 : c->dev;
+	}
+	pthread_mutex_unlock(&g.lock);
+	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 /* ---- stream-ordered allocation: pools --------------------------------------------- */
 
 /* Under g.lock: the pool handle, the default pool included; NULL if not one. */
@@ -3381,6 +3406,8 @@ EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion
 	X("cuMemUnmap", 10020, 0, cuMemUnmap)                                             \
 	X("cuMemSetAccess", 10020, 0, cuMemSetAccess)                                     \
 	X("cuMemRetainAllocationHandle", 11000, 0, cuMemRetainAllocationHandle)           \
+	X("cuMemGetAllocationPropertiesFromHandle", 10020, 0,                             \
+	  cuMemGetAllocationPropertiesFromHandle)                                         \
 	X("cuGetProcAddress", 11030, 0, cuGetProcAddress)                                 \
 	X("cuGetProcAddress", 12000, 0, cuGetProcAddress_v2)                              \
 	X("cuGetExportTable", 3000, 0, cuGetExportTable)
@@ -3523,4 +3550,10 @@ EXPORT uint64_t fakecu_device_peak_on(int dev)
 EXPORT uint64_t fakecu_prefetched(void)
 {
 	return __atomic_load_n(&g.prefetched, __ATOMIC_RELAXED);
+}
+
+EXPORT uint64_t fakecu_prefetched_on(int dev)
+{
+	return dev >= 0 && dev < MAX_DEV ? __atomic_load_n(&g.prefetched_on[dev], __ATOMIC_RELAXED)
+	                                 : 0;
 }

@@ -24,6 +24,14 @@
 #    has work queued on it keeps the new owner's bytes; an exportable pool is
 #    passed through with one log line and counted in the budget (the emulated
 #    device's peak stays within it);
+#  - two devices, each with cuMemCreate chunks in a range the program maps
+#    itself and plain buffers at 3x its budget, in spill mode and in every
+#    baseline: threads on both devices at once, a context switch before every
+#    launch, chunks of device 1 made and mapped with device 0's context
+#    current, memory unmapped and freed by another thread and context: the
+#    same checksums, each device's chunks counted on it, each device's peak
+#    within its budget (plus the shim's balloon in the uvm modes), per-device
+#    report figures;
 #  - a program that reserves a range and maps cuMemCreate chunks into it
 #    (expandable segments) at 3x the budget: the same checksums, the chunks
 #    evicted and restored at their addresses, the device's peak within the
@@ -235,6 +243,58 @@ assert all(int(p) <= 16 << 20 for p in peaks.groups()), peaks.groups()
 EOF
 grep -q 'device 1: budget 16.00 MiB' "$work/m1.err" || fail "two devices: no per-device line in the report"
 echo "two devices: $(grep checksum= "$work/m1" | tr '\n' ' ')same as without the shim; $(grep peak0 "$work/m1")"
+
+# ---- two devices, chunks the program maps itself, every mode ----------------------------
+# cuprog_multi_vmm: 12 units of 2 MiB per device (3x an 8 MiB budget), 3 of
+# them chunks in a range the program maps itself, and one more chunk made for
+# device 1 with device 0's context current before device 1 was used; threads
+# on both devices at once, a context switch before every launch, each
+# device's memory let go by the other device's thread, chunks X and Y of
+# device 1 made and mapped with device 0's context current. Each emulated
+# device holds 12 MiB: memory put on the wrong device, or device memory its
+# budget does not count (chunks, another device's baseline), runs out there
+# or shows in its peak. (2 MiB units: under TSAN=1 the four runs take about
+# a minute.)
+FAKECU_DEVICES=2 FAKECU_DEVICE_MEM=32M "$D/cuprog_multi_vmm" 12 2 3 >"$work/mv0" 2>&1 ||
+	fail "cuprog_multi_vmm without the shim: $(tail -2 "$work/mv0")"
+line="cuprog_multi_vmm:"
+for mode in spill uvm uvm-prefetch hostmap; do
+	FAKECU_DEVICES=2 FAKECU_DEVICE_MEM=12M SPILL_DEVICE_MEM=8M SPILL_SHIM_MODE=$mode \
+		SPILL_SHIM_STATS_JSON="$work/mv.json" shim "$D/cuprog_multi_vmm" 12 2 3 >"$work/mv1" 2>"$work/mv1.err" ||
+		fail "cuprog_multi_vmm in mode $mode: $(tail -3 "$work/mv1") $(grep -v '^[#a-z ]' "$work/mv1.err" | tail -3)"
+	grep -q WARNING "$work/mv1.err" && fail "cuprog_multi_vmm in mode $mode: sanitizer report: $(grep -m3 -A3 WARNING "$work/mv1.err")"
+	[ "$(grep -c checksum= "$work/mv0")" -eq 4 ] && cmp -s <(grep checksum= "$work/mv0") <(grep checksum= "$work/mv1") ||
+		fail "cuprog_multi_vmm in mode $mode: checksums differ: $(grep checksum= "$work/mv0" "$work/mv1" | tr '\n' ' ')"
+	grep -q 'device 1: budget 8.00 MiB' "$work/mv1.err" || fail "cuprog_multi_vmm in mode $mode: no per-device line in the report"
+	res=$(python3 - "$work/mv.json" "$work/mv1" "$mode" 2>&1 <<'EOF'
+import json, re, sys
+j, out, mode = json.load(open(sys.argv[1])), open(sys.argv[2]).read(), sys.argv[3]
+devs = {d["device"]: d for d in j["devices"]}
+assert set(devs) == {0, 1} and j["mode"] == mode, devs.keys()
+drv = {k: [int(x) for x in re.search(k + r"0=(\d+) " + k + r"1=(\d+)", out).groups()] for k in ("peak", "prefetched")}
+budget = 8 << 20
+for i, d in devs.items():
+    assert d["budget"] == budget, d
+    # device 1's chunks: 3 of its own thread's, one made early and Y with device 0 current, X
+    assert d["chunks"] == (3 if i == 0 else 6), d
+    held = d.get("balloon", 0)  # the uvm modes' hold beyond the budget, the shim's own
+    assert drv["peak"][i] <= budget + held, (i, drv["peak"][i], held)
+    if mode == "spill":
+        assert d["chunk_evictions"] > 0 and d["batch_releases"] > 0 and d["bytes"]["h2d"] > 0, d
+    elif mode == "hostmap":
+        assert d["hostmap_allocations"] > 0, d
+    else:
+        assert held > 0 and d["managed_peak"] > 0, d
+    if mode == "uvm-prefetch":  # to the device of the launch, as the driver saw them
+        assert d["prefetches"] > 0 and d["prefetch_bytes"] == drv["prefetched"][i], (d, drv)
+if mode == "spill":
+    assert devs[1]["peer_operations"] > 0, devs[1]  # device 0's kernels read device 1's chunks
+print(f"{mode} peaks {drv['peak'][0] >> 20} and {drv['peak'][1] >> 20} MiB")
+EOF
+	) || fail "cuprog_multi_vmm in mode $mode: report or peaks wrong: $res"
+	line="$line $res;"
+done
+echo "$line same checksums as without the shim: $(grep checksum= "$work/mv0" | tr '\n' ' ')"
 
 # ---- spill run and spill report --------------------------------------------------------
 spill="$O/bin/spill"
