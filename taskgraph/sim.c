@@ -377,10 +377,16 @@ static int host_inputs(struct simst *s)
 	for (int m = 0; m < g->nmodels; m++) {
 		const struct tg_model_objs *mo = &g->mobj[m];
 		for (int k = 0; k < mo->nmb; k++) {
-			if (mo->X[k] >= 0)
-				SP_CHECK(host_write(s, mo->X[k]));
+			int x = mo->X[k], rc = 0;
+			if (x >= 0)
+				SP_CHECK(host_write(s, x));
+			if (x >= 0) /* held while its target finds room (write_inputs) */
+				s->hpin[x] = HP_PINNED;
 			if (mo->Y[k] >= 0)
-				SP_CHECK(host_write(s, mo->Y[k]));
+				rc = host_write(s, mo->Y[k]);
+			if (x >= 0)
+				s->hpin[x] = HP_FREE;
+			SP_CHECK(rc);
 		}
 	}
 	return 0;

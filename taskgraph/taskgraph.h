@@ -310,15 +310,15 @@ struct tg_swap {
  *  - an ALLREDUCE adds its ring share 2(N-1)/N |G| to P2P;
  *  - with g->host_capacity, the host pool holds that much and a disk tier the
  *    rest: the initial weights and optimizer state (replica by replica, pack by
- *    pack, W then O) and each iteration's inputs (X then Y per microbatch) are
- *    written there; a host copy stays when a device takes the object and goes
- *    when the object is written elsewhere; room is made by Belady on the host
- *    (farthest next use by a host task, never used there first; ties: least
- *    recently allocated or used on the host, then lower index), a victim with
- *    no valid disk copy written down (H2DISK) first; a device reading an
- *    object held only on disk brings it to the host first (DISK2H), then makes
- *    room on the device. The disk holds everything (its capacity is not
- *    modelled).
+ *    pack, W then O) and each iteration's inputs (X then Y per microbatch, X
+ *    held while Y finds room) are written there; a host copy stays when a
+ *    device takes the object and goes when the object is written elsewhere;
+ *    room is made by Belady on the host (the sooner of the object's next use
+ *    anywhere and its next use by a host task; ties: least recently allocated
+ *    or used on the host, then lower index), a victim with no valid disk copy
+ *    written down (H2DISK) first; a device reading an object held only on
+ *    disk brings it to the host first (DISK2H), then makes room on the device.
+ *    The disk holds everything (its capacity is not modelled).
  * Returns 0, or -ENOMEM naming the task whose working set exceeds the capacity
  * (or the host pool that cannot hold a task's host copies). */
 int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean,
