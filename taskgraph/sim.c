@@ -4,7 +4,8 @@
  * transfers of the middle one (steady state), following the rules the executor
  * and the vmm apply, so that measured volume can equal the prediction:
  *  - a task acquires the objects already on its device first, then the others
- *    (read set, then write set, each object once); that is also their LRU order;
+ *    (read set, then write set, each object once; none of no bytes); that is
+ *    also their LRU order;
  *  - a missing object that the task reads comes by P2P from a device holding a
  *    valid copy, else by H2D; one it only writes is allocated, nothing moves;
  *  - room is made by Belady on the device (farthest next use there; ties: least
@@ -404,7 +405,7 @@ static int host_task(struct simst *s, const int *obj, const unsigned char *reads
 	for (int pass = 0; pass < 2 && !rc; pass++)
 		for (int j = 0; j < n && !rc; j++) {
 			int o = obj[j];
-			if (s->hpin[o] || (pass == 0 && !s->host[o]))
+			if (s->hpin[o] || (pass == 0 && !s->host[o]) || !g->obj[o].bytes)
 				continue;
 			if (s->host[o]) {
 				s->hstamp[o] = ++s->clock;
@@ -592,7 +593,8 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 				                (size_t)(tm->nstart[d] % tm->lookahead)];
 			for (int j = a; j < z; j++) {
 				int o = tobj[j];
-				if (s.res[base + o])
+				if (s.res[base + o] || !g->obj[o].bytes) /* the executor skips
+					                                  * empty ones */
 					continue;
 				if (tm)
 					tm->space = pf;

@@ -300,7 +300,7 @@ struct tg_swap {
  *  - a task acquires first the objects already on its device, then the others
  *    (each in read-set then write-set order, each object once); a missing object
  *    it reads comes by P2P from a device with a valid copy, else by H2D; one it
- *    only writes moves nothing;
+ *    only writes moves nothing; objects of no bytes have no copies anywhere;
  *  - room is made by Belady on that device (farthest next use there; ties: least
  *    recently acquired there, then lower object index); an evicted copy is
  *    written back (D2H) only if no other valid copy exists and its next use reads
