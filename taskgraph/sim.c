@@ -659,9 +659,20 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 				s.dnext[base + tobj[j]] = rdn[r0 + j - a];
 				s.gnext[tobj[j]] = rgn[r0 + j - a];
 			}
-			if (t->kind == TG_ALLREDUCE && t->root < 0 && s.count && nd > 1) /* ring */
+			if (t->kind == TG_ALLREDUCE && t->root < 0 && s.count && nd > 1) {
+				/* the ring: 2(N-1) |G| over its N members, member d's
+				 * share rounded so that the N shares add up exactly (the
+				 * executor counts whole chunks: 3 devices do not divide
+				 * a power of two) */
+				uint64_t all = 2 * g->obj[t->read[0]].bytes * (uint64_t)(nd - 1);
+				uint64_t m = (uint64_t)(d % nd);
+				int ring = 0; /* one member a device: replica d's task */
+				for (int mi = 0; mi < g->nmodels; mi++)
+					ring |=
+					    g->mobj[mi].id == t->model && g->mobj[mi].nrep == nd;
 				sw.bytes[TG_L_P2P][TG_O_GRAD] +=
-				    2 * g->obj[t->read[0]].bytes * (uint64_t)(nd - 1) / nd;
+				    ring ? all * (m + 1) / nd - all * m / nd : all / nd;
+			}
 			if (tm) {
 				double st = ready > tm->dev_free[d] ? ready : tm->dev_free[d];
 				double dur = t->flops / tm->flops;

@@ -307,7 +307,8 @@ struct tg_swap {
  *    it, or always with writeback_clean (per-GPU virtual memory: dp-swap);
  *  - host tasks (UPD on the CPU) pull what they read to the host (D2H when the host
  *    copy is stale) and drop the device copies of what they write;
- *  - an ALLREDUCE adds its ring share 2(N-1)/N |G| to P2P;
+ *  - an ALLREDUCE adds its ring share 2(N-1)/N |G| to P2P (the N members' shares
+ *    rounded to add up to 2(N-1)|G|);
  *  - with g->host_capacity, the host pool holds that much and a disk tier the
  *    rest: the initial weights and optimizer state (replica by replica, pack by
  *    pack, W then O) and each iteration's inputs (X then Y per microbatch, X
