@@ -50,10 +50,11 @@ struct simst {
 	struct timing *tm; /* tg_sim_time: the replay in time; NULL: volume only */
 	/* the host pool when a disk tier takes what it cannot hold (hcap > 0) */
 	uint64_t hcap, hused;
-	unsigned char *disk;     /* [o] disk copy valid */
-	unsigned char *hpin;     /* [o] its host copy may not be evicted now: HP_* */
-	int *fly, nfly, fly_dev; /* the running task's copies in flight to fly_dev */
-	uint64_t *hstamp;        /* [o] the host copy's allocation or last host use (LRU) */
+	unsigned char *disk;      /* [o] disk copy valid */
+	unsigned char *hpin;      /* [o] its host copy may not be evicted now: HP_* */
+	int *fly, *fly_dev, nfly; /* the running task's copies in flight, to fly_dev[i] */
+	unsigned char *fly_out;   /* [i] a copy out of fly_dev[i] (D2H), else into it */
+	uint64_t *hstamp;         /* [o] the host copy's allocation or last host use (LRU) */
 };
 
 /* The replay in time (tg_sim_time): each device runs its tasks in the global
@@ -125,10 +126,45 @@ static void land(struct simst *s)
 	for (int i = 0; i < s->nfly; i++) {
 		int o = s->fly[i];
 		if (s->hpin[o] == HP_FLY_WRITTEN)
-			written_on(s, s->fly_dev, o);
+			written_on(s, s->fly_dev[i], o);
 		s->hpin[o] = HP_FREE;
 	}
 	s->nfly = 0;
+}
+
+/* The host waits for a transfer (vmm_swap_make_space: the latest started
+ * that holds a host copy) and looks again: the copies issued since the last
+ * sync started together, each device's copies in and out queued on their
+ * own streams, equal bytes taking equal time; so the k-th of each stream has
+ * landed when the k-th of the waited one's stream has. */
+static void land_one(struct simst *s)
+{
+	int w = -1, rank = 0;
+	for (int i = s->nfly - 1; i >= 0 && w < 0; i--)
+		if (s->host[s->fly[i]])
+			w = i;
+	if (w < 0 || s->g->obj[s->fly[w]].bytes != s->g->obj[s->fly[0]].bytes) {
+		land(s); /* (copies of other sizes: all of them) */
+		return;
+	}
+	for (int i = 0; i <= w; i++)
+		rank += s->fly_dev[i] == s->fly_dev[w] && s->fly_out[i] == s->fly_out[w];
+	int kept = 0;
+	for (int i = 0; i < s->nfly; i++) {
+		int o = s->fly[i], r = 0;
+		for (int j = 0; j <= i; j++)
+			r += s->fly_dev[j] == s->fly_dev[i] && s->fly_out[j] == s->fly_out[i];
+		if (r > rank) { /* still in flight */
+			s->fly_dev[kept] = s->fly_dev[i];
+			s->fly_out[kept] = s->fly_out[i];
+			s->fly[kept++] = o;
+			continue;
+		}
+		if (s->hpin[o] == HP_FLY_WRITTEN)
+			written_on(s, s->fly_dev[i], o);
+		s->hpin[o] = HP_FREE;
+	}
+	s->nfly = kept;
 }
 
 /* The bytes a host copy of o occupies in the host pool. */
@@ -184,6 +220,12 @@ static int host_room(struct simst *s, int o, double *free_at)
 				v = q;
 				vn = qn;
 			}
+		}
+		if (v < 0 && s->nfly) {
+			/* only copies in flight besides the pinned ones: the vmm waits
+			 * for a transfer and looks again (vmm_swap_make_space) */
+			land_one(s);
+			continue;
 		}
 		if (v < 0) {
 			char a[32], b[32];
@@ -252,6 +294,8 @@ static int evict(struct simst *s, int d, int o, int wbclean)
 		if (s->hcap && s->hpin[o] == HP_FREE) { /* the space is handed on in
 			                                    * stream order: not waited for */
 			s->hpin[o] = HP_FLY;
+			s->fly_dev[s->nfly] = d;
+			s->fly_out[s->nfly] = 1;
 			s->fly[s->nfly++] = o;
 		}
 		if (s->tm) /* the space is free once the copy-out lands */
@@ -478,13 +522,15 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 	s.disk = calloc((size_t)no + 1, 1);
 	s.hpin = calloc((size_t)no + 1, 1);
 	s.fly = malloc(((size_t)no + 1) * sizeof(int));
+	s.fly_dev = malloc(((size_t)no + 1) * sizeof(int));
+	s.fly_out = malloc((size_t)no + 1);
 	s.hstamp = calloc((size_t)no + 1, sizeof(uint64_t));
 	s.stamp = calloc(dn + 1, sizeof(uint64_t));
 	s.used = calloc((size_t)nd + 1, sizeof(uint64_t));
 	unsigned char *pin = calloc((size_t)no + 1, 1);
 	if (!toff || !tobj || !trd || !twr || !rdn || !rgr || !rwr || !gpos || !s.res || !s.host ||
 	    !s.gread || !s.dnext || !s.stamp || !s.used || !pin || !s.disk || !s.hpin || !s.fly ||
-	    !s.gnext || !rgn || !s.hstamp) {
+	    !s.gnext || !rgn || !s.hstamp || !s.fly_dev || !s.fly_out) {
 		rc = sp_error(-ENOMEM, "taskgraph: simulation state for %d objects x %d devices",
 		              no, nd);
 		goto out;
@@ -565,7 +611,6 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 		} else {
 			size_t base = (size_t)d * no;
 			uint64_t ws = 0;
-			s.fly_dev = d;
 			for (int j = a; j < z; j++) {
 				ws += foot(g, tobj[j]);
 				pin[tobj[j]] = 1;
@@ -646,6 +691,8 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 				s.stamp[base + o] = ++s.clock;
 				if (trd[j] && (p2p || s.host[o])) { /* in flight */
 					s.hpin[o] = twr[j] ? HP_FLY_WRITTEN : HP_FLY;
+					s.fly_dev[s.nfly] = d;
+					s.fly_out[s.nfly] = 0;
 					s.fly[s.nfly++] = o;
 					if (twr[j]) /* the disk copy goes at once */
 						s.disk[o] = 0;
@@ -713,6 +760,8 @@ out:
 	free(s.disk);
 	free(s.hpin);
 	free(s.fly);
+	free(s.fly_dev);
+	free(s.fly_out);
 	free(s.hstamp);
 	free(s.gread);
 	free(s.dnext);

@@ -317,9 +317,14 @@ struct tg_swap {
  *    room is made by Belady on the host (the sooner of the object's next use
  *    anywhere and its next use by a host task; ties: least recently allocated
  *    or used on the host, then lower index), a victim with no valid disk copy
- *    written down (H2DISK) first; a device reading an object held only on
- *    disk brings it to the host first (DISK2H), then makes room on the device.
- *    The disk holds everything (its capacity is not modelled).
+ *    written down (H2DISK) first; a host copy in flight (to or from the running
+ *    task's device) is no victim until it lands: all have after a disk
+ *    transfer; when only they are left, the host waits for the latest one
+ *    started, and the copies as far up their own queues (each device's stream
+ *    in or out; equal bytes take equal time) land with it; a device reading an
+ *    object held only on disk brings it to the host first (DISK2H), then makes
+ *    room on the device. The disk holds everything (its capacity is not
+ *    modelled).
  * Returns 0, or -ENOMEM naming the task whose working set exceeds the capacity
  * (or the host pool that cannot hold a task's host copies). */
 int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean,

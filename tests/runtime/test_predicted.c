@@ -312,12 +312,16 @@ static int regress_one(const struct regress *r)
 static const struct regress regressions[] = {
     {"the executor holds a microbatch's input while its target finds room", TG_1F1B, 1, 2, 0, "1",
      NULL, NULL, 0, 0, 3},
+    {"with only copies in flight besides the pinned ones, the vmm waits for them", TG_GPIPE, 1, 1,
+     0, "1,2", NULL, NULL, 0, 0, 2},
     {"3 ring members: the shares add up to 2(N-1)|G| exactly", TG_DP_SWAP, 3, 1, 0, "1", NULL, NULL,
      0, 0, 2},
     {"objects of no bytes have no copies (their write-downs landed copies in flight)",
      TG_HARMONY_PP, 1, 1, 0, "1,2,3,4", NULL, NULL, 0, 5, 2},
     {"objects of no bytes have no copies (a boundary of none)", TG_DP_SWAP, 1, 1, 0, "1,2,3,4,5,6",
      "101111", NULL, 0, 5, 3},
+    {"a host that waits for a copy in flight finds the ones queued behind it still flying", TG_1F1B,
+     2, 3, 0, "1,2,3", NULL, "001", 0, 0, 3},
 };
 
 int main(void)
