@@ -5,13 +5,15 @@
  * and the vmm apply, so that measured volume can equal the prediction:
  *  - a task acquires the objects already on its device first, then the others
  *    (read set, then write set, each object once; none of no bytes); that is
- *    also their LRU order;
+ *    also their LRU order; when room cannot be made, the device is emptied and
+ *    the task acquires them again (empty_device: the executor's way out);
  *  - a missing object that the task reads comes by P2P from a device holding a
  *    valid copy, else by H2D; one it only writes is allocated, nothing moves;
  *  - room is made by Belady on the device (farthest next use there; ties: least
  *    recently used there, then lower object index); an evicted copy is written
  *    back (D2H) only when no other valid copy exists and its next use reads it,
  *    or always with writeback_clean (per-GPU virtual memory, the dp-swap baseline);
+ *    one whose write-back finds no room in the host pool is passed over;
  *  - after a task, an object whose next use (cyclically, across iterations) does
  *    not read it is dead: dropped everywhere, nothing moves;
  *  - inputs are new data each iteration: valid on the host only at its start.
@@ -54,6 +56,7 @@ struct simst {
 	unsigned char *hpin;      /* [o] its host copy may not be evicted now: HP_* */
 	int *fly, *fly_dev, nfly; /* the running task's copies in flight, to fly_dev[i] */
 	unsigned char *fly_out;   /* [i] a copy out of fly_dev[i] (D2H), else into it */
+	int *skip;                /* device victims passed over (dev_acquire) */
 	uint64_t *hstamp;         /* [o] the host copy's allocation or last host use (LRU) */
 };
 
@@ -487,6 +490,134 @@ static int host_task(struct simst *s, const int *obj, const unsigned char *reads
 	return rc;
 }
 
+/* Task t acquires its n objects obj[] (reads[], writes[]) on device d, those
+ * already there first, then the others in order, as the executor does; pin[]
+ * marks the task's objects (never victims). A device victim whose write-back
+ * finds no room in the host pool is passed over for the others, as the vmm
+ * does (vmm_swap_make_space). *ready: when its copies have landed. Returns 0,
+ * or -ENOMEM when nothing else can be evicted. */
+static int dev_acquire(struct simst *s, const struct tg_task *t, int d, uint64_t capacity,
+                       int writeback_clean, const int *obj, const unsigned char *reads,
+                       const unsigned char *writes, int n, unsigned char *pin, double *ready)
+{
+	const struct tg_graph *g = s->g;
+	struct timing *tm = s->tm;
+	int nd = s->nd, no = s->no, rc = 0, nskip = 0;
+	size_t base = (size_t)d * no;
+	for (int j = 0; j < n; j++) /* resident ones first: they are used now */
+		if (s->res[base + obj[j]]) {
+			s->stamp[base + obj[j]] = ++s->clock;
+			if (writes[j])
+				written_on(s, d, obj[j]);
+		}
+	/* its copies are issued when it enters the prefetch window */
+	double pf = 0;
+	if (tm && tm->nstart[d] >= tm->lookahead)
+		pf =
+		    tm->starts[(size_t)d * tm->lookahead + (size_t)(tm->nstart[d] % tm->lookahead)];
+	for (int j = 0; j < n; j++) {
+		int o = obj[j];
+		if (s->res[base + o] || !g->obj[o].bytes) /* the executor skips empty ones */
+			continue;
+		if (tm)
+			tm->space = pf;
+		int p2p = 0;
+		for (int e = 0; e < nd && !p2p; e++)
+			p2p = e != d && s->res[(size_t)e * no + o];
+		double w = tm ? tm->wend[o] : 0;
+		s->hpin[o] = HP_PINNED; /* its host copy stays while it comes */
+		if (reads[j] && !p2p && !s->host[o] && s->disk[o]) {
+			/* disk -> host first, then room on the device */
+			double room;
+			if ((rc = host_room(s, o, &room)) < 0) {
+				s->hpin[o] = HP_FREE;
+				break;
+			}
+			w = disk_read(s, o, room > w ? room : w);
+		}
+		while (s->used[d] + foot(g, o) > capacity && !rc) {
+			int v = victim(s, d, pin);
+			if (v < 0) {
+				char a1[32];
+				rc =
+				    sp_error(-ENOMEM,
+				             "taskgraph: task %d (kind %d, pack %d): no room for "
+				             "object %d on device %d: %d copies there could not be "
+				             "written back to the host pool (%s)",
+				             t->id, t->kind, t->pack, o, d, nskip,
+				             sp_format_size(s->hcap, a1, 32));
+				break;
+			}
+			rc = evict(s, d, v, writeback_clean);
+			if (rc == -ENOMEM) { /* no room below for its write-back: the others */
+				pin[v] = 2;
+				s->skip[nskip++] = v;
+				rc = 0;
+			}
+		}
+		while (nskip)
+			pin[s->skip[--nskip]] = 0;
+		s->hpin[o] = HP_FREE;
+		if (rc)
+			break;
+		double at = tm ? tm->space : 0; /* the space is there */
+		if (reads[j]) {
+			double b = (double)g->obj[o].bytes;
+			double rd = at > w ? at : w;
+			if (p2p) {
+				xfer(s, TG_L_P2P, o);
+				if (tm) {
+					double st = rd > tm->p2p_q[d] ? rd : tm->p2p_q[d];
+					at = tm->p2p_q[d] = st + b / tm->p2p_bw;
+				}
+			} else if (s->host[o]) {
+				xfer(s, TG_L_H2D, o);
+				if (tm)
+					at = copy_at(tm, d, 1, b, rd);
+			}
+		}
+		*ready = at > *ready ? at : *ready;
+		s->res[base + o] = 1;
+		s->used[d] += foot(g, o);
+		s->stamp[base + o] = ++s->clock;
+		if (reads[j] && (p2p || s->host[o])) { /* in flight */
+			s->hpin[o] = writes[j] ? HP_FLY_WRITTEN : HP_FLY;
+			s->fly_dev[s->nfly] = d;
+			s->fly_out[s->nfly] = 0;
+			s->fly[s->nfly++] = o;
+			if (writes[j]) /* the disk copy goes at once */
+				s->disk[o] = 0;
+		} else if (writes[j]) {
+			written_on(s, d, o);
+		}
+	}
+	return rc;
+}
+
+/* The executor's way out when a task does not get its objects on device d:
+ * every copy there is evicted in object order (vmm_evict: a copy that is its
+ * object's only valid one is written back, the others dropped) and the
+ * copies in flight land (vmm_sync). Returns 0 or -ENOMEM (a write-back finds
+ * no room in the host pool). */
+static int empty_device(struct simst *s, int d, int writeback_clean)
+{
+	size_t base = (size_t)d * s->no;
+	land(s);
+	for (int o = 0; o < s->no; o++) {
+		if (!s->res[base + o] || !s->g->obj[o].bytes)
+			continue;
+		int sole = 1;
+		for (int e = 0; e < s->nd && sole; e++)
+			sole = e == d || !s->res[(size_t)e * s->no + o];
+		if (writeback_clean || (sole && !s->host[o] && !s->disk[o]))
+			SP_CHECK(evict(s, d, o, 1));
+		else
+			drop(s, d, o);
+	}
+	land(s);
+	return 0;
+}
+
 static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_clean,
                   struct timing *tm, struct tg_swap *out)
 {
@@ -524,13 +655,14 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 	s.fly = malloc(((size_t)no + 1) * sizeof(int));
 	s.fly_dev = malloc(((size_t)no + 1) * sizeof(int));
 	s.fly_out = malloc((size_t)no + 1);
+	s.skip = malloc(((size_t)no + 1) * sizeof(int));
 	s.hstamp = calloc((size_t)no + 1, sizeof(uint64_t));
 	s.stamp = calloc(dn + 1, sizeof(uint64_t));
 	s.used = calloc((size_t)nd + 1, sizeof(uint64_t));
 	unsigned char *pin = calloc((size_t)no + 1, 1);
 	if (!toff || !tobj || !trd || !twr || !rdn || !rgr || !rwr || !gpos || !s.res || !s.host ||
 	    !s.gread || !s.dnext || !s.stamp || !s.used || !pin || !s.disk || !s.hpin || !s.fly ||
-	    !s.gnext || !rgn || !s.hstamp || !s.fly_dev || !s.fly_out) {
+	    !s.gnext || !rgn || !s.hstamp || !s.fly_dev || !s.fly_out || !s.skip) {
 		rc = sp_error(-ENOMEM, "taskgraph: simulation state for %d objects x %d devices",
 		              no, nd);
 		goto out;
@@ -625,81 +757,23 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 				              sp_format_size(ws - capacity, a3, 32));
 				break;
 			}
-			for (int j = a; j < z; j++) /* resident ones first: they are used now */
-				if (s.res[base + tobj[j]]) {
-					s.stamp[base + tobj[j]] = ++s.clock;
-					if (twr[j])
-						written_on(&s, d, tobj[j]);
-				}
-			/* its copies are issued when it enters the prefetch window */
-			double pf = 0;
-			if (tm && tm->nstart[d] >= tm->lookahead)
-				pf = tm->starts[(size_t)d * tm->lookahead +
-				                (size_t)(tm->nstart[d] % tm->lookahead)];
-			for (int j = a; j < z; j++) {
-				int o = tobj[j];
-				if (s.res[base + o] || !g->obj[o].bytes) /* the executor skips
-					                                  * empty ones */
-					continue;
-				if (tm)
-					tm->space = pf;
-				int p2p = 0;
-				for (int e = 0; e < nd && !p2p; e++)
-					p2p = e != d && s.res[(size_t)e * no + o];
-				double w = tm ? tm->wend[o] : 0;
-				s.hpin[o] = HP_PINNED; /* its host copy stays while it comes */
-				if (trd[j] && !p2p && !s.host[o] && s.disk[o]) {
-					/* disk -> host first, then room on the device */
-					double room;
-					if ((rc = host_room(&s, o, &room)) < 0)
+			/* the executor's acquisition; when it fails for room, once more
+			 * after emptying the device (runtime/exec.c acquire_all_on) */
+			for (int attempt = 0; attempt < 2; attempt++) {
+				if (attempt) {
+					if (rc != -ENOMEM)
 						break;
-					w = disk_read(&s, o, room > w ? room : w);
-				}
-				while (s.used[d] + foot(g, o) > capacity && !rc) {
-					int v = victim(&s, d, pin);
-					if (v < 0) { /* cannot happen: ws <= capacity */
-						rc = sp_error(
-						    -ENOMEM,
-						    "taskgraph: nothing to evict on device %d", d);
+					rc = empty_device(&s, d, writeback_clean);
+					if (rc < 0)
 						break;
-					}
-					rc = evict(&s, d, v, writeback_clean);
 				}
-				s.hpin[o] = HP_FREE;
-				if (rc)
+				rc = dev_acquire(&s, t, d, capacity, writeback_clean, tobj + a,
+				                 trd + a, twr + a, z - a, pin, &ready);
+				if (rc == 0)
 					break;
-				double at = tm ? tm->space : 0; /* the space is there */
-				if (trd[j]) {
-					double b = (double)g->obj[o].bytes;
-					double rd = at > w ? at : w;
-					if (p2p) {
-						xfer(&s, TG_L_P2P, o);
-						if (tm) {
-							double st =
-							    rd > tm->p2p_q[d] ? rd : tm->p2p_q[d];
-							at = tm->p2p_q[d] = st + b / tm->p2p_bw;
-						}
-					} else if (s.host[o]) {
-						xfer(&s, TG_L_H2D, o);
-						if (tm)
-							at = copy_at(tm, d, 1, b, rd);
-					}
-				}
-				ready = at > ready ? at : ready;
-				s.res[base + o] = 1;
-				s.used[d] += foot(g, o);
-				s.stamp[base + o] = ++s.clock;
-				if (trd[j] && (p2p || s.host[o])) { /* in flight */
-					s.hpin[o] = twr[j] ? HP_FLY_WRITTEN : HP_FLY;
-					s.fly_dev[s.nfly] = d;
-					s.fly_out[s.nfly] = 0;
-					s.fly[s.nfly++] = o;
-					if (twr[j]) /* the disk copy goes at once */
-						s.disk[o] = 0;
-				} else if (twr[j]) {
-					written_on(&s, d, o);
-				}
 			}
+			if (rc < 0)
+				break;
 			land(&s); /* the check mode syncs after each task */
 			for (int j = a; j < z; j++) {
 				pin[tobj[j]] = 0;
@@ -762,6 +836,7 @@ out:
 	free(s.fly);
 	free(s.fly_dev);
 	free(s.fly_out);
+	free(s.skip);
 	free(s.hstamp);
 	free(s.gread);
 	free(s.dnext);

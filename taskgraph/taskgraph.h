@@ -304,7 +304,11 @@ struct tg_swap {
  *  - room is made by Belady on that device (farthest next use there; ties: least
  *    recently acquired there, then lower object index); an evicted copy is
  *    written back (D2H) only if no other valid copy exists and its next use reads
- *    it, or always with writeback_clean (per-GPU virtual memory: dp-swap);
+ *    it, or always with writeback_clean (per-GPU virtual memory: dp-swap); a
+ *    victim whose write-back finds no room in the host pool is passed over for
+ *    the next; when none is left, the device is emptied (each copy in object
+ *    order: written back when it is its object's only one, else dropped) and
+ *    the task acquires its objects again, as the executor does;
  *  - host tasks (UPD on the CPU) pull what they read to the host (D2H when the host
  *    copy is stale) and drop the device copies of what they write;
  *  - an ALLREDUCE adds its ring share 2(N-1)/N |G| to P2P (the N members' shares
@@ -325,8 +329,9 @@ struct tg_swap {
  *    object held only on disk brings it to the host first (DISK2H), then makes
  *    room on the device. The disk holds everything (its capacity is not
  *    modelled).
- * Returns 0, or -ENOMEM naming the task whose working set exceeds the capacity
- * (or the host pool that cannot hold a task's host copies). */
+ * Returns 0, or -ENOMEM naming the task whose working set exceeds the capacity,
+ * or that finds no room even on its emptied device (its write-backs do not fit
+ * the host pool), or the host pool that cannot hold a task's host copies. */
 int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean,
                 struct tg_swap *out) SP_MUST_CHECK;
 

@@ -320,6 +320,9 @@ static const struct regress regressions[] = {
      TG_HARMONY_PP, 1, 1, 0, "1,2,3,4", NULL, NULL, 0, 5, 2},
     {"objects of no bytes have no copies (a boundary of none)", TG_DP_SWAP, 1, 1, 0, "1,2,3,4,5,6",
      "101111", NULL, 0, 5, 3},
+    {"a victim whose write-back finds no room is passed over; then the device is emptied",
+     TG_DP_SWAP, 1, 1, 0, "1,2,3", NULL, NULL, 1, 0, 1},
+    {"... and the same for a pipeline", TG_GPIPE, 1, 1, 0, "1,2", "01", NULL, 1, 0, 1},
     {"a host that waits for a copy in flight finds the ones queued behind it still flying", TG_1F1B,
      2, 3, 0, "1,2,3", NULL, "001", 0, 0, 3},
 };
