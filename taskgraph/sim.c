@@ -3,6 +3,8 @@
  * tg_sim_swap replays the global order three times (iterations) and counts the
  * transfers of the middle one (steady state), following the rules the executor
  * and the vmm apply, so that measured volume can equal the prediction:
+ *  - tasks go in the executor's issue order (issue_order: an all-reduce's
+ *    members together), next uses are global positions (its hints);
  *  - a task acquires the objects already on its device first, then the others
  *    (read set, then write set, each object once; none of no bytes); that is
  *    also their LRU order; when room cannot be made, the device is emptied and
@@ -490,6 +492,110 @@ static int host_task(struct simst *s, const int *obj, const unsigned char *reads
 	return rc;
 }
 
+/* Task t's queue in the executor: its device, or the host's (ndev). */
+static int queue_of(const struct tg_graph *g, const struct tg_task *t)
+{
+	return t->dev >= 0 ? t->dev : g->ndev;
+}
+
+/* Is u a member of the all-reduce t belongs to (same model and pack, both
+ * summing or both broadcasting)? */
+static int same_collective(const struct tg_task *t, const struct tg_task *u)
+{
+	return u->kind == TG_ALLREDUCE && u->model == t->model && u->pack == t->pack &&
+	       (u->root < 0) == (t->root < 0);
+}
+
+/* The executor's issue order in its check mode (exec.ordered), as positions
+ * in the global order: program order, except that the members of one
+ * all-reduce go together, at the first point where each of them is the next
+ * task of its queue with its dependencies gone; until then later tasks go
+ * ahead of them (runtime/exec.c: pick, collective_ready). Hints and dead
+ * contents still follow program positions, as the executor's do. perm[k] is
+ * the position of the k-th task issued; program order when the scratch
+ * cannot be had. */
+static void issue_order(const struct tg_graph *g, int *perm)
+{
+	int nt = g->ntask, nq = g->ndev + 1, k = 0, next = 0, ng = 0;
+	int *pos = malloc(((size_t)nt + 1) * sizeof(int));   /* [task id] its position */
+	int *grp = malloc(((size_t)nt + 1) * sizeof(int));   /* [position] its all-reduce */
+	int *first = malloc(((size_t)nt + 1) * sizeof(int)); /* [group] its first member */
+	int *mnext = malloc(((size_t)nt + 1) * sizeof(int)); /* [position] next member */
+	unsigned char *done = calloc((size_t)nt + 1, 1);     /* [position] issued */
+	int *head = calloc((size_t)nq, sizeof(int));         /* [queue] first not issued */
+	for (int i = 0; i < nt; i++)
+		perm[i] = i;
+	if (!pos || !grp || !first || !mnext || !done || !head)
+		goto out;
+	for (int i = 0; i < nt; i++)
+		pos[g->order[i]] = i;
+	for (int p = nt - 1; p >= 0; p--) { /* the members of each, in order */
+		const struct tg_task *t = &g->task[g->order[p]];
+		grp[p] = mnext[p] = -1;
+		if (t->kind != TG_ALLREDUCE)
+			continue;
+		int x = 0;
+		while (x < ng && !same_collective(t, &g->task[g->order[first[x]]]))
+			x++;
+		mnext[p] = x < ng ? first[x] : -1;
+		first[x] = p;
+		grp[p] = x;
+		ng += x == ng;
+	}
+	while (k < nt) {
+		while (next < nt && done[next])
+			next++;
+		int issued = 0;
+		for (int p = next; p < nt && !issued; p++) {
+			if (done[p])
+				continue;
+			const struct tg_task *t = &g->task[g->order[p]];
+			int ok = 1;
+			if (grp[p] < 0) {
+				for (int i = 0; i < t->ndep && ok; i++)
+					ok = done[pos[t->dep[i]]];
+				if (!ok)
+					break; /* the executor waits here */
+				done[p] = 1;
+				perm[k++] = p;
+				issued = 1;
+				continue;
+			}
+			for (int m = first[grp[p]]; m >= 0 && ok;
+			     m = mnext[m]) { /* all at heads? */
+				const struct tg_task *u = &g->task[g->order[m]];
+				int q = queue_of(g, u);
+				while (head[q] < nt &&
+				       (done[head[q]] ||
+				        queue_of(g, &g->task[g->order[head[q]]]) != q))
+					head[q]++;
+				ok = head[q] == m;
+				for (int i = 0; i < u->ndep && ok; i++)
+					ok = done[pos[u->dep[i]]];
+			}
+			if (!ok)
+				continue; /* passed over */
+			for (int m = first[grp[p]]; m >= 0; m = mnext[m]) {
+				done[m] = 1;
+				perm[k++] = m;
+			}
+			issued = 1;
+		}
+		if (!issued) { /* cannot happen with a valid graph: program order */
+			for (int i = 0; i < nt; i++)
+				perm[i] = i;
+			break;
+		}
+	}
+out:
+	free(pos);
+	free(grp);
+	free(first);
+	free(mnext);
+	free(done);
+	free(head);
+}
+
 /* Task t acquires its n objects obj[] (reads[], writes[]) on device d, those
  * already there first, then the others in order, as the executor does; pin[]
  * marks the task's objects (never victims). A device victim whose write-back
@@ -660,9 +766,10 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 	s.stamp = calloc(dn + 1, sizeof(uint64_t));
 	s.used = calloc((size_t)nd + 1, sizeof(uint64_t));
 	unsigned char *pin = calloc((size_t)no + 1, 1);
+	int *perm = malloc(((size_t)nt + 1) * sizeof(int)); /* the issue order */
 	if (!toff || !tobj || !trd || !twr || !rdn || !rgr || !rwr || !gpos || !s.res || !s.host ||
 	    !s.gread || !s.dnext || !s.stamp || !s.used || !pin || !s.disk || !s.hpin || !s.fly ||
-	    !s.gnext || !rgn || !s.hstamp || !s.fly_dev || !s.fly_out || !s.skip) {
+	    !s.gnext || !rgn || !s.hstamp || !s.fly_dev || !s.fly_out || !s.skip || !perm) {
 		rc = sp_error(-ENOMEM, "taskgraph: simulation state for %d objects x %d devices",
 		              no, nd);
 		goto out;
@@ -711,13 +818,16 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 	}
 	/* now dnext, gpos and gread describe the first uses; replay */
 	memcpy(s.gnext, gpos, (size_t)no * sizeof(int));
-	for (int n = 0; n < 3 * nt && !rc; n++) {
+	issue_order(g, perm);
+	int gk = -1; /* the first member of an all-reduce being acquired */
+	for (int k = 0; k < 3 * nt && !rc; k++) {
+		int n = k / nt * nt + perm[k % nt]; /* its program position */
 		const struct tg_task *t = &g->task[g->order[n % nt]];
 		int a = toff[t->id], z = toff[t->id + 1], r0 = (n / nt) * nl + a, d = t->dev;
 		s.count = n >= nt && n < 2 * nt;
-		if (n == 0) /* the initial state, written into the host pool */
+		if (k == 0) /* the initial state, written into the host pool */
 			rc = host_init(&s);
-		if (n % nt == 0 && !rc) /* a new iteration: inputs are new data, on the host */
+		if (k % nt == 0 && !rc) /* a new iteration: inputs are new data, on the host */
 			rc = host_inputs(&s);
 		if (rc)
 			break;
@@ -741,7 +851,6 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 				s.gnext[tobj[j]] = rgn[r0 + j - a];
 			}
 		} else {
-			size_t base = (size_t)d * no;
 			uint64_t ws = 0;
 			for (int j = a; j < z; j++) {
 				ws += foot(g, tobj[j]);
@@ -774,11 +883,31 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 			}
 			if (rc < 0)
 				break;
-			land(&s); /* the check mode syncs after each task */
-			for (int j = a; j < z; j++) {
-				pin[tobj[j]] = 0;
-				s.dnext[base + tobj[j]] = rdn[r0 + j - a];
-				s.gnext[tobj[j]] = rgn[r0 + j - a];
+			/* the members of an all-reduce are acquired one after the
+			 * other and held, then launched; their hints come after
+			 * (issue_collective): the check mode syncs after the last */
+			int defer = 0;
+			if (t->kind == TG_ALLREDUCE && (k + 1) % nt) {
+				int n2 = perm[(k + 1) % nt];
+				defer = same_collective(t, &g->task[g->order[n2]]);
+			}
+			if (gk < 0)
+				gk = k;
+			if (!defer) {
+				land(&s); /* the check mode syncs after each task */
+				for (int kk = gk; kk <= k; kk++) {
+					int nn = kk / nt * nt + perm[kk % nt];
+					const struct tg_task *u = &g->task[g->order[nn % nt]];
+					int ua = toff[u->id], uz = toff[u->id + 1];
+					int ur0 = (nn / nt) * nl + ua;
+					size_t ub = (size_t)u->dev * no;
+					for (int j = ua; j < uz; j++) {
+						pin[tobj[j]] = 0;
+						s.dnext[ub + tobj[j]] = rdn[ur0 + j - ua];
+						s.gnext[tobj[j]] = rgn[ur0 + j - ua];
+					}
+				}
+				gk = -1;
 			}
 			if (t->kind == TG_ALLREDUCE && t->root < 0 && s.count && nd > 1) {
 				/* the ring: 2(N-1) |G| over its N members, member d's
@@ -843,6 +972,7 @@ out:
 	free(s.stamp);
 	free(s.used);
 	free(pin);
+	free(perm);
 	return rc;
 }
 

@@ -293,6 +293,11 @@ struct tg_swap {
 /* Predicts the swap volume of one steady-state iteration (the middle one of three
  * replays of the global order) with `capacity` bytes per device, by the rules the
  * executor and the vmm follow (so measured volume can equal it):
+ *  - tasks go in the executor's order: the global order, except that the members
+ *    of one all-reduce go together, once each is the next task of its device
+ *    with its dependencies gone (later tasks go ahead of them until then); they
+ *    are acquired one after the other and held until the last is; next uses
+ *    are positions in the global order all the same (the executor's hints);
  *  - after a task, an object whose next use (cyclically, across iterations) does
  *    not read it is dead: dropped from every place, nothing written back;
  *  - inputs (X, Y) are new data each iteration: at its start they are valid on
