@@ -59,6 +59,8 @@ struct simst {
 	int *fly, *fly_dev, nfly; /* the running task's copies in flight, to fly_dev[i] */
 	unsigned char *fly_out;   /* [i] a copy out of fly_dev[i] (D2H), else into it */
 	int *skip;                /* device victims passed over (dev_acquire) */
+	int nohints;              /* the executor has given no next uses yet: the host
+	                             pool's victims by LRU alone */
 	uint64_t *hstamp;         /* [o] the host copy's allocation or last host use (LRU) */
 };
 
@@ -220,7 +222,7 @@ static int host_room(struct simst *s, int o, double *free_at)
 		for (int q = 0; q < s->no; q++) {
 			if (!s->host[q] || s->hpin[q] || q == o)
 				continue;
-			int qn = hn[q] < s->gnext[q] ? hn[q] : s->gnext[q];
+			int qn = s->nohints ? 0 : hn[q] < s->gnext[q] ? hn[q] : s->gnext[q];
 			if (v < 0 || qn > vn || (qn == vn && s->hstamp[q] < s->hstamp[v])) {
 				v = q;
 				vn = qn;
@@ -825,10 +827,15 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 		const struct tg_task *t = &g->task[g->order[n % nt]];
 		int a = toff[t->id], z = toff[t->id + 1], r0 = (n / nt) * nl + a, d = t->dev;
 		s.count = n >= nt && n < 2 * nt;
-		if (k == 0) /* the initial state, written into the host pool */
+		/* the initial state, written into the host pool, and the first
+		 * inputs come before the executor's first hints (rt_run_open,
+		 * rt_run_step_begin): the host makes room by LRU then */
+		s.nohints = k == 0;
+		if (k == 0)
 			rc = host_init(&s);
 		if (k % nt == 0 && !rc) /* a new iteration: inputs are new data, on the host */
 			rc = host_inputs(&s);
+		s.nohints = 0;
 		if (rc)
 			break;
 		int it = n / nt;

@@ -325,15 +325,16 @@ struct tg_swap {
  *    device takes the object and goes when the object is written elsewhere;
  *    room is made by Belady on the host (the sooner of the object's next use
  *    anywhere and its next use by a host task; ties: least recently allocated
- *    or used on the host, then lower index), a victim with no valid disk copy
- *    written down (H2DISK) first; a host copy in flight (to or from the running
- *    task's device) is no victim until it lands: all have after a disk
- *    transfer; when only they are left, the host waits for the latest one
- *    started, and the copies as far up their own queues (each device's stream
- *    in or out; equal bytes take equal time) land with it; a device reading an
- *    object held only on disk brings it to the host first (DISK2H), then makes
- *    room on the device. The disk holds everything (its capacity is not
- *    modelled).
+ *    or used on the host, then lower index; by that LRU alone for the initial
+ *    state and the first inputs, which come before the executor's first
+ *    hints), a victim with no valid disk copy written down (H2DISK) first; a
+ *    host copy in flight (to or from the running task's device) is no victim
+ *    until it lands: all have after a disk transfer; when only they are left,
+ *    the host waits for the latest one started, and the copies as far up
+ *    their own queues (each device's stream in or out; equal bytes take equal
+ *    time) land with it; a device reading an object held only on disk brings
+ *    it to the host first (DISK2H), then makes room on the device. The disk
+ *    holds everything (its capacity is not modelled).
  * Returns 0, or -ENOMEM naming the task whose working set exceeds the capacity,
  * or that finds no room even on its emptied device (its write-backs do not fit
  * the host pool), or the host pool that cannot hold a task's host copies. */
