@@ -1,4 +1,4 @@
-# runtime/module.mk — the executor's benches.
+# runtime/module.mk — the executor's benches, and make fuzz-predicted (below).
 #   make bench-schedules  the executor on the model backend, 4x GTX 1080 Ti: each
 #                         schedule, auto and the published Harmony runtime vs the
 #                         dp-swap baseline -> bench/results/schedules.json
@@ -44,3 +44,20 @@ bench-hydra: $(O)/bench/hydra
 
 EXTRA_ALL += $(O)/bench/hydra
 .PHONY: bench-hydra
+
+# make fuzz-predicted: tests/runtime/fuzz_predicted_disk, random plans, budgets and
+# host pools above the simulated disk tier, the executor's bytes against
+# tg_sim_swap's (FUZZ_COUNT cases of FUZZ_SEED; a disagreement is shrunk and
+# printed as a spec that `fuzz_predicted_disk -c SPEC` replays).
+FUZZ_COUNT ?= 2000
+FUZZ_SEED ?= 1
+$(O)/tests/runtime/fuzz_predicted_disk: $(O)/obj/tests/runtime/fuzz_predicted_disk.c.o $(RT_BENCH_LIBS)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(RT_BENCH_LIBS) $(LDLIBS)
+
+fuzz-predicted: $(O)/tests/runtime/fuzz_predicted_disk
+	$(O)/tests/runtime/fuzz_predicted_disk $(FUZZ_COUNT) $(FUZZ_SEED)
+
+EXTRA_TEST_DEPS += $(O)/tests/runtime/fuzz_predicted_disk
+.PHONY: fuzz-predicted

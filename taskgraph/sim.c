@@ -3,14 +3,19 @@
  * tg_sim_swap replays the global order three times (iterations) and counts the
  * transfers of the middle one (steady state), following the rules the executor
  * and the vmm apply, so that measured volume can equal the prediction:
+ *  - tasks go in the executor's issue order (issue_order: an all-reduce's
+ *    members together), next uses are global positions (its hints);
  *  - a task acquires the objects already on its device first, then the others
- *    (read set, then write set, each object once); that is also their LRU order;
+ *    (read set, then write set, each object once; none of no bytes); that is
+ *    also their LRU order; when room cannot be made, the device is emptied and
+ *    the task acquires them again (empty_device: the executor's way out);
  *  - a missing object that the task reads comes by P2P from a device holding a
  *    valid copy, else by H2D; one it only writes is allocated, nothing moves;
  *  - room is made by Belady on the device (farthest next use there; ties: least
  *    recently used there, then lower object index); an evicted copy is written
  *    back (D2H) only when no other valid copy exists and its next use reads it,
  *    or always with writeback_clean (per-GPU virtual memory, the dp-swap baseline);
+ *    one whose write-back finds no room in the host pool is passed over;
  *  - after a task, an object whose next use (cyclically, across iterations) does
  *    not read it is dead: dropped everywhere, nothing moves;
  *  - inputs are new data each iteration: valid on the host only at its start.
@@ -49,10 +54,14 @@ struct simst {
 	struct timing *tm; /* tg_sim_time: the replay in time; NULL: volume only */
 	/* the host pool when a disk tier takes what it cannot hold (hcap > 0) */
 	uint64_t hcap, hused;
-	unsigned char *disk;     /* [o] disk copy valid */
-	unsigned char *hpin;     /* [o] its host copy may not be evicted now: HP_* */
-	int *fly, nfly, fly_dev; /* the running task's copies in flight to fly_dev */
-	uint64_t *hstamp;        /* [o] the host copy's allocation or last host use (LRU) */
+	unsigned char *disk;      /* [o] disk copy valid */
+	unsigned char *hpin;      /* [o] its host copy may not be evicted now: HP_* */
+	int *fly, *fly_dev, nfly; /* the running task's copies in flight, to fly_dev[i] */
+	unsigned char *fly_out;   /* [i] a copy out of fly_dev[i] (D2H), else into it */
+	int *skip;                /* device victims passed over (dev_acquire) */
+	int nohints;              /* the executor has given no next uses yet: the host
+	                             pool's victims by LRU alone */
+	uint64_t *hstamp;         /* [o] the host copy's allocation or last host use (LRU) */
 };
 
 /* The replay in time (tg_sim_time): each device runs its tasks in the global
@@ -124,10 +133,45 @@ static void land(struct simst *s)
 	for (int i = 0; i < s->nfly; i++) {
 		int o = s->fly[i];
 		if (s->hpin[o] == HP_FLY_WRITTEN)
-			written_on(s, s->fly_dev, o);
+			written_on(s, s->fly_dev[i], o);
 		s->hpin[o] = HP_FREE;
 	}
 	s->nfly = 0;
+}
+
+/* The host waits for a transfer (vmm_swap_make_space: the latest started
+ * that holds a host copy) and looks again: the copies issued since the last
+ * sync started together, each device's copies in and out queued on their
+ * own streams, equal bytes taking equal time; so the k-th of each stream has
+ * landed when the k-th of the waited one's stream has. */
+static void land_one(struct simst *s)
+{
+	int w = -1, rank = 0;
+	for (int i = s->nfly - 1; i >= 0 && w < 0; i--)
+		if (s->host[s->fly[i]])
+			w = i;
+	if (w < 0 || s->g->obj[s->fly[w]].bytes != s->g->obj[s->fly[0]].bytes) {
+		land(s); /* (copies of other sizes: all of them) */
+		return;
+	}
+	for (int i = 0; i <= w; i++)
+		rank += s->fly_dev[i] == s->fly_dev[w] && s->fly_out[i] == s->fly_out[w];
+	int kept = 0;
+	for (int i = 0; i < s->nfly; i++) {
+		int o = s->fly[i], r = 0;
+		for (int j = 0; j <= i; j++)
+			r += s->fly_dev[j] == s->fly_dev[i] && s->fly_out[j] == s->fly_out[i];
+		if (r > rank) { /* still in flight */
+			s->fly_dev[kept] = s->fly_dev[i];
+			s->fly_out[kept] = s->fly_out[i];
+			s->fly[kept++] = o;
+			continue;
+		}
+		if (s->hpin[o] == HP_FLY_WRITTEN)
+			written_on(s, s->fly_dev[i], o);
+		s->hpin[o] = HP_FREE;
+	}
+	s->nfly = kept;
 }
 
 /* The bytes a host copy of o occupies in the host pool. */
@@ -178,11 +222,17 @@ static int host_room(struct simst *s, int o, double *free_at)
 		for (int q = 0; q < s->no; q++) {
 			if (!s->host[q] || s->hpin[q] || q == o)
 				continue;
-			int qn = hn[q] < s->gnext[q] ? hn[q] : s->gnext[q];
+			int qn = s->nohints ? 0 : hn[q] < s->gnext[q] ? hn[q] : s->gnext[q];
 			if (v < 0 || qn > vn || (qn == vn && s->hstamp[q] < s->hstamp[v])) {
 				v = q;
 				vn = qn;
 			}
+		}
+		if (v < 0 && s->nfly) {
+			/* only copies in flight besides the pinned ones: the vmm waits
+			 * for a transfer and looks again (vmm_swap_make_space) */
+			land_one(s);
+			continue;
 		}
 		if (v < 0) {
 			char a[32], b[32];
@@ -251,6 +301,8 @@ static int evict(struct simst *s, int d, int o, int wbclean)
 		if (s->hcap && s->hpin[o] == HP_FREE) { /* the space is handed on in
 			                                    * stream order: not waited for */
 			s->hpin[o] = HP_FLY;
+			s->fly_dev[s->nfly] = d;
+			s->fly_out[s->nfly] = 1;
 			s->fly[s->nfly++] = o;
 		}
 		if (s->tm) /* the space is free once the copy-out lands */
@@ -382,10 +434,16 @@ static int host_inputs(struct simst *s)
 	for (int m = 0; m < g->nmodels; m++) {
 		const struct tg_model_objs *mo = &g->mobj[m];
 		for (int k = 0; k < mo->nmb; k++) {
-			if (mo->X[k] >= 0)
-				SP_CHECK(host_write(s, mo->X[k]));
+			int x = mo->X[k], rc = 0;
+			if (x >= 0)
+				SP_CHECK(host_write(s, x));
+			if (x >= 0) /* held while its target finds room (write_inputs) */
+				s->hpin[x] = HP_PINNED;
 			if (mo->Y[k] >= 0)
-				SP_CHECK(host_write(s, mo->Y[k]));
+				rc = host_write(s, mo->Y[k]);
+			if (x >= 0)
+				s->hpin[x] = HP_FREE;
+			SP_CHECK(rc);
 		}
 	}
 	return 0;
@@ -403,7 +461,7 @@ static int host_task(struct simst *s, const int *obj, const unsigned char *reads
 	for (int pass = 0; pass < 2 && !rc; pass++)
 		for (int j = 0; j < n && !rc; j++) {
 			int o = obj[j];
-			if (s->hpin[o] || (pass == 0 && !s->host[o]))
+			if (s->hpin[o] || (pass == 0 && !s->host[o]) || !g->obj[o].bytes)
 				continue;
 			if (s->host[o]) {
 				s->hstamp[o] = ++s->clock;
@@ -441,6 +499,238 @@ static int host_task(struct simst *s, const int *obj, const unsigned char *reads
 	return rc;
 }
 
+/* Task t's queue in the executor: its device, or the host's (ndev). */
+static int queue_of(const struct tg_graph *g, const struct tg_task *t)
+{
+	return t->dev >= 0 ? t->dev : g->ndev;
+}
+
+/* Is u a member of the all-reduce t belongs to (same model and pack, both
+ * summing or both broadcasting)? */
+static int same_collective(const struct tg_task *t, const struct tg_task *u)
+{
+	return u->kind == TG_ALLREDUCE && u->model == t->model && u->pack == t->pack &&
+	       (u->root < 0) == (t->root < 0);
+}
+
+/* The executor's issue order in its check mode (exec.ordered), as positions
+ * in the global order: program order, except that the members of one
+ * all-reduce go together, at the first point where each of them is the next
+ * task of its queue with its dependencies gone; until then later tasks go
+ * ahead of them (runtime/exec.c: pick, collective_ready). Hints and dead
+ * contents still follow program positions, as the executor's do. perm[k] is
+ * the position of the k-th task issued; program order when the scratch
+ * cannot be had. */
+static void issue_order(const struct tg_graph *g, int *perm)
+{
+	int nt = g->ntask, nq = g->ndev + 1, k = 0, next = 0, ng = 0;
+	int *pos = malloc(((size_t)nt + 1) * sizeof(int));   /* [task id] its position */
+	int *grp = malloc(((size_t)nt + 1) * sizeof(int));   /* [position] its all-reduce */
+	int *first = malloc(((size_t)nt + 1) * sizeof(int)); /* [group] its first member */
+	int *mnext = malloc(((size_t)nt + 1) * sizeof(int)); /* [position] next member */
+	unsigned char *done = calloc((size_t)nt + 1, 1);     /* [position] issued */
+	int *head = calloc((size_t)nq, sizeof(int));         /* [queue] first not issued */
+	for (int i = 0; i < nt; i++)
+		perm[i] = i;
+	if (!pos || !grp || !first || !mnext || !done || !head)
+		goto out;
+	for (int i = 0; i < nt; i++)
+		pos[g->order[i]] = i;
+	for (int p = nt - 1; p >= 0; p--) { /* the members of each, in order */
+		const struct tg_task *t = &g->task[g->order[p]];
+		grp[p] = mnext[p] = -1;
+		if (t->kind != TG_ALLREDUCE)
+			continue;
+		int x = 0;
+		while (x < ng && !same_collective(t, &g->task[g->order[first[x]]]))
+			x++;
+		mnext[p] = x < ng ? first[x] : -1;
+		first[x] = p;
+		grp[p] = x;
+		ng += x == ng;
+	}
+	while (k < nt) {
+		while (next < nt && done[next])
+			next++;
+		int issued = 0;
+		for (int p = next; p < nt && !issued; p++) {
+			if (done[p])
+				continue;
+			const struct tg_task *t = &g->task[g->order[p]];
+			int ok = 1;
+			if (grp[p] < 0) {
+				for (int i = 0; i < t->ndep && ok; i++)
+					ok = done[pos[t->dep[i]]];
+				if (!ok)
+					break; /* the executor waits here */
+				done[p] = 1;
+				perm[k++] = p;
+				issued = 1;
+				continue;
+			}
+			for (int m = first[grp[p]]; m >= 0 && ok;
+			     m = mnext[m]) { /* all at heads? */
+				const struct tg_task *u = &g->task[g->order[m]];
+				int q = queue_of(g, u);
+				while (head[q] < nt &&
+				       (done[head[q]] ||
+				        queue_of(g, &g->task[g->order[head[q]]]) != q))
+					head[q]++;
+				ok = head[q] == m;
+				for (int i = 0; i < u->ndep && ok; i++)
+					ok = done[pos[u->dep[i]]];
+			}
+			if (!ok)
+				continue; /* passed over */
+			for (int m = first[grp[p]]; m >= 0; m = mnext[m]) {
+				done[m] = 1;
+				perm[k++] = m;
+			}
+			issued = 1;
+		}
+		if (!issued) { /* cannot happen with a valid graph: program order */
+			for (int i = 0; i < nt; i++)
+				perm[i] = i;
+			break;
+		}
+	}
+out:
+	free(pos);
+	free(grp);
+	free(first);
+	free(mnext);
+	free(done);
+	free(head);
+}
+
+/* Task t acquires its n objects obj[] (reads[], writes[]) on device d, those
+ * already there first, then the others in order, as the executor does; pin[]
+ * marks the task's objects (never victims). A device victim whose write-back
+ * finds no room in the host pool is passed over for the others, as the vmm
+ * does (vmm_swap_make_space). *ready: when its copies have landed. Returns 0,
+ * or -ENOMEM when nothing else can be evicted. */
+static int dev_acquire(struct simst *s, const struct tg_task *t, int d, uint64_t capacity,
+                       int writeback_clean, const int *obj, const unsigned char *reads,
+                       const unsigned char *writes, int n, unsigned char *pin, double *ready)
+{
+	const struct tg_graph *g = s->g;
+	struct timing *tm = s->tm;
+	int nd = s->nd, no = s->no, rc = 0, nskip = 0;
+	size_t base = (size_t)d * no;
+	for (int j = 0; j < n; j++) /* resident ones first: they are used now */
+		if (s->res[base + obj[j]]) {
+			s->stamp[base + obj[j]] = ++s->clock;
+			if (writes[j])
+				written_on(s, d, obj[j]);
+		}
+	/* its copies are issued when it enters the prefetch window */
+	double pf = 0;
+	if (tm && tm->nstart[d] >= tm->lookahead)
+		pf =
+		    tm->starts[(size_t)d * tm->lookahead + (size_t)(tm->nstart[d] % tm->lookahead)];
+	for (int j = 0; j < n; j++) {
+		int o = obj[j];
+		if (s->res[base + o] || !g->obj[o].bytes) /* the executor skips empty ones */
+			continue;
+		if (tm)
+			tm->space = pf;
+		int p2p = 0;
+		for (int e = 0; e < nd && !p2p; e++)
+			p2p = e != d && s->res[(size_t)e * no + o];
+		double w = tm ? tm->wend[o] : 0;
+		s->hpin[o] = HP_PINNED; /* its host copy stays while it comes */
+		if (reads[j] && !p2p && !s->host[o] && s->disk[o]) {
+			/* disk -> host first, then room on the device */
+			double room;
+			if ((rc = host_room(s, o, &room)) < 0) {
+				s->hpin[o] = HP_FREE;
+				break;
+			}
+			w = disk_read(s, o, room > w ? room : w);
+		}
+		while (s->used[d] + foot(g, o) > capacity && !rc) {
+			int v = victim(s, d, pin);
+			if (v < 0) {
+				char a1[32];
+				rc =
+				    sp_error(-ENOMEM,
+				             "taskgraph: task %d (kind %d, pack %d): no room for "
+				             "object %d on device %d: %d copies there could not be "
+				             "written back to the host pool (%s)",
+				             t->id, t->kind, t->pack, o, d, nskip,
+				             sp_format_size(s->hcap, a1, 32));
+				break;
+			}
+			rc = evict(s, d, v, writeback_clean);
+			if (rc == -ENOMEM) { /* no room below for its write-back: the others */
+				pin[v] = 2;
+				s->skip[nskip++] = v;
+				rc = 0;
+			}
+		}
+		while (nskip)
+			pin[s->skip[--nskip]] = 0;
+		s->hpin[o] = HP_FREE;
+		if (rc)
+			break;
+		double at = tm ? tm->space : 0; /* the space is there */
+		if (reads[j]) {
+			double b = (double)g->obj[o].bytes;
+			double rd = at > w ? at : w;
+			if (p2p) {
+				xfer(s, TG_L_P2P, o);
+				if (tm) {
+					double st = rd > tm->p2p_q[d] ? rd : tm->p2p_q[d];
+					at = tm->p2p_q[d] = st + b / tm->p2p_bw;
+				}
+			} else if (s->host[o]) {
+				xfer(s, TG_L_H2D, o);
+				if (tm)
+					at = copy_at(tm, d, 1, b, rd);
+			}
+		}
+		*ready = at > *ready ? at : *ready;
+		s->res[base + o] = 1;
+		s->used[d] += foot(g, o);
+		s->stamp[base + o] = ++s->clock;
+		if (reads[j] && (p2p || s->host[o])) { /* in flight */
+			s->hpin[o] = writes[j] ? HP_FLY_WRITTEN : HP_FLY;
+			s->fly_dev[s->nfly] = d;
+			s->fly_out[s->nfly] = 0;
+			s->fly[s->nfly++] = o;
+			if (writes[j]) /* the disk copy goes at once */
+				s->disk[o] = 0;
+		} else if (writes[j]) {
+			written_on(s, d, o);
+		}
+	}
+	return rc;
+}
+
+/* The executor's way out when a task does not get its objects on device d:
+ * every copy there is evicted in object order (vmm_evict: a copy that is its
+ * object's only valid one is written back, the others dropped) and the
+ * copies in flight land (vmm_sync). Returns 0 or -ENOMEM (a write-back finds
+ * no room in the host pool). */
+static int empty_device(struct simst *s, int d, int writeback_clean)
+{
+	size_t base = (size_t)d * s->no;
+	land(s);
+	for (int o = 0; o < s->no; o++) {
+		if (!s->res[base + o] || !s->g->obj[o].bytes)
+			continue;
+		int sole = 1;
+		for (int e = 0; e < s->nd && sole; e++)
+			sole = e == d || !s->res[(size_t)e * s->no + o];
+		if (writeback_clean || (sole && !s->host[o] && !s->disk[o]))
+			SP_CHECK(evict(s, d, o, 1));
+		else
+			drop(s, d, o);
+	}
+	land(s);
+	return 0;
+}
+
 static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_clean,
                   struct timing *tm, struct tg_swap *out)
 {
@@ -476,13 +766,17 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 	s.disk = calloc((size_t)no + 1, 1);
 	s.hpin = calloc((size_t)no + 1, 1);
 	s.fly = malloc(((size_t)no + 1) * sizeof(int));
+	s.fly_dev = malloc(((size_t)no + 1) * sizeof(int));
+	s.fly_out = malloc((size_t)no + 1);
+	s.skip = malloc(((size_t)no + 1) * sizeof(int));
 	s.hstamp = calloc((size_t)no + 1, sizeof(uint64_t));
 	s.stamp = calloc(dn + 1, sizeof(uint64_t));
 	s.used = calloc((size_t)nd + 1, sizeof(uint64_t));
 	unsigned char *pin = calloc((size_t)no + 1, 1);
+	int *perm = malloc(((size_t)nt + 1) * sizeof(int)); /* the issue order */
 	if (!toff || !tobj || !trd || !twr || !rdn || !rgr || !rwr || !gpos || !s.res || !s.host ||
 	    !s.gread || !s.dnext || !s.stamp || !s.used || !pin || !s.disk || !s.hpin || !s.fly ||
-	    !s.gnext || !rgn || !s.hstamp) {
+	    !s.gnext || !rgn || !s.hstamp || !s.fly_dev || !s.fly_out || !s.skip || !perm) {
 		rc = sp_error(-ENOMEM, "taskgraph: simulation state for %d objects x %d devices",
 		              no, nd);
 		goto out;
@@ -531,14 +825,22 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 	}
 	/* now dnext, gpos and gread describe the first uses; replay */
 	memcpy(s.gnext, gpos, (size_t)no * sizeof(int));
-	for (int n = 0; n < 3 * nt && !rc; n++) {
+	issue_order(g, perm);
+	int gk = -1; /* the first member of an all-reduce being acquired */
+	for (int k = 0; k < 3 * nt && !rc; k++) {
+		int n = k / nt * nt + perm[k % nt]; /* its program position */
 		const struct tg_task *t = &g->task[g->order[n % nt]];
 		int a = toff[t->id], z = toff[t->id + 1], r0 = (n / nt) * nl + a, d = t->dev;
 		s.count = n >= nt && n < 2 * nt;
-		if (n == 0) /* the initial state, written into the host pool */
+		/* the initial state, written into the host pool, and the first
+		 * inputs come before the executor's first hints (rt_run_open,
+		 * rt_run_step_begin): the host makes room by LRU then */
+		s.nohints = k == 0;
+		if (k == 0)
 			rc = host_init(&s);
-		if (n % nt == 0 && !rc) /* a new iteration: inputs are new data, on the host */
+		if (k % nt == 0 && !rc) /* a new iteration: inputs are new data, on the host */
 			rc = host_inputs(&s);
+		s.nohints = 0;
 		if (rc)
 			break;
 		int it = n / nt;
@@ -561,9 +863,7 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 				s.gnext[tobj[j]] = rgn[r0 + j - a];
 			}
 		} else {
-			size_t base = (size_t)d * no;
 			uint64_t ws = 0;
-			s.fly_dev = d;
 			for (int j = a; j < z; j++) {
 				ws += foot(g, tobj[j]);
 				pin[tobj[j]] = 1;
@@ -578,87 +878,63 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 				              sp_format_size(ws - capacity, a3, 32));
 				break;
 			}
-			for (int j = a; j < z; j++) /* resident ones first: they are used now */
-				if (s.res[base + tobj[j]]) {
-					s.stamp[base + tobj[j]] = ++s.clock;
-					if (twr[j])
-						written_on(&s, d, tobj[j]);
-				}
-			/* its copies are issued when it enters the prefetch window */
-			double pf = 0;
-			if (tm && tm->nstart[d] >= tm->lookahead)
-				pf = tm->starts[(size_t)d * tm->lookahead +
-				                (size_t)(tm->nstart[d] % tm->lookahead)];
-			for (int j = a; j < z; j++) {
-				int o = tobj[j];
-				if (s.res[base + o])
-					continue;
-				if (tm)
-					tm->space = pf;
-				int p2p = 0;
-				for (int e = 0; e < nd && !p2p; e++)
-					p2p = e != d && s.res[(size_t)e * no + o];
-				double w = tm ? tm->wend[o] : 0;
-				s.hpin[o] = HP_PINNED; /* its host copy stays while it comes */
-				if (trd[j] && !p2p && !s.host[o] && s.disk[o]) {
-					/* disk -> host first, then room on the device */
-					double room;
-					if ((rc = host_room(&s, o, &room)) < 0)
+			/* the executor's acquisition; when it fails for room, once more
+			 * after emptying the device (runtime/exec.c acquire_all_on) */
+			for (int attempt = 0; attempt < 2; attempt++) {
+				if (attempt) {
+					if (rc != -ENOMEM)
 						break;
-					w = disk_read(&s, o, room > w ? room : w);
-				}
-				while (s.used[d] + foot(g, o) > capacity && !rc) {
-					int v = victim(&s, d, pin);
-					if (v < 0) { /* cannot happen: ws <= capacity */
-						rc = sp_error(
-						    -ENOMEM,
-						    "taskgraph: nothing to evict on device %d", d);
+					rc = empty_device(&s, d, writeback_clean);
+					if (rc < 0)
 						break;
-					}
-					rc = evict(&s, d, v, writeback_clean);
 				}
-				s.hpin[o] = HP_FREE;
-				if (rc)
+				rc = dev_acquire(&s, t, d, capacity, writeback_clean, tobj + a,
+				                 trd + a, twr + a, z - a, pin, &ready);
+				if (rc == 0)
 					break;
-				double at = tm ? tm->space : 0; /* the space is there */
-				if (trd[j]) {
-					double b = (double)g->obj[o].bytes;
-					double rd = at > w ? at : w;
-					if (p2p) {
-						xfer(&s, TG_L_P2P, o);
-						if (tm) {
-							double st =
-							    rd > tm->p2p_q[d] ? rd : tm->p2p_q[d];
-							at = tm->p2p_q[d] = st + b / tm->p2p_bw;
-						}
-					} else if (s.host[o]) {
-						xfer(&s, TG_L_H2D, o);
-						if (tm)
-							at = copy_at(tm, d, 1, b, rd);
+			}
+			if (rc < 0)
+				break;
+			/* the members of an all-reduce are acquired one after the
+			 * other and held, then launched; their hints come after
+			 * (issue_collective): the check mode syncs after the last */
+			int defer = 0;
+			if (t->kind == TG_ALLREDUCE && (k + 1) % nt) {
+				int n2 = perm[(k + 1) % nt];
+				defer = same_collective(t, &g->task[g->order[n2]]);
+			}
+			if (gk < 0)
+				gk = k;
+			if (!defer) {
+				land(&s); /* the check mode syncs after each task */
+				for (int kk = gk; kk <= k; kk++) {
+					int nn = kk / nt * nt + perm[kk % nt];
+					const struct tg_task *u = &g->task[g->order[nn % nt]];
+					int ua = toff[u->id], uz = toff[u->id + 1];
+					int ur0 = (nn / nt) * nl + ua;
+					size_t ub = (size_t)u->dev * no;
+					for (int j = ua; j < uz; j++) {
+						pin[tobj[j]] = 0;
+						s.dnext[ub + tobj[j]] = rdn[ur0 + j - ua];
+						s.gnext[tobj[j]] = rgn[ur0 + j - ua];
 					}
 				}
-				ready = at > ready ? at : ready;
-				s.res[base + o] = 1;
-				s.used[d] += foot(g, o);
-				s.stamp[base + o] = ++s.clock;
-				if (trd[j] && (p2p || s.host[o])) { /* in flight */
-					s.hpin[o] = twr[j] ? HP_FLY_WRITTEN : HP_FLY;
-					s.fly[s.nfly++] = o;
-					if (twr[j]) /* the disk copy goes at once */
-						s.disk[o] = 0;
-				} else if (twr[j]) {
-					written_on(&s, d, o);
-				}
+				gk = -1;
 			}
-			land(&s); /* the check mode syncs after each task */
-			for (int j = a; j < z; j++) {
-				pin[tobj[j]] = 0;
-				s.dnext[base + tobj[j]] = rdn[r0 + j - a];
-				s.gnext[tobj[j]] = rgn[r0 + j - a];
-			}
-			if (t->kind == TG_ALLREDUCE && t->root < 0 && s.count && nd > 1) /* ring */
+			if (t->kind == TG_ALLREDUCE && t->root < 0 && s.count && nd > 1) {
+				/* the ring: 2(N-1) |G| over its N members, member d's
+				 * share rounded so that the N shares add up exactly (the
+				 * executor counts whole chunks: 3 devices do not divide
+				 * a power of two) */
+				uint64_t all = 2 * g->obj[t->read[0]].bytes * (uint64_t)(nd - 1);
+				uint64_t m = (uint64_t)(d % nd);
+				int ring = 0; /* one member a device: replica d's task */
+				for (int mi = 0; mi < g->nmodels; mi++)
+					ring |=
+					    g->mobj[mi].id == t->model && g->mobj[mi].nrep == nd;
 				sw.bytes[TG_L_P2P][TG_O_GRAD] +=
-				    2 * g->obj[t->read[0]].bytes * (uint64_t)(nd - 1) / nd;
+				    ring ? all * (m + 1) / nd - all * m / nd : all / nd;
+			}
 			if (tm) {
 				double st = ready > tm->dev_free[d] ? ready : tm->dev_free[d];
 				double dur = t->flops / tm->flops;
@@ -699,12 +975,16 @@ out:
 	free(s.disk);
 	free(s.hpin);
 	free(s.fly);
+	free(s.fly_dev);
+	free(s.fly_out);
+	free(s.skip);
 	free(s.hstamp);
 	free(s.gread);
 	free(s.dnext);
 	free(s.stamp);
 	free(s.used);
 	free(pin);
+	free(perm);
 	return rc;
 }
 

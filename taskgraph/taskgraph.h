@@ -293,6 +293,11 @@ struct tg_swap {
 /* Predicts the swap volume of one steady-state iteration (the middle one of three
  * replays of the global order) with `capacity` bytes per device, by the rules the
  * executor and the vmm follow (so measured volume can equal it):
+ *  - tasks go in the executor's order: the global order, except that the members
+ *    of one all-reduce go together, once each is the next task of its device
+ *    with its dependencies gone (later tasks go ahead of them until then); they
+ *    are acquired one after the other and held until the last is; next uses
+ *    are positions in the global order all the same (the executor's hints);
  *  - after a task, an object whose next use (cyclically, across iterations) does
  *    not read it is dead: dropped from every place, nothing written back;
  *  - inputs (X, Y) are new data each iteration: at its start they are valid on
@@ -300,27 +305,39 @@ struct tg_swap {
  *  - a task acquires first the objects already on its device, then the others
  *    (each in read-set then write-set order, each object once); a missing object
  *    it reads comes by P2P from a device with a valid copy, else by H2D; one it
- *    only writes moves nothing;
+ *    only writes moves nothing; objects of no bytes have no copies anywhere;
  *  - room is made by Belady on that device (farthest next use there; ties: least
  *    recently acquired there, then lower object index); an evicted copy is
  *    written back (D2H) only if no other valid copy exists and its next use reads
- *    it, or always with writeback_clean (per-GPU virtual memory: dp-swap);
+ *    it, or always with writeback_clean (per-GPU virtual memory: dp-swap); a
+ *    victim whose write-back finds no room in the host pool is passed over for
+ *    the next; when none is left, the device is emptied (each copy in object
+ *    order: written back when it is its object's only one, else dropped) and
+ *    the task acquires its objects again, as the executor does;
  *  - host tasks (UPD on the CPU) pull what they read to the host (D2H when the host
  *    copy is stale) and drop the device copies of what they write;
- *  - an ALLREDUCE adds its ring share 2(N-1)/N |G| to P2P;
+ *  - an ALLREDUCE adds its ring share 2(N-1)/N |G| to P2P (the N members' shares
+ *    rounded to add up to 2(N-1)|G|);
  *  - with g->host_capacity, the host pool holds that much and a disk tier the
  *    rest: the initial weights and optimizer state (replica by replica, pack by
- *    pack, W then O) and each iteration's inputs (X then Y per microbatch) are
- *    written there; a host copy stays when a device takes the object and goes
- *    when the object is written elsewhere; room is made by Belady on the host
- *    (farthest next use by a host task, never used there first; ties: least
- *    recently allocated or used on the host, then lower index), a victim with
- *    no valid disk copy written down (H2DISK) first; a device reading an
- *    object held only on disk brings it to the host first (DISK2H), then makes
- *    room on the device. The disk holds everything (its capacity is not
- *    modelled).
- * Returns 0, or -ENOMEM naming the task whose working set exceeds the capacity
- * (or the host pool that cannot hold a task's host copies). */
+ *    pack, W then O) and each iteration's inputs (X then Y per microbatch, X
+ *    held while Y finds room) are written there; a host copy stays when a
+ *    device takes the object and goes when the object is written elsewhere;
+ *    room is made by Belady on the host (the sooner of the object's next use
+ *    anywhere and its next use by a host task; ties: least recently allocated
+ *    or used on the host, then lower index; by that LRU alone for the initial
+ *    state and the first inputs, which come before the executor's first
+ *    hints), a victim with no valid disk copy written down (H2DISK) first; a
+ *    host copy in flight (to or from the running task's device) is no victim
+ *    until it lands: all have after a disk transfer; when only they are left,
+ *    the host waits for the latest one started, and the copies as far up
+ *    their own queues (each device's stream in or out; equal bytes take equal
+ *    time) land with it; a device reading an object held only on disk brings
+ *    it to the host first (DISK2H), then makes room on the device. The disk
+ *    holds everything (its capacity is not modelled).
+ * Returns 0, or -ENOMEM naming the task whose working set exceeds the capacity,
+ * or that finds no room even on its emptied device (its write-backs do not fit
+ * the host pool), or the host pool that cannot hold a task's host copies. */
 int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean,
                 struct tg_swap *out) SP_MUST_CHECK;
 

@@ -15,7 +15,11 @@
  * Then the host pool as a tier: a pool of 1/2, 1/3 and 1/4 of what the plan
  * stores (weights and optimizer state first, then whatever the devices write
  * back) above the simulated disk tier, with the update on the devices and on
- * the CPU: host->disk and disk->host bytes per kind equal the prediction too. */
+ * the CPU: host->disk and disk->host bytes per kind equal the prediction too.
+ *
+ * Last, the plans tests/runtime/fuzz_predicted_disk found where they differed,
+ * shrunk (packs of any size, some outputs or targets of no bytes, pools at
+ * their smallest): both run with equal bytes, or both fail. */
 #include "runtime/runtime.h"
 #include "tests/test.h"
 
@@ -186,6 +190,147 @@ static uint64_t one(int sched, int ndev, uint64_t budget, int prefetch, const st
 	return total;
 }
 
+/* ---- regressions: plans the fuzzer found, each object U or nothing ---------------- */
+struct regress {
+	const char *why;
+	int sched, ndev, m, upd_cpu;
+	const char *packs; /* end layer of each pack: "1,2,3" */
+	const char *out;   /* per pack, its output (boundary) U or none: "101"; NULL: all U */
+	const char *work;  /* per pack, U of workspace or none: "001"; NULL: none */
+	int no_targets;    /* targets of no bytes */
+	int extra;         /* device budget: tg_graph_min_capacity + extra U */
+	int host;          /* host pool, U */
+};
+
+/* A pack's weights, gradient and optimizer state sit on its first layer, its
+ * output on its last: each pack object is U (or nothing) whatever the cut. */
+static void regress_model(const struct regress *r, struct rt_model *m, struct rt_layer *L,
+                          struct tg_plan *p)
+{
+	memset(m, 0, sizeof(*m));
+	memset(p, 0, sizeof(*p));
+	int np = 0, lo = 0;
+	for (const char *c = r->packs; *c;) {
+		char *e;
+		int hi = (int)strtol(c, &e, 10);
+		for (int l = lo; l < hi; l++)
+			L[l] = (struct rt_layer){
+			    .param_bytes = l == lo ? U : 0,
+			    .grad_bytes = l == lo ? U : 0,
+			    .optim_bytes = l == lo ? U : 0,
+			    .out_per_sample = l == hi - 1 && (!r->out || r->out[np] == '1') ? U : 0,
+			    .work_bytes = l == lo && r->work && r->work[np] == '1' ? U : 0,
+			    .fwd_flops_per_sample = 1e9,
+			    .bwd_flops_per_sample = 2e9,
+			    .ops = &ops};
+		p->pack_end[np++] = hi;
+		lo = hi;
+		c = *e == ',' ? e + 1 : e;
+	}
+	snprintf(m->name, sizeof(m->name), "regress");
+	m->nlayers = lo;
+	m->layers = L;
+	m->in_per_sample = U;
+	m->target_per_sample = r->no_targets ? 0 : U;
+	m->loss_floats = U / 4;
+	m->data = no_data;
+	int dp = r->sched == TG_DP_SWAP || r->sched == TG_HARMONY_DP;
+	m->batch = r->m * (dp ? r->ndev : 1);
+	p->sched = r->sched;
+	p->ndev = r->ndev;
+	p->npacks = np;
+	p->microbatch = 1;
+	p->group = 1;
+	p->upd_cpu = r->upd_cpu;
+}
+
+/* Runs r on the executor and the predictor: 1 if they agree. */
+static int regress_one(const struct regress *r)
+{
+	struct rt_layer L[16];
+	struct rt_model m;
+	struct tg_plan p;
+	struct tg_layer tl[16];
+	struct tg_model tm;
+	struct tg_graph g;
+	regress_model(r, &m, L, &p);
+	rt_model_tg(&m, tl, &tm);
+	CHECK_OK(tg_graph_build(&tm, 1, &p, &g));
+	uint64_t budget = tg_graph_min_capacity(&g, NULL) + (uint64_t)r->extra * U;
+	struct tg_hw hw = {.host_capacity = (uint64_t)r->host * U, .host_align = U};
+	tg_graph_set_hw(&g, &hw);
+	struct tg_swap sw;
+	int prc = tg_sim_swap(&g, budget, 0, &sw);
+	char pmsg[256];
+	snprintf(pmsg, sizeof(pmsg), "%s", prc ? sp_last_error() : "");
+	tg_graph_free(&g);
+	struct rt_ctx *rt = open_model(r->ndev, budget, 0, (uint64_t)r->host * U);
+	struct rt_run *run = NULL;
+	struct vol a, b;
+	int erc = rt_run_open(rt, &m, &p, 1, &run);
+	for (int it = 0; it < 3 && erc == 0; it++) {
+		erc = rt_run_step(run, NULL);
+		if (it == 0)
+			measured(rt, &a);
+		if (it == 1)
+			measured(rt, &b);
+	}
+	char emsg[256];
+	snprintf(emsg, sizeof(emsg), "%s", erc ? sp_last_error() : "");
+	rt_run_close(run);
+	rt_close(rt);
+	int ok = (prc < 0) == (erc < 0), equal = ok;
+	uint64_t total = 0;
+	for (int l = 0; l < TG_NLINK && ok && prc == 0; l++)
+		for (int k = 0; k < TG_NOKIND; k++) {
+			total += sw.bytes[l][k];
+			equal &= b.b[l][k] - a.b[l][k] == sw.bytes[l][k];
+		}
+	printf("  %-10s %d dev, packs %s%s%s, budget %2" PRIu64 " U, host %d U%s: %s\n",
+	       tg_sched_name(r->sched), r->ndev, r->packs, r->out ? ", outputs " : "",
+	       r->out ? r->out : "", budget / U, r->host, r->upd_cpu ? ", CPU update" : "",
+	       !ok       ? "one of them fails"
+	       : prc < 0 ? "both -ENOMEM"
+	       : equal   ? "measured = predicted"
+	                 : "measured != predicted");
+	if (!ok)
+		printf("    predictor %d: %s\n    executor %d: %s\n", prc, pmsg, erc, emsg);
+	for (int l = 0; l < TG_NLINK && ok && prc == 0 && !equal; l++)
+		for (int k = 0; k < TG_NOKIND; k++) {
+			uint64_t got = b.b[l][k] - a.b[l][k], want = sw.bytes[l][k];
+			if (got != want)
+				printf("    %s %s: measured %" PRIu64 " B, predicted %" PRIu64
+				       " B\n",
+				       link_name[l], tg_okind_name(k), got, want);
+		}
+	if (!ok || !equal)
+		printf("    (%s)\n", r->why);
+	(void)total;
+	return ok && equal;
+}
+
+static const struct regress regressions[] = {
+    {"the executor holds a microbatch's input while its target finds room", TG_1F1B, 1, 2, 0, "1",
+     NULL, NULL, 0, 0, 3},
+    {"with only copies in flight besides the pinned ones, the vmm waits for them", TG_GPIPE, 1, 1,
+     0, "1,2", NULL, NULL, 0, 0, 2},
+    {"3 ring members: the shares add up to 2(N-1)|G| exactly", TG_DP_SWAP, 3, 1, 0, "1", NULL, NULL,
+     0, 0, 2},
+    {"objects of no bytes have no copies (their write-downs landed copies in flight)",
+     TG_HARMONY_PP, 1, 1, 0, "1,2,3,4", NULL, NULL, 0, 5, 2},
+    {"objects of no bytes have no copies (a boundary of none)", TG_DP_SWAP, 1, 1, 0, "1,2,3,4,5,6",
+     "101111", NULL, 0, 5, 3},
+    {"an all-reduce's members go together, when each is next on its device", TG_DP_SWAP, 2, 1, 0,
+     "1,2,3,4,5,6", NULL, NULL, 0, 0, 4},
+    {"an all-reduce's members are held until the last is acquired", TG_DP_SWAP, 2, 1, 1,
+     "1,2,3,4,5,6", NULL, NULL, 0, 0, 4},
+    {"a victim whose write-back finds no room is passed over; then the device is emptied",
+     TG_DP_SWAP, 1, 1, 0, "1,2,3", NULL, NULL, 1, 0, 1},
+    {"... and the same for a pipeline", TG_GPIPE, 1, 1, 0, "1,2", "01", NULL, 1, 0, 1},
+    {"a host that waits for a copy in flight finds the ones queued behind it still flying", TG_1F1B,
+     2, 3, 0, "1,2,3", NULL, "001", 0, 0, 3},
+};
+
 int main(void)
 {
 	static const int devs[] = {1, 2, 4};
@@ -268,6 +413,11 @@ int main(void)
 	       disk_plans, disk_bytes >> 20);
 	CHECK(disk_bytes > 0);
 	CHECK_MSG(mismatches == 0, "%d plans with a host pool: measured != predicted", mismatches);
+	int bad = 0, nreg = (int)(sizeof(regressions) / sizeof(regressions[0]));
+	for (int i = 0; i < nreg; i++)
+		bad += !regress_one(&regressions[i]);
+	printf("%d plans the fuzzer found: %d differ\n", nreg, bad);
+	CHECK_MSG(bad == 0, "%d of the fuzzer's plans: measured != predicted", bad);
 	rmdir(disk_dir);
 	TEST_PASS();
 }
