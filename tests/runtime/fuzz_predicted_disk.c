@@ -24,7 +24,9 @@
  * Known disagreement (the executor, not the prediction): in its check mode the
  * executor passes over an all-reduce one of whose devices still runs a task
  * (window 1) and issues later tasks first, so the order then depends on time;
- * about 2 cases in 1000, harmony-dp on 2 devices with the update on the CPU. */
+ * 73 of 20000 plans of seed 21, all harmony-dp on 2 devices with the update on
+ * the CPU. runtime/exec.c waiting there instead, when every member is at the
+ * head of its queue, makes them equal (20000 plans of seed 20: none differ). */
 #include "common/log.h"
 #include "runtime/runtime.h"
 #include "tests/test.h"
