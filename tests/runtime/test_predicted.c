@@ -126,22 +126,43 @@ static void measured(struct rt_ctx *rt, struct vol *v)
 static const char *link_name[] = {"H2D", "D2H", "P2P", "host->disk", "disk->host"};
 
 /* Returns the bytes moved in the 2nd iteration; prints the table against sw. */
+/* The uniform model under a plan of one layer per pack for sched on ndev. */
+static void plan_of(int sched, int ndev, int upd_cpu, struct rt_model *m, struct rt_layer *L,
+                    struct tg_plan *p)
+{
+	model(m, L);
+	int dp = sched == TG_DP_SWAP || sched == TG_HARMONY_DP;
+	m->batch = 4 * MB * (dp ? ndev : 1);
+	*p = (struct tg_plan){.sched = sched,
+	                      .ndev = ndev,
+	                      .npacks = NL,
+	                      .microbatch = MB,
+	                      .group = sched >= TG_HARMONY_DP ? 2 : 1,
+	                      .upd_cpu = upd_cpu};
+	for (int i = 0; i < NL; i++)
+		p->pack_end[i] = i + 1;
+}
+
+/* ... and its task graph. */
+static void graph_of(int sched, int ndev, int upd_cpu, struct tg_graph *g)
+{
+	struct rt_layer L[NL];
+	struct rt_model m;
+	struct tg_plan p;
+	plan_of(sched, ndev, upd_cpu, &m, L, &p);
+	struct tg_layer tl[NL];
+	struct tg_model tm;
+	rt_model_tg(&m, tl, &tm);
+	CHECK_OK(tg_graph_build(&tm, 1, &p, g));
+}
+
 static uint64_t one(int sched, int ndev, uint64_t budget, int prefetch, const struct tg_swap *sw,
                     int exact, uint64_t host, int upd_cpu)
 {
 	struct rt_layer L[NL];
 	struct rt_model m;
-	model(&m, L);
-	int dp = sched == TG_DP_SWAP || sched == TG_HARMONY_DP;
-	m.batch = 4 * MB * (dp ? ndev : 1);
-	struct tg_plan p = {.sched = sched,
-	                    .ndev = ndev,
-	                    .npacks = NL,
-	                    .microbatch = MB,
-	                    .group = sched >= TG_HARMONY_DP ? 2 : 1,
-	                    .upd_cpu = upd_cpu};
-	for (int i = 0; i < NL; i++)
-		p.pack_end[i] = i + 1;
+	struct tg_plan p;
+	plan_of(sched, ndev, upd_cpu, &m, L, &p);
 	struct rt_ctx *rt = open_model(ndev, budget, prefetch, host);
 	struct rt_run *run;
 	CHECK_OK(rt_run_open(rt, &m, &p, 1, &run));
@@ -338,23 +359,8 @@ int main(void)
 	for (int s = 0; s < TG_NSCHED; s++)
 		for (int di = 0; di < 3; di++) {
 			int nd = devs[di];
-			struct rt_layer L[NL];
-			struct rt_model m;
-			model(&m, L);
-			int dp = s == TG_DP_SWAP || s == TG_HARMONY_DP;
-			m.batch = 4 * MB * (dp ? nd : 1);
-			struct tg_layer tl[NL];
-			struct tg_model tm;
-			rt_model_tg(&m, tl, &tm);
-			struct tg_plan p = {.sched = s,
-			                    .ndev = nd,
-			                    .npacks = NL,
-			                    .microbatch = MB,
-			                    .group = s >= TG_HARMONY_DP ? 2 : 1};
-			for (int i = 0; i < NL; i++)
-				p.pack_end[i] = i + 1;
 			struct tg_graph g;
-			CHECK_OK(tg_graph_build(&tm, 1, &p, &g));
+			graph_of(s, nd, 0, &g);
 			uint64_t ws = tg_graph_min_capacity(&g, NULL);
 			for (uint64_t budget = ws + U; budget <= ws + 4 * U; budget += 3 * U) {
 				struct tg_swap sw;
@@ -374,24 +380,8 @@ int main(void)
 		for (int di = 0; di < 3; di++)
 			for (int upd_cpu = 0; upd_cpu < 2; upd_cpu++) {
 				int nd = devs[di];
-				struct rt_layer L[NL];
-				struct rt_model m;
-				model(&m, L);
-				int dp = s == TG_DP_SWAP || s == TG_HARMONY_DP;
-				m.batch = 4 * MB * (dp ? nd : 1);
-				struct tg_layer tl[NL];
-				struct tg_model tm;
-				rt_model_tg(&m, tl, &tm);
-				struct tg_plan p = {.sched = s,
-				                    .ndev = nd,
-				                    .npacks = NL,
-				                    .microbatch = MB,
-				                    .group = s >= TG_HARMONY_DP ? 2 : 1,
-				                    .upd_cpu = upd_cpu};
-				for (int i = 0; i < NL; i++)
-					p.pack_end[i] = i + 1;
 				struct tg_graph g;
-				CHECK_OK(tg_graph_build(&tm, 1, &p, &g));
+				graph_of(s, nd, upd_cpu, &g);
 				uint64_t budget = tg_graph_min_capacity(&g, NULL) + U;
 				uint64_t state = tg_graph_state_bytes(&g);
 				for (int frac = 2; frac <= 4; frac++) {
