@@ -683,11 +683,13 @@ static int issue(struct xs *x, int t, int q)
 	return rc;
 }
 
-/* All members of a collective group, issued together as one all-reduce. */
+/* All members of a collective group, issued together as one all-reduce: 1 when
+ * they can go now (in members), 0 when one is not at the head of its queue yet,
+ * -EBUSY when all are but a queue has no room in its window. */
 static int collective_ready(struct xs *x, int t, int *members, int *n)
 {
 	struct rt_prog *p = x->p;
-	int g = p->task[t].coll_group, k = 0;
+	int g = p->task[t].coll_group, k = 0, busy = 0;
 	for (int i = x->coll_first[g]; i < p->ntask; i++) {
 		const struct rt_task *m = &p->task[i];
 		if (!(m->flags & RT_TASK_COLLECTIVE) || m->coll_group != g)
@@ -699,10 +701,14 @@ static int collective_ready(struct xs *x, int t, int *members, int *n)
 				head = qq->list[j];
 				break;
 			}
-		if (head != i || !deps_issued(x, i) || qq->fln >= x->window)
+		if (head != i || !deps_issued(x, i))
 			return 0;
+		if (qq->fln >= x->window)
+			busy = 1;
 		members[k++] = i;
 	}
+	if (busy)
+		return -EBUSY;
 	*n = k;
 	return 1;
 }
@@ -804,7 +810,7 @@ static int chain_home(struct xs *x, int t)
 static int head_ready(struct xs *x, int t, int *members, int *nmembers)
 {
 	if (x->p->task[t].flags & RT_TASK_COLLECTIVE)
-		return collective_ready(x, t, members, nmembers);
+		return collective_ready(x, t, members, nmembers) > 0;
 	return deps_issued(x, t);
 }
 
@@ -819,15 +825,20 @@ static int pick(struct xs *x, int q, int *members, int *nmembers)
 		if (x->next == x->p->ntask)
 			return -1;
 		/* the first task not issued; an all-reduce whose members are not all at
-		 * the heads of their queues yet is passed over, not waited for */
+		 * the heads of their queues yet is passed over, not waited for; one
+		 * whose members are there but a queue is full is waited for: passing
+		 * it over would make the order depend on which device finishes first */
 		for (int t = x->next; t < x->p->ntask; t++) {
 			if (x->st[t] != T_WAIT)
 				continue;
 			const struct rt_task *tk = &x->p->task[t];
 			if (tk->flags & RT_TASK_COLLECTIVE) {
-				if (collective_ready(x, t, members, nmembers))
+				int r = collective_ready(x, t, members, nmembers);
+				if (r > 0)
 					return t; /* all members at once, whichever queue asks */
 				*nmembers = 0;
+				if (r < 0)
+					return -1;
 				continue;
 			}
 			if (task_queue(x, tk->dev) != q || !deps_issued(x, t))

@@ -401,6 +401,12 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 	             "rt_run_open: model %s needs layers, a data callback and losses", m->name);
 	SP_CHECK_ARG(plan->ndev >= 1 && plan->ndev <= rt->ndev,
 	             "plan: %d devices, the context has %d", plan->ndev, rt->ndev);
+	/* the loss task reads the losses from the last layer's output */
+	const struct rt_layer *last = &m->layers[m->nlayers - 1];
+	SP_CHECK_ARG(last->out_per_sample >= (uint64_t)m->loss_floats * sizeof(float),
+	             "model %s: its last layer %s outputs %llu bytes a sample, too few for "
+	             "%d fp32 losses",
+	             m->name, last->name, (unsigned long long)last->out_per_sample, m->loss_floats);
 	int rc = 0;
 	struct rt_run *r = calloc(1, sizeof(*r));
 	if (!r)

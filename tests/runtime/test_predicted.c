@@ -350,6 +350,9 @@ static const struct regress regressions[] = {
     {"... and the same for a pipeline", TG_GPIPE, 1, 1, 0, "1,2", "01", NULL, 1, 0, 1},
     {"a host that waits for a copy in flight finds the ones queued behind it still flying", TG_1F1B,
      2, 3, 0, "1,2,3", NULL, "001", 0, 0, 3},
+    {"in strict order an all-reduce whose members are at their heads waits for a busy device",
+     TG_HARMONY_DP, 2, 1, 1, "1,2,3", NULL, NULL, 0, 0, 4},
+    {"... and with targets of no bytes", TG_HARMONY_DP, 2, 1, 1, "1,2", NULL, NULL, 1, 0, 4},
 };
 
 int main(void)

@@ -397,6 +397,20 @@ int main(int argc, char **argv)
 	for (int l = 0; l < m.nlayers; l++)
 		free(adamw.params[l]);
 	sgd_cases(&m, &adamw);
+	/* a last layer whose output cannot hold the losses is refused up front,
+	 * not a copy from nowhere in the loss task */
+	struct rt_layer *last = &m.layers[m.nlayers - 1];
+	uint64_t out = last->out_per_sample;
+	last->out_per_sample = (uint64_t)m.loss_floats * sizeof(float) - 1;
+	struct tg_plan one = {.sched = TG_DP_SWAP, .ndev = 1, .npacks = 1, .microbatch = 1};
+	one.pack_end[0] = m.nlayers;
+	struct rt_ctx *rt = open_rt(1, 16ull << 20);
+	struct rt_run *bad = NULL;
+	CHECK(rt_run_open(rt, &m, &one, 42, &bad) == -EINVAL && !bad);
+	CHECK_MSG(strstr(sp_last_error(), last->name) && strstr(sp_last_error(), "losses"), "%s",
+	          sp_last_error());
+	rt_close(rt);
+	last->out_per_sample = out;
 	rt_model_free(&m);
 	TEST_PASS();
 }
