@@ -158,7 +158,7 @@ static void copy_unfence(struct vmm *v, struct vmm_copy *c)
 /* Stream-ordered reuse of device pool space: rather than the host waiting for
  * the last reader of a block it frees (the caller's fence, a D2H still reading
  * it), device p's "reuse" stream waits for that reader, and the freed block is
- * tagged with the free's sequence number (vmm_pool_free). Space allocated
+ * tagged with the free's sequence number (sp_pool_free). Space allocated
  * from a block whose tag is not yet known done gets an event recorded on
  * "reuse" (try_alloc, space_wait), and every write into it waits for that
  * event: a transfer into the copy (start_copy) or the caller, through the
@@ -243,7 +243,7 @@ static void release_space(struct vmm *v, uint32_t idx, int p, uint64_t reuse_seq
 		c->has_mem = c->valid = 0;
 		fallback_map(v, o);
 	} else {
-		struct vmm_pool *pool = &v->pl[p].pool;
+		struct sp_pool *pool = &v->pl[p].pool;
 		uint64_t sz = pool->blocks[c->blk].size;
 		if (c->phys) { /* a host chunk (cfg.host_fallback); still mapped: leaked */
 			int rc = fallback_unmap(v, o);
@@ -257,7 +257,7 @@ static void release_space(struct vmm *v, uint32_t idx, int p, uint64_t reuse_seq
 				sp_count_add(&v->st.host_committed, -(int64_t)sz);
 			c->phys = NULL;
 		}
-		vmm_pool_free(pool, c->blk, reuse_seq);
+		sp_pool_free(pool, c->blk, reuse_seq);
 		if (p == P_HOST(v))
 			sp_count_add(&v->st.host_bytes, -(int64_t)sz);
 		else
@@ -370,7 +370,7 @@ static int host_commit(struct vmm *v, uint32_t idx, uint64_t off, uint64_t bytes
  * not fit in the rest evicts to disk, as in a full pool of that size. */
 static void host_cap(struct vmm *v)
 {
-	struct vmm_pool *pool = &v->pl[P_HOST(v)].pool;
+	struct sp_pool *pool = &v->pl[P_HOST(v)].pool;
 	char a[32], b[32];
 	v->host_capped = 1;
 	for (uint32_t k = 0; k < v->host_ngrains;) {
@@ -380,7 +380,7 @@ static void host_cap(struct vmm *v)
 		uint64_t s = v->host_grain_off[k], end = v->host_grain_off[e];
 		if (end > pool->size)
 			end = pool->size;
-		if (s < end && vmm_pool_fence(pool, s, end - s) < 0)
+		if (s < end && sp_pool_fence(pool, s, end - s) < 0)
 			SP_WARN(VMM, "host pool: could not fence [%" PRIu64 ", %" PRIu64 ")", s,
 			        end);
 		k = e > k ? e : k + 1;
@@ -420,28 +420,28 @@ static int try_alloc(struct vmm *v, uint32_t idx, int p)
 		c->ptr = o->va;
 		sp_count_add(&v->st.device_bytes, (int64_t)o->dev_bytes);
 	} else {
-		struct vmm_pool *pool = &v->pl[p].pool;
+		struct sp_pool *pool = &v->pl[p].pool;
 		if (!pool->size)
 			return -ENOMEM;
 		int high = o->kind == VMM_KIND_WEIGHT || o->kind == VMM_KIND_GRAD ||
 		           o->kind == VMM_KIND_OPTIM;
 		uint64_t want = p == P_HOST(v) ? o->bytes : o->dev_bytes;
-		rc = vmm_pool_alloc_end(pool, want, idx + 1, high, &c->blk);
+		rc = sp_pool_alloc_end(pool, want, idx + 1, high, &c->blk);
 		if (rc < 0)
 			return rc;
 		if (p == P_HOST(v) && v->host_grain_off && !v->host_capped &&
 		    host_commit(v, idx, pool->blocks[c->blk].off, pool->blocks[c->blk].size) < 0) {
 			/* out of pinned memory: the pool is what is pinned; the same
 			 * request again there (or -ENOMEM: evict to make room) */
-			vmm_pool_free(pool, c->blk, 0);
+			sp_pool_free(pool, c->blk, 0);
 			host_cap(v);
-			rc = vmm_pool_alloc_end(pool, want, idx + 1, high, &c->blk);
+			rc = sp_pool_alloc_end(pool, want, idx + 1, high, &c->blk);
 			if (rc < 0)
 				return rc;
 		}
 		if (p == P_HOST(v) && v->host_capped &&
 		    !host_pinned(v, pool->blocks[c->blk].off, pool->blocks[c->blk].size)) {
-			vmm_pool_free(pool, c->blk, 0); /* only if a fence failed (warned) */
+			sp_pool_free(pool, c->blk, 0); /* only if a fence failed (warned) */
 			return -ENOMEM;
 		}
 		c->ptr = (char *)v->pl[p].base + pool->blocks[c->blk].off;
@@ -453,7 +453,7 @@ static int try_alloc(struct vmm *v, uint32_t idx, int p)
 				SP_WARN(VMM, "phys destroy failed: %s", sp_last_error());
 			if (rc < 0) {
 				c->phys = NULL;
-				vmm_pool_free(pool, c->blk, 0);
+				sp_pool_free(pool, c->blk, 0);
 				return sp_error(rc, "vmm: host copy of '%s': %s", o->name,
 				                sp_last_error());
 			}
@@ -504,8 +504,8 @@ static int vmm_prefetch_writes_down(struct vmm *v, const struct vmm_obj *o, int 
 		return !o->disk_valid;
 	if (vmm_obj_nvalid(v, (struct vmm_obj *)o) - o->c[p].valid > 0)
 		return 0;
-	const struct vmm_pool *hp = &v->pl[P_HOST(v)].pool;
-	return hp->size - hp->used < vmm_pool_round(hp, o->bytes);
+	const struct sp_pool *hp = &v->pl[P_HOST(v)].pool;
+	return hp->size - hp->used < sp_pool_round(hp, o->bytes);
 }
 
 /* Can obj's copy on p be evicted now? */
@@ -1067,14 +1067,14 @@ int vmm_swap_make_space(struct vmm *v, uint32_t idx, int p)
 		if (rc != -ENOMEM)
 			goto out;
 		if (!stable_side) {
-			struct vmm_pool *pool = &v->pl[p].pool;
+			struct sp_pool *pool = &v->pl[p].pool;
 			uint64_t need =
-			    vmm_pool_round(pool, p == P_HOST(v) ? o->bytes : o->dev_bytes);
-			if (vmm_pool_avail(pool) >= need) {
+			    sp_pool_round(pool, p == P_HOST(v) ? o->bytes : o->dev_bytes);
+			if (sp_pool_avail(pool) >= need) {
 				/* enough bytes, no hole: evict the cheapest window */
 				struct window_arg wa = {v, p, nearest_use(v, p)};
-				int n = vmm_pool_window(pool, need, window_cost, &wa, v->owners,
-				                        (int)v->cfg.max_objects);
+				int n = sp_pool_window(pool, need, window_cost, &wa, v->owners,
+				                       (int)v->cfg.max_objects);
 				/* one at a time: evicting may search the host pool with
 				 * the same scratch array; the next round searches again */
 				if (n > 0) {

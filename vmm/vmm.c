@@ -144,7 +144,7 @@ void vmm_close(struct vmm *v)
 			if (rc < 0)
 				SP_WARN(VMM, "pool free: %s", sp_last_error());
 		}
-		vmm_pool_fini(&pl->pool);
+		sp_pool_fini(&pl->pool);
 	}
 	if (v->disk)
 		vmm_disk_close(v->disk);
@@ -294,7 +294,7 @@ int vmm_open(struct dev_ctx *ctx, const struct vmm_config *cfg, struct vmm **out
 			goto fail;
 		}
 		uint64_t pool = (budget - pl->stable_cap) & ~(uint64_t)(v->cfg.align - 1);
-		SP_CHECK_GOTO(vmm_pool_init(&pl->pool, pool, v->cfg.align, max_blocks), rc, fail);
+		SP_CHECK_GOTO(sp_pool_init(&pl->pool, pool, v->cfg.align, max_blocks), rc, fail);
 		if (pool)
 			SP_CHECK_GOTO(dev_mem_alloc(ctx, d, pool, &pl->base), rc, fail);
 		SP_CHECK_GOTO(dev_stream_create(ctx, d, &pl->in), rc, fail);
@@ -325,7 +325,7 @@ int vmm_open(struct dev_ctx *ctx, const struct vmm_config *cfg, struct vmm **out
 			              rc, fail);
 			fence_nodes = 2 * v->host_ngrains + 2; /* a failed commit fences the rest */
 		}
-		SP_CHECK_GOTO(vmm_pool_init(&h->pool, hb, align, max_blocks + fence_nodes), rc,
+		SP_CHECK_GOTO(sp_pool_init(&h->pool, hb, align, max_blocks + fence_nodes), rc,
 		              fail);
 		if (cfg->host_fallback && hb)
 			SP_CHECK_GOTO(dev_va_reserve(ctx, DEV_HOST, hb, &h->base), rc, fail);
@@ -1175,7 +1175,7 @@ int vmm_place_peak(struct vmm *v, int place, uint64_t *peak)
 	if (p < 0 || p == P_DISK(v))
 		return p < 0 ? bad_place(place) : sp_error(-EINVAL, "vmm_place_peak: not the disk");
 	pthread_mutex_lock(&v->lock);
-	struct vmm_pool *pool = &v->pl[p].pool;
+	struct sp_pool *pool = &v->pl[p].pool;
 	*peak = pool->peak + (p == P_HOST(v) ? 0 : v->pl[p].stable_used);
 	pool->peak = pool->used;
 	pthread_mutex_unlock(&v->lock);

@@ -1,4 +1,4 @@
-/* vmm/pool.c — a range allocator for the device pools and the pinned host pool.
+/* common/pool.c — a range allocator for the device pools and the pinned host pool.
  *
  * A pool is one big region carved at open; this file manages offsets only (it
  * never touches the memory, so it works for the model backend's opaque
@@ -8,17 +8,19 @@
  * (weights, gradients, optimizer state) fill the pool from the top and
  * activations from the bottom, so a step's short-lived holes do not split the
  * long-lived ones. Fragmentation left over is handled by the
- * caller through vmm_pool_window(): the cheapest window of free and evictable
+ * caller through sp_pool_window(): the cheapest window of free and evictable
  * blocks large enough for a request. Space fenced out (the part of the host
  * pool that could not be pinned) is a block of its own that is never handed
  * out.
  */
-#include "vmm/internal.h"
+#include "common/pool.h"
+
+#include <errno.h>
 
 #include <stdlib.h>
 #include <string.h>
 
-static int32_t node_get(struct vmm_pool *p)
+static int32_t node_get(struct sp_pool *p)
 {
 	int32_t n = p->free_node;
 	if (n >= 0)
@@ -26,14 +28,14 @@ static int32_t node_get(struct vmm_pool *p)
 	return n;
 }
 
-static void node_put(struct vmm_pool *p, int32_t n)
+static void node_put(struct sp_pool *p, int32_t n)
 {
 	p->blocks[n].next = p->free_node;
-	p->blocks[n].owner = VMM_POOL_FREE;
+	p->blocks[n].owner = SP_POOL_FREE;
 	p->free_node = n;
 }
 
-int vmm_pool_init(struct vmm_pool *p, uint64_t size, uint64_t align, uint32_t max_blocks)
+int sp_pool_init(struct sp_pool *p, uint64_t size, uint64_t align, uint32_t max_blocks)
 {
 	SP_CHECK_ARG(align && !(align & (align - 1)), "pool alignment %llu is not a power of two",
 	             (unsigned long long)align);
@@ -48,27 +50,27 @@ int vmm_pool_init(struct vmm_pool *p, uint64_t size, uint64_t align, uint32_t ma
 	p->free_node = -1;
 	for (int32_t i = (int32_t)max_blocks - 1; i >= 1; i--)
 		node_put(p, i);
-	p->blocks[0] = (struct vmm_pool_block){0, p->size, VMM_POOL_FREE, -1, -1, 0};
+	p->blocks[0] = (struct sp_pool_block){0, p->size, SP_POOL_FREE, -1, -1, 0};
 	p->head = 0;
 	return 0;
 }
 
-void vmm_pool_fini(struct vmm_pool *p)
+void sp_pool_fini(struct sp_pool *p)
 {
 	free(p->blocks);
 	memset(p, 0, sizeof(*p));
 	p->head = -1;
 }
 
-uint64_t vmm_pool_round(const struct vmm_pool *p, uint64_t bytes)
+uint64_t sp_pool_round(const struct sp_pool *p, uint64_t bytes)
 {
 	return (bytes + p->align - 1) & ~(p->align - 1);
 }
 
-int vmm_pool_alloc_end(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int high, int32_t *blk)
+int sp_pool_alloc_end(struct sp_pool *p, uint64_t bytes, uint32_t owner, int high, int32_t *blk)
 {
-	uint64_t need = vmm_pool_round(p, bytes ? bytes : 1);
-	if (need > vmm_pool_avail(p))
+	uint64_t need = sp_pool_round(p, bytes ? bytes : 1);
+	if (need > sp_pool_avail(p))
 		return -ENOMEM;
 	/* best fit: the smallest hole that holds it, so that the holes a program's
 	 * few object sizes leave are reused by the same sizes instead of being cut
@@ -76,8 +78,8 @@ int vmm_pool_alloc_end(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int h
 	 * ties go to the low end, or the high end for `high` allocations */
 	int32_t best = -1;
 	for (int32_t b = p->head; b >= 0; b = p->blocks[b].next) {
-		const struct vmm_pool_block *B = &p->blocks[b];
-		if (B->owner != VMM_POOL_FREE || B->size < need)
+		const struct sp_pool_block *B = &p->blocks[b];
+		if (B->owner != SP_POOL_FREE || B->size < need)
 			continue;
 		if (best < 0 || B->size < p->blocks[best].size ||
 		    (high && B->size == p->blocks[best].size))
@@ -86,14 +88,14 @@ int vmm_pool_alloc_end(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int h
 	if (best < 0)
 		return -ENOMEM;
 	int32_t b = best;
-	struct vmm_pool_block *B = &p->blocks[b];
+	struct sp_pool_block *B = &p->blocks[b];
 	if (B->size > need) { /* split: the rest stays free, below a high one */
 		int32_t n = node_get(p);
 		if (n < 0)
 			return -ENOMEM;
 		B = &p->blocks[b];
-		struct vmm_pool_block *N = &p->blocks[n];
-		N->owner = VMM_POOL_FREE;
+		struct sp_pool_block *N = &p->blocks[n];
+		N->owner = SP_POOL_FREE;
 		N->reuse_seq = B->reuse_seq; /* both parts may still be read */
 		N->prev = b;
 		N->next = B->next;
@@ -120,17 +122,17 @@ int vmm_pool_alloc_end(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int h
 	return 0;
 }
 
-int vmm_pool_alloc(struct vmm_pool *p, uint64_t bytes, uint32_t owner, int32_t *blk)
+int sp_pool_alloc(struct sp_pool *p, uint64_t bytes, uint32_t owner, int32_t *blk)
 {
-	return vmm_pool_alloc_end(p, bytes, owner, 0, blk);
+	return sp_pool_alloc_end(p, bytes, owner, 0, blk);
 }
 
 /* Merges block b with its next neighbour (both free). */
-static void merge_next(struct vmm_pool *p, int32_t b)
+static void merge_next(struct sp_pool *p, int32_t b)
 {
-	struct vmm_pool_block *B = &p->blocks[b];
+	struct sp_pool_block *B = &p->blocks[b];
 	int32_t n = B->next;
-	struct vmm_pool_block *N = &p->blocks[n];
+	struct sp_pool_block *N = &p->blocks[n];
 	B->size += N->size;
 	if (N->reuse_seq > B->reuse_seq)
 		B->reuse_seq = N->reuse_seq;
@@ -140,26 +142,26 @@ static void merge_next(struct vmm_pool *p, int32_t b)
 	node_put(p, n);
 }
 
-void vmm_pool_free(struct vmm_pool *p, int32_t b, uint64_t reuse_seq)
+void sp_pool_free(struct sp_pool *p, int32_t b, uint64_t reuse_seq)
 {
-	struct vmm_pool_block *B = &p->blocks[b];
-	SP_ASSERT(B->owner != VMM_POOL_FREE);
-	B->owner = VMM_POOL_FREE;
+	struct sp_pool_block *B = &p->blocks[b];
+	SP_ASSERT(B->owner != SP_POOL_FREE);
+	B->owner = SP_POOL_FREE;
 	if (reuse_seq > B->reuse_seq) /* the tag it was cut with may still be read */
 		B->reuse_seq = reuse_seq;
 	p->used -= B->size;
-	if (B->next >= 0 && p->blocks[B->next].owner == VMM_POOL_FREE)
+	if (B->next >= 0 && p->blocks[B->next].owner == SP_POOL_FREE)
 		merge_next(p, b);
-	if (B->prev >= 0 && p->blocks[B->prev].owner == VMM_POOL_FREE)
+	if (B->prev >= 0 && p->blocks[B->prev].owner == SP_POOL_FREE)
 		merge_next(p, B->prev);
 }
 
-int vmm_pool_fence(struct vmm_pool *p, uint64_t off, uint64_t bytes)
+int sp_pool_fence(struct sp_pool *p, uint64_t off, uint64_t bytes)
 {
 	int32_t b = p->head;
 	while (b >= 0 && p->blocks[b].off + p->blocks[b].size <= off)
 		b = p->blocks[b].next;
-	if (!bytes || b < 0 || p->blocks[b].owner != VMM_POOL_FREE || p->blocks[b].off > off ||
+	if (!bytes || b < 0 || p->blocks[b].owner != SP_POOL_FREE || p->blocks[b].off > off ||
 	    bytes > p->blocks[b].off + p->blocks[b].size - off)
 		return -EINVAL;
 	int32_t nodes[2];
@@ -171,12 +173,12 @@ int vmm_pool_fence(struct vmm_pool *p, uint64_t off, uint64_t bytes)
 			return -ENOMEM;
 		}
 	int k = 0;
-	struct vmm_pool_block *B = &p->blocks[b];
+	struct sp_pool_block *B = &p->blocks[b];
 	if (B->off < off) { /* the free head stays b, the fence is a new block after it */
 		int32_t n = nodes[k++];
-		struct vmm_pool_block *N = &p->blocks[n];
-		*N = (struct vmm_pool_block){
-		    off, B->off + B->size - off, VMM_POOL_FREE, b, B->next, B->reuse_seq};
+		struct sp_pool_block *N = &p->blocks[n];
+		*N = (struct sp_pool_block){
+		    off, B->off + B->size - off, SP_POOL_FREE, b, B->next, B->reuse_seq};
 		if (B->next >= 0)
 			p->blocks[B->next].prev = n;
 		B->next = n;
@@ -186,32 +188,32 @@ int vmm_pool_fence(struct vmm_pool *p, uint64_t off, uint64_t bytes)
 	}
 	if (B->size > bytes) { /* the free tail after the fence */
 		int32_t n = nodes[k++];
-		struct vmm_pool_block *N = &p->blocks[n];
-		*N = (struct vmm_pool_block){off + bytes, B->size - bytes, VMM_POOL_FREE,
-		                             b,           B->next,         B->reuse_seq};
+		struct sp_pool_block *N = &p->blocks[n];
+		*N = (struct sp_pool_block){off + bytes, B->size - bytes, SP_POOL_FREE,
+		                            b,           B->next,         B->reuse_seq};
 		if (B->next >= 0)
 			p->blocks[B->next].prev = n;
 		B->next = n;
 		B->size = bytes;
 	}
-	B->owner = VMM_POOL_FENCED;
+	B->owner = SP_POOL_FENCED;
 	p->fenced += bytes;
 	return 0;
 }
 
-uint64_t vmm_pool_largest_free(const struct vmm_pool *p)
+uint64_t sp_pool_largest_free(const struct sp_pool *p)
 {
 	uint64_t best = 0;
 	for (int32_t b = p->head; b >= 0; b = p->blocks[b].next)
-		if (p->blocks[b].owner == VMM_POOL_FREE && p->blocks[b].size > best)
+		if (p->blocks[b].owner == SP_POOL_FREE && p->blocks[b].size > best)
 			best = p->blocks[b].size;
 	return best;
 }
 
-int vmm_pool_window(const struct vmm_pool *p, uint64_t bytes, double (*cost)(void *, uint32_t),
-                    void *arg, uint32_t *owners, int max)
+int sp_pool_window(const struct sp_pool *p, uint64_t bytes, double (*cost)(void *, uint32_t),
+                   void *arg, uint32_t *owners, int max)
 {
-	uint64_t need = vmm_pool_round(p, bytes ? bytes : 1);
+	uint64_t need = sp_pool_round(p, bytes ? bytes : 1);
 	int32_t best_start = -1;
 	double best_cost = 0;
 	/* Two pointers over the address-ordered list: [s, e) is the window. */
@@ -222,17 +224,17 @@ int vmm_pool_window(const struct vmm_pool *p, uint64_t bytes, double (*cost)(voi
 	while (s >= 0) {
 		/* grow the window to need bytes, stopping at a block that cannot go */
 		while (wbytes < need && e >= 0) {
-			const struct vmm_pool_block *E = &p->blocks[e];
+			const struct sp_pool_block *E = &p->blocks[e];
 			double c = 0;
-			if (E->owner == VMM_POOL_FENCED)
+			if (E->owner == SP_POOL_FENCED)
 				c = -1;
-			else if (E->owner != VMM_POOL_FREE)
+			else if (E->owner != SP_POOL_FREE)
 				c = cost(arg, E->owner - 1);
 			if (c < 0)
 				break;
 			wbytes += E->size;
 			wcost += c;
-			wn += E->owner != VMM_POOL_FREE;
+			wn += E->owner != SP_POOL_FREE;
 			e = E->next;
 		}
 		if (wbytes >= need && wn <= max && (best_start < 0 || wcost < best_cost)) {
@@ -244,9 +246,9 @@ int vmm_pool_window(const struct vmm_pool *p, uint64_t bytes, double (*cost)(voi
 			wbytes = 0, wcost = 0, wn = 0;
 			continue;
 		}
-		const struct vmm_pool_block *S = &p->blocks[s];
+		const struct sp_pool_block *S = &p->blocks[s];
 		wbytes -= S->size;
-		if (S->owner != VMM_POOL_FREE) {
+		if (S->owner != SP_POOL_FREE) {
 			wcost -= cost(arg, S->owner - 1);
 			wn--;
 		}
@@ -258,7 +260,7 @@ int vmm_pool_window(const struct vmm_pool *p, uint64_t bytes, double (*cost)(voi
 	uint64_t got = 0;
 	for (int32_t b = best_start; b >= 0 && got < need; b = p->blocks[b].next) {
 		got += p->blocks[b].size;
-		if (p->blocks[b].owner != VMM_POOL_FREE && n < max)
+		if (p->blocks[b].owner != SP_POOL_FREE && n < max)
 			owners[n++] = p->blocks[b].owner - 1;
 	}
 	return n;
