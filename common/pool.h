@@ -32,14 +32,14 @@ struct sp_pool {
 };
 
 int sp_pool_init(struct sp_pool *p, uint64_t size, uint64_t align,
-                  uint32_t max_blocks) SP_MUST_CHECK;
+                 uint32_t max_blocks) SP_MUST_CHECK;
 void sp_pool_fini(struct sp_pool *p);
 /* Allocates bytes (rounded to align) for owner; returns 0 and the block id, or
  * -ENOMEM (no message: callers say which object and place). */
 int sp_pool_alloc(struct sp_pool *p, uint64_t bytes, uint32_t owner, int32_t *blk) SP_MUST_CHECK;
 /* The same from the high end of the holes when high (best fit either way). */
 int sp_pool_alloc_end(struct sp_pool *p, uint64_t bytes, uint32_t owner, int high,
-                       int32_t *blk) SP_MUST_CHECK;
+                      int32_t *blk) SP_MUST_CHECK;
 /* Frees blk; reuse_seq tags its space (0: nobody reads it any more). A block
  * keeps the newest of that, the tag it was allocated with (whoever read the
  * space before may still read it) and those of blocks it merges with. */
@@ -62,5 +62,4 @@ int sp_pool_fence(struct sp_pool *p, uint64_t off, uint64_t bytes) SP_MUST_CHECK
  * the owners in that window to owners (at most max) and returns their count, or
  * -1 if no window exists. */
 int sp_pool_window(const struct sp_pool *p, uint64_t bytes, double (*cost)(void *, uint32_t),
-                    void *arg, uint32_t *owners, int max);
-
+                   void *arg, uint32_t *owners, int max);

@@ -48,7 +48,8 @@ EXTRA_ALL += $(O)/bench/hydra
 # make fuzz-predicted: tests/runtime/fuzz_predicted_disk, random plans, budgets and
 # host pools above the simulated disk tier, the executor's bytes against
 # tg_sim_swap's (FUZZ_COUNT cases of FUZZ_SEED; a disagreement is shrunk and
-# printed as a spec that `fuzz_predicted_disk -c SPEC` replays).
+# printed as a spec that `fuzz_predicted_disk -c SPEC` replays); then as many
+# with objects of several sizes (FUZZ_SIZES=1: the device pools fragment).
 FUZZ_COUNT ?= 2000
 FUZZ_SEED ?= 1
 $(O)/tests/runtime/fuzz_predicted_disk: $(O)/obj/tests/runtime/fuzz_predicted_disk.c.o $(RT_BENCH_LIBS)
@@ -58,6 +59,7 @@ $(O)/tests/runtime/fuzz_predicted_disk: $(O)/obj/tests/runtime/fuzz_predicted_di
 
 fuzz-predicted: $(O)/tests/runtime/fuzz_predicted_disk
 	$(O)/tests/runtime/fuzz_predicted_disk $(FUZZ_COUNT) $(FUZZ_SEED)
+	FUZZ_SIZES=1 $(O)/tests/runtime/fuzz_predicted_disk $(FUZZ_COUNT) $(FUZZ_SEED)
 
 EXTRA_TEST_DEPS += $(O)/tests/runtime/fuzz_predicted_disk
 .PHONY: fuzz-predicted

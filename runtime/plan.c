@@ -56,6 +56,7 @@ void rt_plan_hw(const struct rt_ctx *rt, int ndev, struct tg_hw *hw)
 	}
 	hw->size_class_bits = rt->cfg.vmm.size_class_bits;
 	hw->size_class_min = 64 * (rt->cfg.vmm.align ? rt->cfg.vmm.align : 256);
+	hw->dev_align = rt->cfg.vmm.align ? rt->cfg.vmm.align : 256;
 }
 
 void rt_plan_hw_for(const struct rt_ctx *rt, const struct rt_model *m, struct tg_hw *hw)

@@ -28,11 +28,17 @@
 #include "taskgraph/taskgraph.h"
 
 #include "common/params.h"
+#include "common/pool.h"
 
 /* The bytes a device copy of o occupies (the vmm's size classes). */
 static uint64_t foot(const struct tg_graph *g, int o)
 {
-	return sp_size_class(g->obj[o].bytes, g->size_class_bits, g->size_class_min);
+	uint64_t a = g->dev_align;
+	if (!a)
+		return sp_size_class(g->obj[o].bytes, g->size_class_bits, g->size_class_min);
+	uint64_t b = (g->obj[o].bytes + a - 1) & ~(a - 1); /* vmm_device_footprint */
+	b = sp_size_class(b, g->size_class_bits, 64 * a);
+	return (b + a - 1) & ~(a - 1);
 }
 
 #define NEVER (1 << 30)
@@ -62,6 +68,10 @@ struct simst {
 	int nohints;              /* the executor has given no next uses yet: the host
 	                             pool's victims by LRU alone */
 	uint64_t *hstamp;         /* [o] the host copy's allocation or last host use (LRU) */
+	/* with g->dev_align: each device's pool, as the vmm places copies in it */
+	struct sp_pool *pool; /* [d] */
+	int32_t *blk;         /* [d*no + o] the copy's block */
+	uint32_t *owners;     /* sp_pool_window's scratch */
 };
 
 /* The replay in time (tg_sim_time): each device runs its tasks in the global
@@ -274,7 +284,70 @@ static void drop(struct simst *s, int d, int o)
 	if (s->res[i]) {
 		s->res[i] = 0;
 		s->used[d] -= foot(s->g, o);
+		if (s->pool && s->blk[i] >= 0)
+			sp_pool_free(&s->pool[d], s->blk[i], 0);
+		if (s->pool)
+			s->blk[i] = -1;
 	}
+}
+
+/* Is there room for o on device d? With pools: its copy is placed there now
+ * (sp_pool_alloc_end, from the top for long-lived kinds, as vmm try_alloc). */
+static int room_for(struct simst *s, int d, int o, uint64_t capacity)
+{
+	if (!s->pool)
+		return s->used[d] + foot(s->g, o) <= capacity;
+	int k = s->g->obj[o].kind;
+	int high = k == TG_O_WEIGHT || k == TG_O_GRAD || k == TG_O_OPT;
+	return sp_pool_alloc_end(&s->pool[d], foot(s->g, o), (uint32_t)o + 1, high,
+	                         &s->blk[(size_t)d * s->no + o]) == 0;
+}
+
+/* The vmm's window cost (vmm/swap.c window_cost): a copy's bytes, twice if it
+ * is its object's only valid copy, over 1 + how much later than the nearest
+ * evictable copy it is needed here; -1 if it cannot go. */
+struct wcost {
+	struct simst *s;
+	int d;
+	const unsigned char *pin;
+	int now;
+};
+static double window_cost(void *arg, uint32_t owner)
+{
+	struct wcost *w = arg;
+	struct simst *s = w->s;
+	int o = (int)owner;
+	if (w->pin[o])
+		return -1;
+	double c = (double)foot(s->g, o);
+	int nvalid = s->host[o] + s->disk[o];
+	for (int e = 0; e < s->nd; e++)
+		nvalid += s->res[(size_t)e * s->no + o];
+	if (nvalid < 2)
+		c *= 2;
+	int nu = s->dnext[(size_t)w->d * s->no + o];
+	if (nu >= NEVER)
+		return c * 1e-6;
+	return c / (double)(1 + (nu > w->now ? nu - w->now : 0));
+}
+
+/* The victim when o has the bytes on device d but no hole: the first copy of
+ * the cheapest window (vmm_pool_window), or -1 (then Belady). */
+static int window_victim(struct simst *s, int d, int o, const unsigned char *pin)
+{
+	if (!s->pool)
+		return -1;
+	struct sp_pool *pl = &s->pool[d];
+	uint64_t need = sp_pool_round(pl, foot(s->g, o));
+	if (sp_pool_avail(pl) < need)
+		return -1;
+	struct wcost w = {s, d, pin, NEVER};
+	size_t base = (size_t)d * s->no;
+	for (int q = 0; q < s->no; q++)
+		if (s->res[base + q] && !pin[q] && s->dnext[base + q] < w.now)
+			w.now = s->dnext[base + q];
+	int n = sp_pool_window(pl, need, window_cost, &w, s->owners, s->no);
+	return n > 0 ? (int)s->owners[0] : -1;
 }
 
 static int other_copy(const struct simst *s, int d, int o)
@@ -648,8 +721,10 @@ static int dev_acquire(struct simst *s, const struct tg_task *t, int d, uint64_t
 			}
 			w = disk_read(s, o, room > w ? room : w);
 		}
-		while (s->used[d] + foot(g, o) > capacity && !rc) {
-			int v = victim(s, d, pin);
+		while (!rc && !room_for(s, d, o, capacity)) {
+			int v = window_victim(s, d, o, pin);
+			if (v < 0)
+				v = victim(s, d, pin);
 			if (v < 0) {
 				char a1[32];
 				rc =
@@ -780,6 +855,23 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 		rc = sp_error(-ENOMEM, "taskgraph: simulation state for %d objects x %d devices",
 		              no, nd);
 		goto out;
+	}
+	if (g->dev_align && !(g->dev_align & (g->dev_align - 1))) {
+		s.pool = calloc((size_t)nd, sizeof(*s.pool));
+		s.blk = malloc((dn + 1) * sizeof(int32_t));
+		s.owners = malloc(((size_t)no + 1) * sizeof(uint32_t));
+		if (!s.pool || !s.blk || !s.owners) {
+			rc = sp_error(-ENOMEM, "taskgraph: pools for %d objects x %d devices", no,
+			              nd);
+			goto out;
+		}
+		for (size_t i = 0; i < dn; i++)
+			s.blk[i] = -1;
+		for (int d = 0; d < nd && !rc; d++)
+			rc = sp_pool_init(&s.pool[d], capacity & ~(g->dev_align - 1), g->dev_align,
+			                  (uint32_t)(2 * no + 8));
+		if (rc)
+			goto out;
 	}
 	nl = 0;
 	for (int i = 0; i < nt; i++) {
@@ -979,6 +1071,11 @@ out:
 	free(s.fly_out);
 	free(s.skip);
 	free(s.hstamp);
+	for (int d = 0; s.pool && d < nd; d++)
+		sp_pool_fini(&s.pool[d]);
+	free(s.pool);
+	free(s.blk);
+	free(s.owners);
 	free(s.gread);
 	free(s.dnext);
 	free(s.stamp);
@@ -1092,6 +1189,7 @@ void tg_graph_set_hw(struct tg_graph *g, const struct tg_hw *hw)
 {
 	g->size_class_bits = hw->size_class_bits;
 	g->size_class_min = hw->size_class_min;
+	g->dev_align = hw->dev_align;
 	g->host_capacity = hw->host_capacity;
 	g->host_align = hw->host_align;
 }

@@ -71,6 +71,9 @@ struct tg_hw {
 	double disk_bw;      /* host <-> disk, all drives together */
 	int size_class_bits; /* the vmm's pool size classes (sp_size_class), for the planner */
 	uint64_t size_class_min;
+	/* the vmm's allocation unit on the devices (0: the replay counts bytes and
+	 * does not place copies in a pool) */
+	uint64_t dev_align;
 	/* the host pool's bytes when a disk tier takes what it cannot hold (0: the
 	 * host holds everything), and its allocation unit */
 	uint64_t host_capacity, host_align;
@@ -248,6 +251,13 @@ struct tg_graph {
 	 * caller */
 	int size_class_bits;
 	uint64_t size_class_min;
+	/* tg_sim_swap: with dev_align, each device's copies are placed in a pool of
+	 * the capacity as the vmm's (common/pool.h: weights, gradients and optimizer
+	 * state from the top, the rest from the bottom, best fit), and a request
+	 * that has the bytes but no hole evicts the cheapest window as the vmm does;
+	 * a copy occupies its bytes rounded to dev_align, to its size class, and to
+	 * dev_align again (vmm_device_footprint). Set by the caller. */
+	uint64_t dev_align;
 	/* tg_sim_swap: the host pool's bytes when a disk tier takes what it cannot
 	 * hold (0: the host holds everything), a host copy rounded up to
 	 * host_align; set by the caller (tg_graph_set_hw) */

@@ -5,6 +5,10 @@
  * link (H2D, D2H, P2P, host->disk, disk->host) and object kind that
  * tg_sim_swap predicts for the same plan, device budget and host pool — when
  * every object has one size U (or none), so the vmm's pools never fragment.
+ * With FUZZ_SIZES set, each pack's weights, gradient and optimizer state are
+ * 1..3 U instead and the host pool holds everything: the device pools then
+ * fragment, and the replay places copies in them as the vmm does (dev_align;
+ * FUZZ_NOPOOL=1 turns that off: about 4 cases in 10 then differ).
  *
  * Each case draws a schedule, 1..4 devices, 2..10 layers cut into packs, the
  * microbatches, group, CPU update, recompute and keep_stash, which packs stash,
@@ -17,6 +21,7 @@
  *
  *   fuzz_predicted_disk [COUNT [SEED [FIRST]]]  cases FIRST..FIRST+COUNT-1 of SEED
  *   fuzz_predicted_disk -c 'SPEC'               one case, its table printed
+ * A spec with size=... (FUZZ_SIZES) replays with its sizes.
  * FUZZ_TRACE=1 (with -c) prints the objects, the order and the vmm's transfers
  * of each iteration; FUZZ_LOG=1 the library's log at INFO; FUZZ_TALLY=1 the
  * kinds of refusals both made. Returns 0 when every case agreed, 1 otherwise.
@@ -55,6 +60,8 @@ struct fcase {
 	unsigned char out[MAXL];   /* the pack's output (its boundary, the next pack's
 	                              input gradient) is U, else 0; the last pack's
 	                              always is: the losses are read from it */
+	unsigned char sz[MAXL];    /* the pack's weights, gradient and optimizer state
+	                              are sz U each (0 or 1: U) */
 	int y;                     /* targets U, else 0 */
 	int extra;                 /* budget: tg_graph_min_capacity + extra U */
 	int host;                  /* host pool, U */
@@ -113,11 +120,21 @@ static void spec_format(const struct fcase *c, char *s, size_t n)
 	bits(st, c->stash, c->np);
 	bits(w, c->work, c->np);
 	bits(ou, c->out, c->np);
+	char szs[MAXL + 8] = "";
+	int sized = 0;
+	for (int i = 0; i < c->np; i++)
+		sized |= c->sz[i] > 1;
+	if (sized) {
+		int o = snprintf(szs, sizeof(szs), " size=");
+		for (int i = 0; i < c->np; i++)
+			szs[o++] = (char)('0' + (c->sz[i] > 1 ? c->sz[i] : 1));
+		szs[o] = 0;
+	}
 	snprintf(s, n,
 	         "sched=%s dev=%d packs=%s mb=%d m=%d group=%d cpu=%d recompute=%d keep=%s "
-	         "stash=%s work=%s out=%s y=%d budget=%+d host=%d",
+	         "stash=%s work=%s out=%s y=%d budget=%+d host=%d%s",
 	         tg_sched_name(c->sched), c->ndev, packs, c->mb, c->mper, c->group, c->upd_cpu,
-	         c->recompute, k, st, w, ou, c->y, c->extra, c->host);
+	         c->recompute, k, st, w, ou, c->y, c->extra, c->host, szs);
 }
 
 static int parse_bits(const char *v, unsigned char *b)
@@ -180,6 +197,9 @@ static int spec_parse(const char *s, struct fcase *c)
 			c->extra = atoi(v);
 		else if (!strcmp(t, "host"))
 			c->host = atoi(v);
+		else if (!strcmp(t, "size"))
+			for (int i = 0; i < MAXL && v[i] >= '1' && v[i] <= '9'; i++)
+				c->sz[i] = (unsigned char)(v[i] - '0');
 		else
 			return -1;
 	}
@@ -225,10 +245,11 @@ static void model(const struct fcase *c, struct rt_model *m, struct rt_layer *L)
 	for (int pk = 0, lo = 0; pk < c->np; lo = c->pack_end[pk++])
 		for (int l = lo; l < c->pack_end[pk]; l++) {
 			int first = l == lo, last = l == c->pack_end[pk] - 1;
+			uint64_t w = c->sz[pk] > 1 ? c->sz[pk] * (uint64_t)U : U;
 			L[l] =
-			    (struct rt_layer){.param_bytes = first ? U : 0,
-			                      .grad_bytes = first ? U : 0,
-			                      .optim_bytes = first ? U : 0,
+			    (struct rt_layer){.param_bytes = first ? w : 0,
+			                      .grad_bytes = first ? w : 0,
+			                      .optim_bytes = first ? w : 0,
 			                      .stash_per_sample = first && c->stash[pk] ? per : 0,
 			                      .out_per_sample = last && c->out[pk] ? per : 0,
 			                      .work_bytes = first && c->work[pk] ? U : 0,
@@ -364,7 +385,12 @@ static void trace(struct rt_ctx *rt, int it)
 /* The predictor on host pool `host` U: its return code. */
 static int predict(struct tg_graph *g, uint64_t budget, int host, struct tg_swap *sw)
 {
-	struct tg_hw hw = {.host_capacity = (uint64_t)host * U, .host_align = U};
+	/* the device pools placed as the vmm's (align U, its default size classes) */
+	struct tg_hw hw = {.host_capacity = (uint64_t)host * U,
+	                   .host_align = U,
+	                   .dev_align = getenv("FUZZ_NOPOOL") ? 0 : U,
+	                   .size_class_bits = 2,
+	                   .size_class_min = 64ull * U};
 	tg_graph_set_hw(g, &hw);
 	return tg_sim_swap(g, budget, 0, sw);
 }
@@ -449,7 +475,7 @@ static int run_case(const struct fcase *c, struct outcome *o)
 		return o->erc >= 0;
 	}
 	for (int i = 0; i < g.nobj; i++) /* the contract's premise */
-		CHECK_MSG(g.obj[i].bytes == 0 || g.obj[i].bytes == U,
+		CHECK_MSG(g.obj[i].bytes % U == 0 && g.obj[i].bytes <= 9ull * U,
 		          "object %d (%s) of %" PRIu64 " bytes: not uniform: %s", i,
 		          tg_okind_name(g.obj[i].kind), g.obj[i].bytes, current);
 	if (tracing) {
@@ -650,6 +676,7 @@ int main(int argc, char **argv)
 	uint64_t seed = argc > 2 ? strtoull(argv[2], NULL, 0) : 1;
 	int first = argc > 3 ? atoi(argv[3]) : 0;
 	int bad = 0, ran = 0, both_failed = 0, disk = 0;
+	int sized = getenv("FUZZ_SIZES") != NULL;
 	int by_sched[NSCHED] = {0};
 	for (int i = first; i < first + count; i++) {
 		struct fcase c;
@@ -689,6 +716,13 @@ int main(int argc, char **argv)
 			                 : rnd_in(hmin, hmax > hmin ? hmax : hmin);
 			if (c.host < 1)
 				c.host = 1;
+			if (sized) { /* packs of several sizes: the device pools fragment;
+			              * the host pool holds everything (its own pool's
+			              * fragmentation is not modelled) */
+				for (int pk = 0; pk < c.np; pk++)
+					c.sz[pk] = (unsigned char)rnd_in(1, 3);
+				c.host = 1 << 20;
+			}
 		}
 		struct outcome o;
 		alarm(120);
