@@ -7,7 +7,17 @@
 #   env    nvidia-smi, compilers, python, LD_LIBRARY_PATH
 #   build  make -j16 all tests
 #   gpu    make test-gpu-run (test_gpu_*: device, kernels, vmm, shim)
-#   shim   tests/shim/test_gpu_shim.sh alone, traced (bash -x)
+#   shim   tests/shim/test_gpu_shim.sh alone, traced (bash -x), 200 s at most; then
+#          tools/gpu/shim_modes.sh (issue 35): torch_gpt_shim.py under half its
+#          peak with spill, uvm-prefetch, hostmap and uvm side by side, spill mode
+#          with expandable_segments and cudaMallocAsync, the same losses as
+#          without the shim; its last line shim_vs_uvm=R shim_vs_uvm_prefetch=S
+#          shim_vs_unlimited=U (targets 5, 1.5, 0.5); 300 s at most. Its mode,
+#          FAIL, target and last lines go into the summary, each run's output
+#          into the logs. Build and shim do not fit one call: STEPS=shim in
+#          the call after the build's
+#   shimmodes  tools/gpu/shim_modes.sh alone, as in shim, within what DEADLINE
+#          leaves: STEPS="build shimmodes" fits one call
 #   demo   make demo-run (the README's first command)
 #   block  make bench-block-gpu against PyTorch eager (python3 on PATH)
 #   bf16   the bf16 GPU kernel tests (test_gpu_kernels with SPILL_TEST_BF16_ONLY=1:
@@ -52,8 +62,15 @@ for s in ${STEPS:-env build gpu demo block train vmm}; do
 		echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; nproc; free -g' ;;
 	build) step build 330 make -j16 all tests ;;
 	gpu) step gpu 200 make test-gpu-run && tail -30 "$L/gpu.log" ;;
-	shim) O=build/release step shim 200 bash -x tests/shim/test_gpu_shim.sh
-		grep -n "FAIL\|^[0-9]\. " "$L/shim.log" | head -20 ;;
+	shim | shimmodes)
+		if [ "$s" = shim ]; then
+			O=build/release step shim 200 bash -x tests/shim/test_gpu_shim.sh
+			grep -n "FAIL\|^[0-9]\. " "$L/shim.log" | head -20 >>"$OUT/summary.txt"
+		fi
+		# the script's own limit: what DEADLINE leaves, 20 s kept, 280 s at most
+		m=$((${DEADLINE:-570} - SECONDS + t0 - 20))
+		SHIM_MODES_TOTAL=$((m < 280 ? m : 280)) SHIM_MODES_LOGS=$L/shim-modes step shim-modes 300 bash tools/gpu/shim_modes.sh
+		grep -E "^(mode |FAIL|SKIP|targets:|shim_vs_)" "$L/shim-modes.log" >>"$OUT/summary.txt" ;;
 	demo) step demo 90 make demo-run && grep -vE "^step +[0-9]+/" "$L/demo.log" | head -40 ;;
 	block) PYTHON=python3 step block 120 make bench-block-gpu && tail -5 "$L/block.log" ;;
 	bf16) step bf16-test 120 env SPILL_TEST_BF16_ONLY=1 build/release/tests/kernels/test_gpu_kernels &&
