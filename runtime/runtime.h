@@ -674,11 +674,15 @@ int rt_sharp_run(struct rt_ctx *rt, struct rt_run *const *runs, const int *steps
  * layer's at the update. The order the executor keeps, so its losses and
  * weights must be bit-identical to these. In bf16 the same recipe as the
  * executor: bf16 parameters and gradients, replicas summed in bf16, the
- * update on fp32 masters (the layers' optim, master_bytes first). */
+ * update on fp32 masters (the layers' optim, master_bytes first).
+ * PipeDream-2BW's rule (rt_reference_set_2bw): W(t+1) = W(t) - step(grad f(W(t-1))),
+ * W(-1) = W(0): the forwards and backwards of step t read the version before the
+ * newest (shadow), the optimizer steps the newest (params) with their gradient. */
 struct rt_reference {
 	const struct rt_model *m;
 	int nrep, mb;
-	void **params; /* per layer */
+	void **params; /* per layer: the newest version */
+	void **shadow; /* 2BW only (else NULL), per layer: the version the passes read */
 	float **optim;
 	void ***grads;        /* [rep][layer] */
 	void **stash, **outp; /* [layer]: one microbatch's activations, kept across steps */
@@ -691,6 +695,10 @@ struct rt_reference {
 };
 int rt_reference_open(const struct rt_model *m, int nrep, int mb, uint64_t seed,
                       struct rt_reference **out) SP_MUST_CHECK;
+/* Switches r to 2BW's delayed update (two weight versions, both the initial
+ * weights at first); before its first step. Returns 0, -EINVAL after a step,
+ * -ENOMEM. */
+int rt_reference_set_2bw(struct rt_reference *r) SP_MUST_CHECK;
 /* One iteration; *loss gets the mean loss. */
 int rt_reference_step(struct rt_reference *r, int iter, double *loss) SP_MUST_CHECK;
 void rt_reference_close(struct rt_reference *r);
