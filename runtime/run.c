@@ -286,6 +286,29 @@ static int norm_task(const struct rt_launch *L, void *arg)
 	return rc;
 }
 
+struct copy_args {
+	void *dst;
+	const void *src;
+	size_t bytes;
+};
+
+static void copy_cpu(const void *a)
+{
+	const struct copy_args *c = a;
+	memcpy(c->dst, c->src, c->bytes);
+}
+
+/* 2BW: dst = src on the task's stream (a device-to-device copy on a device, a
+ * CPU kernel on the host, which has no device copy). */
+static int copy_version(const struct rt_launch *L, void *dst, const void *src, size_t bytes)
+{
+	if (L->dev != RT_HOST)
+		return dev_memcpy_async(L->s, dst, L->dev, src, L->dev, bytes);
+	static const struct dev_kernel k = {"2bw weight copy", copy_cpu, NULL};
+	struct copy_args a = {dst, src, bytes};
+	return dev_launch(L->s, &k, &a, sizeof(a), (struct dev_cost){0, 2.0 * (double)bytes, 0});
+}
+
 static int upd_task(const struct rt_launch *L, void *arg)
 {
 	const struct rt_run_task *rt = arg;
@@ -293,10 +316,20 @@ static int upd_task(const struct rt_launch *L, void *arg)
 	const struct tg_task *t = rt->t;
 	const struct tg_model_objs *mo = r->mo;
 	const struct rt_model *m = r->m;
-	int P = mo->P, pk = t->pack, rep = t->rep;
+	int P = mo->P, pk = t->pack, rep = t->rep, i = rep * P + pk;
+	char *W = ptr_of(L, mo->W[i]);
+	if (mo->Wnew[i] >= 0) { /* 2BW: the passes of the next iteration read W(t) ... */
+		char *Wn = ptr_of(L, mo->Wnew[i]);
+		uint64_t bytes = 0;
+		for (int l = pack_lo(r, pk); l < pack_hi(r, pk); l++)
+			bytes += m->layers[l].param_bytes;
+		if (bytes)
+			SP_CHECK(copy_version(L, W, Wn, bytes));
+		W = Wn; /* ... and the step makes W(t+1) from it */
+	}
 	if (!tg_owns_pack(&r->plan, pk))
 		return 0; /* ZeRO-1: the owner updates; its weights come after */
-	char *W = ptr_of(L, mo->W[rep * P + pk]), *G = ptr_of(L, mo->G[rep * P + pk]);
+	char *G = ptr_of(L, mo->G[rep * P + pk]);
 	char *O = ptr_of(L, mo->O[rep * P + pk]);
 	if (mo->N[rep] >= 0) { /* its NORM added the ties */
 		const double *N = ptr_of(L, mo->N[rep]);
@@ -564,8 +597,13 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 	/* initial state in the host pool: weights from the seed, optimizer state 0 */
 	for (int i = 0; i < r->mo->nrep * r->mo->P && !rc; i++) {
 		int pk = i % r->mo->P;
-		for (int which = 0; which < 2 && !rc; which++) {
-			const struct rt_obj *o = &r->prog.obj[which ? r->mo->O[i] : r->mo->W[i]];
+		/* W, 2BW's second version (the same weights), O: tg_sim_swap's order */
+		int objs[3] = {r->mo->W[i], r->mo->Wnew[i], r->mo->O[i]};
+		for (int j = 0; j < 3 && !rc; j++) {
+			int which = j == 2;
+			if (objs[j] < 0)
+				continue;
+			const struct rt_obj *o = &r->prog.obj[objs[j]];
 			if (!o->vid)
 				continue;
 			void *p;
@@ -830,9 +868,9 @@ static const struct rt_obj *state_obj(const struct rt_run *r, int l, enum rt_sta
 {
 	int i = rep * r->mo->P + r->pack_of[l];
 	uint64_t master = r->m->layers[l].master_bytes;
-	if (which == RT_PARAMS && !master) {
+	if (which == RT_PARAMS && !master) { /* 2BW: the newest version */
 		*off = r->poff[l];
-		return &r->prog.obj[r->mo->W[i]];
+		return &r->prog.obj[r->mo->Wnew[i] >= 0 ? r->mo->Wnew[i] : r->mo->W[i]];
 	}
 	*off = r->ooff[l] + (which == RT_PARAMS ? 0 : master);
 	return &r->prog.obj[r->mo->O[i]];
@@ -882,11 +920,18 @@ int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void 
 	int rc = 0;
 	for (int rep = 0; rep < r->mo->nrep && bytes && !rc; rep++) {
 		const struct rt_obj *o = state_obj(r, l, which, rep, &off);
+		int i = rep * r->mo->P + r->pack_of[l];
 		if (masters_here)
 			rc = write_host(r, o, off, in, bytes);
 		if (w && !rc)
-			rc = write_host(r, &r->prog.obj[r->mo->W[rep * r->mo->P + r->pack_of[l]]],
-			                r->poff[l], w, ly->param_bytes);
+			rc = write_host(r, &r->prog.obj[r->mo->W[i]], r->poff[l], w,
+			                ly->param_bytes);
+		/* 2BW: both versions become these weights (as at step 0: the version
+		 * before the newest is not part of the saved state). In fp32 o was
+		 * Wnew, in bf16 the rounding went to W above: the other one now */
+		if (!rc && which == RT_PARAMS && r->mo->Wnew[i] >= 0)
+			rc = write_host(r, &r->prog.obj[w ? r->mo->Wnew[i] : r->mo->W[i]],
+			                r->poff[l], w ? (const void *)w : in, ly->param_bytes);
 	}
 	free(w);
 	return rc;
