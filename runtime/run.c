@@ -779,12 +779,12 @@ static int run_on(struct rt_ctx *rt, struct rt_prog *p, int iter, int dev)
 int rt_run_save(struct rt_run *r, void ***bufs)
 {
 	SP_CHECK_ARG(r && bufs, "rt_run_save: NULL argument");
-	size_t n = 2 * (size_t)r->m->nlayers;
+	size_t n = 3 * (size_t)r->m->nlayers; /* RT_PARAMS_PREV: 2BW's, else none */
 	if (!*bufs && !(*bufs = calloc(n, sizeof(void *))))
 		return sp_error(-ENOMEM, "state of model %s", r->m->name);
 	for (int l = 0; l < r->m->nlayers; l++)
-		for (int w = RT_PARAMS; w <= RT_OPTIM; w++) {
-			void **b = &(*bufs)[2 * l + w];
+		for (int w = RT_PARAMS; w <= RT_PARAMS_PREV; w++) {
+			void **b = &(*bufs)[3 * l + w];
 			uint64_t bytes = rt_run_state_bytes(r, l, (enum rt_state)w);
 			if (!bytes)
 				continue;
@@ -802,17 +802,17 @@ int rt_run_restore(struct rt_run *r, void *const *bufs)
 	for (int o = 0; o < r->prog.nobj; o++)
 		if (r->prog.obj[o].vid)
 			SP_CHECK(vmm_discard(r->rt->vmm, r->prog.obj[o].vid));
-	for (int l = 0; l < r->m->nlayers; l++)
-		for (int w = RT_PARAMS; w <= RT_OPTIM; w++)
-			if (bufs[2 * l + w])
+	for (int l = 0; l < r->m->nlayers; l++) /* PREV after PARAMS, which sets both */
+		for (int w = RT_PARAMS; w <= RT_PARAMS_PREV; w++)
+			if (bufs[3 * l + w])
 				SP_CHECK(
-				    rt_run_write_state(r, l, (enum rt_state)w, bufs[2 * l + w]));
+				    rt_run_write_state(r, l, (enum rt_state)w, bufs[3 * l + w]));
 	return 0;
 }
 
 void rt_run_save_free(const struct rt_run *r, void **bufs)
 {
-	for (int k = 0; bufs && k < 2 * r->m->nlayers; k++)
+	for (int k = 0; bufs && k < 3 * r->m->nlayers; k++)
 		free(bufs[k]);
 	free(bufs);
 }
@@ -857,6 +857,8 @@ uint64_t rt_run_state_bytes(const struct rt_run *r, int l, enum rt_state which)
 	if (!r || l < 0 || l >= r->m->nlayers)
 		return 0;
 	const struct rt_layer *ly = &r->m->layers[l];
+	if (which == RT_PARAMS_PREV)
+		return r->mo->Wnew[r->pack_of[l]] >= 0 ? rt_layer_nparams(ly) * sizeof(float) : 0;
 	if (which == RT_PARAMS)
 		return ly->master_bytes ? ly->master_bytes : ly->param_bytes;
 	return ly->optim_bytes - ly->master_bytes;
@@ -868,6 +870,10 @@ static const struct rt_obj *state_obj(const struct rt_run *r, int l, enum rt_sta
 {
 	int i = rep * r->mo->P + r->pack_of[l];
 	uint64_t master = r->m->layers[l].master_bytes;
+	if (which == RT_PARAMS_PREV) { /* 2BW: the version the passes read */
+		*off = r->poff[l];
+		return &r->prog.obj[r->mo->W[i]];
+	}
 	if (which == RT_PARAMS && !master) { /* 2BW: the newest version */
 		*off = r->poff[l];
 		return &r->prog.obj[r->mo->Wnew[i] >= 0 ? r->mo->Wnew[i] : r->mo->W[i]];
@@ -887,10 +893,38 @@ static int write_host(struct rt_run *r, const struct rt_obj *o, uint64_t off, co
 	return vmm_release(r->rt->vmm, o->vid, VMM_HOST, NULL);
 }
 
+/* 2BW: layer l's older version from fp32 in (rounded to bf16 in bf16), into
+ * every replica's W. */
+static int write_prev(struct rt_run *r, int l, const void *in)
+{
+	const struct rt_layer *ly = &r->m->layers[l];
+	SP_CHECK_ARG(rt_run_state_bytes(r, l, RT_PARAMS_PREV),
+	             "rt_run_write_state: layer %s has one weight version (not a 2bw plan)",
+	             ly->name);
+	uint64_t n = rt_layer_nparams(ly);
+	uint16_t *w = NULL;
+	if (rt_layer_dtype(ly) == KN_BF16) {
+		if (!(w = malloc(n * sizeof(uint16_t) + 1)))
+			return sp_error(-ENOMEM, "rt_run_write_state: %s", ly->name);
+		for (uint64_t i = 0; i < n; i++)
+			w[i] = kn_f32_to_bf16(((const float *)in)[i]);
+	}
+	int rc = 0;
+	for (int rep = 0; rep < r->mo->nrep && !rc; rep++) {
+		uint64_t off;
+		const struct rt_obj *o = state_obj(r, l, RT_PARAMS_PREV, rep, &off);
+		rc = write_host(r, o, off, w ? (const void *)w : in, ly->param_bytes);
+	}
+	free(w);
+	return rc;
+}
+
 int rt_run_state_owner(const struct rt_run *r, int l, enum rt_state which)
 {
 	if (!r || l < 0 || l >= r->m->nlayers)
 		return -1;
+	if (which == RT_PARAMS_PREV)
+		return -1; /* every node holds the weights */
 	int in_o = which == RT_OPTIM || r->m->layers[l].master_bytes;
 	return in_o && r->plan.zero && r->plan.nodes > 1 ? tg_pack_owner(&r->plan, r->pack_of[l])
 	                                                 : -1;
@@ -902,6 +936,8 @@ int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void 
 	SP_CHECK_ARG(r->rt->data, "rt_run_write_state: the model backend holds no data");
 	const struct rt_layer *ly = &r->m->layers[l];
 	uint64_t bytes = rt_run_state_bytes(r, l, which), off;
+	if (which == RT_PARAMS_PREV)
+		return write_prev(r, l, in);
 	int owner = rt_run_state_owner(r, l, which);
 	if (owner >= 0 && owner != r->plan.node_rank) { /* ZeRO-1: another node's */
 		if (which == RT_OPTIM)
@@ -942,6 +978,9 @@ int rt_run_read_params(struct rt_run *r, int l, void *out)
 	return rt_run_read_state(r, l, RT_PARAMS, out);
 }
 
+static int read_obj(struct rt_run *r, const struct rt_obj *o, uint64_t off, uint64_t bytes,
+                    void *out);
+
 int rt_run_read_state(struct rt_run *r, int l, enum rt_state which, void *out)
 {
 	SP_CHECK_ARG(r && out && l >= 0 && l < r->m->nlayers, "rt_run_read_state: bad arguments");
@@ -957,6 +996,26 @@ int rt_run_read_state(struct rt_run *r, int l, enum rt_state which, void *out)
 	const struct rt_obj *o = state_obj(r, l, which, 0, &off);
 	if (!bytes)
 		return 0;
+	if (which == RT_PARAMS_PREV && rt_layer_dtype(&r->m->layers[l]) == KN_BF16) {
+		/* the bf16 weights, widened */
+		uint64_t n = rt_layer_nparams(&r->m->layers[l]);
+		uint16_t *h = malloc(n * sizeof(uint16_t) + 1);
+		if (!h)
+			return sp_error(-ENOMEM, "rt_run_read_state: out of memory");
+		int rc = read_obj(r, o, off, n * sizeof(uint16_t), h);
+		for (uint64_t i = 0; i < n && !rc; i++)
+			((float *)out)[i] = kn_bf16_to_f32(h[i]);
+		free(h);
+		return rc;
+	}
+	return read_obj(r, o, off, bytes, out);
+}
+
+/* bytes at off of object o into out: through the host, else a device holding
+ * it, else the disk. */
+static int read_obj(struct rt_run *r, const struct rt_obj *o, uint64_t off, uint64_t bytes,
+                    void *out)
+{
 	void *p;
 	struct dev_event *ready;
 	int rc = vmm_acquire(r->rt->vmm, o->vid, VMM_HOST, VMM_READ, &p, &ready);

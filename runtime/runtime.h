@@ -537,8 +537,12 @@ int rt_run_step(struct rt_run *r, double *loss) SP_MUST_CHECK;
 int rt_run_read_params(struct rt_run *r, int l, void *out) SP_MUST_CHECK;
 /* A layer's training state: its parameters or its optimizer state (AdamW: m
  * then v), optim_bytes) — read from the current copy wherever it is, written
- * into every replica. For checkpoints, and for moving a run to another plan. */
-enum rt_state { RT_PARAMS, RT_OPTIM };
+ * into every replica. For checkpoints, and for moving a run to another plan.
+ * Under 2BW RT_PARAMS is the newest version (writing it sets both versions, as
+ * at step 0) and RT_PARAMS_PREV the older one, which the next step's passes
+ * read, as fp32 (bf16 weights widened, exactly; written back rounded, which
+ * gives them back); RT_PARAMS_PREV has 0 bytes in other schedules. */
+enum rt_state { RT_PARAMS, RT_OPTIM, RT_PARAMS_PREV };
 uint64_t rt_run_state_bytes(const struct rt_run *r, int l, enum rt_state which);
 int rt_run_read_state(struct rt_run *r, int l, enum rt_state which, void *out) SP_MUST_CHECK;
 int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void *in) SP_MUST_CHECK;
@@ -552,7 +556,8 @@ int rt_run_state_owner(const struct rt_run *r, int l, enum rt_state which);
  * step (rt_data_fn's iter). For resuming. */
 void rt_run_set_step(struct rt_run *r, int step);
 /* Recovery: the training state (every layer's parameters and optimizer
- * state) copied into plain host buffers, off every device and the vmm.
+ * state, and 2BW's older weight version) copied into plain host buffers, off
+ * every device and the vmm.
  * *bufs: NULL, or an earlier save's buffers to reuse; rt_run_save_free
  * frees them. rt_run_restore drops every object's contents (lost copies
  * too) and writes the saved state into the host pool. */

@@ -365,11 +365,6 @@ int tr_choose_plan(struct run *r, struct tg_plan *plan, const char *twin)
 	                            .recompute = c->recompute,
 	                            .twin_profile = twin};
 	SP_CHECK(rt_plan_choose(r->rt, &r->m, &q, plan));
-	if (plan->sched == TG_2BW && c->resume)
-		return sp_error(
-		    -EINVAL, "--resume with --schedule 2bw: a checkpoint holds the newest weights "
-		             "only, not the older version 2BW's next step reads, so the run "
-		             "would not continue bit for bit; resume with another schedule");
 	if (c->zero1 && tr_run_nodes(r) <= 1)
 		return sp_error(-EINVAL,
 		                "--zero1 shards the optimizer state over the nodes of a run "
