@@ -26,6 +26,7 @@
 #    profile the planner assumed; the tuner switches plans and the steps after
 #    the switch are faster than those before;
 #  - `spill sim --model 10b --profile gtx1080ti-x8` reports in under 30 s;
+#    `spill sim --schedule 2bw` runs, its step within 5% of 1f1b's;
 #  - bad input: one line on stderr, a non-zero exit, nothing overwritten.
 set -u
 spill="$O/bin/spill"
@@ -446,6 +447,17 @@ limit=30
 case "$O" in *san*) limit=300 ;; esac # sanitizers: 10-20x slower
 awk -v t="$took" -v l="$limit" 'BEGIN { exit !(t < l) }' || fail "spill sim took ${took} s (limit $limit)"
 grep -q "swap volume per step" "$work/sim.out" || fail "sim printed no profile"
+# 2bw in a what-if: its step (the flush kept) within 5% of 1f1b's
+for s in 1f1b 2bw; do
+	"$spill" sim --model gpt2 --schedule "$s" --steps 3 >"$work/sim$s.out" 2>&1 ||
+		{ cat "$work/sim$s.out"; fail "spill sim --schedule $s"; }
+	grep -q "^plan: $s," "$work/sim$s.out" || fail "spill sim --schedule $s: plan line"
+done
+t1=$(awk '/s\/step/ { print $3 }' "$work/sim1f1b.out")
+t2=$(awk '/s\/step/ { print $3 }' "$work/sim2bw.out")
+echo "spill sim --model gpt2: 1f1b $t1 s/step, 2bw $t2 s/step"
+awk -v a="$t1" -v b="$t2" 'BEGIN { exit !(a > 0 && b > 0 && b < a * 1.05 && b > a * 0.95) }' ||
+	fail "spill sim: 2bw $t2 s/step against 1f1b's $t1"
 
 # 6. the disk in a what-if: GPT-2 10B on one H100 with 64G of host memory and
 # three simulated drives (model backend: nothing is written to the directory)
