@@ -817,6 +817,19 @@ void rt_run_save_free(const struct rt_run *r, void **bufs)
 	free(bufs);
 }
 
+/* 2BW: swaps the vmm objects of every W and Wnew (an involution). */
+static void eval_versions(struct rt_run *r)
+{
+	for (int i = 0; i < r->mo->nrep * r->mo->P; i++) {
+		if (r->mo->Wnew[i] < 0)
+			continue;
+		struct rt_obj *a = &r->prog.obj[r->mo->W[i]], *b = &r->prog.obj[r->mo->Wnew[i]];
+		uint64_t v = a->vid;
+		a->vid = b->vid;
+		b->vid = v;
+	}
+}
+
 int rt_run_eval(struct rt_run *r, int index, double *loss)
 {
 	SP_CHECK_ARG(r && index >= 0, "rt_run_eval: bad arguments");
@@ -834,10 +847,15 @@ int rt_run_eval(struct rt_run *r, int index, double *loss)
 	while (r->plan.ndev == 1 && dev + 1 < r->rt->ndev && dev_failed(r->rt->dev, dev))
 		dev++;
 	if (rc == 0) {
+		/* 2BW: the forwards read W, one update behind; evaluate the newest
+		 * weights (a checkpoint's) instead, by giving the W objects the
+		 * vmm objects of Wnew for this pass (no task of it touches Wnew) */
+		eval_versions(r);
 		r->prog.skip = skip;
 		rc = dev ? run_on(r->rt, &r->prog, r->iter, dev)
 		         : rt_exec_run(r->rt, &r->prog, r->iter);
 		r->prog.skip = NULL;
+		eval_versions(r);
 	}
 	free(skip);
 	if (rc == 0 && loss)
