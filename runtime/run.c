@@ -12,7 +12,9 @@
  *         gradient's first accumulation zeroes it first
  *   LOSS  copies the last layer's losses to a host buffer
  *   UPD   adds the tied gradients of layers that use this pack's layers, then
- *         each layer's update (on the device, or on the CPU stream)
+ *         each layer's update (on the device, or on the CPU stream); under 2BW
+ *         it first copies the newest weights (Wnew) into W, which the next
+ *         iteration's passes read, and updates Wnew
  *   ALLREDUCE  one collective per pack (the executor groups the members)
  * Layout inside a pack: W, G, O are the layers' ranges back to back (a layer's
  * optimizer state is its own optim_bytes); the stash of one microbatch holds,
@@ -980,8 +982,8 @@ int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void 
 		if (w && !rc)
 			rc = write_host(r, &r->prog.obj[r->mo->W[i]], r->poff[l], w,
 			                ly->param_bytes);
-		/* 2BW: both versions become these weights (as at step 0: the version
-		 * before the newest is not part of the saved state). In fp32 o was
+		/* 2BW: both versions become these weights, as at step 0 (a caller
+		 * with the older version writes RT_PARAMS_PREV next). In fp32 o was
 		 * Wnew, in bf16 the rounding went to W above: the other one now */
 		if (!rc && which == RT_PARAMS && r->mo->Wnew[i] >= 0)
 			rc = write_host(r, &r->prog.obj[w ? r->mo->Wnew[i] : r->mo->W[i]],

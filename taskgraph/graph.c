@@ -3,8 +3,9 @@
  * Each schedule emits per-device task sequences and dependencies; a list scheduler
  * (unit costs = FLOPs) then interleaves them into one global topological order and
  * measures makespan, bubble and live stashed microbatches. Objects are per pack
- * (W, G, O; one replica per device in DP modes) and per microbatch (stash, boundary
- * output, input gradient, input, loss workspace). */
+ * (W, G, O; one replica per device in DP modes; 2BW's second weight version Wnew)
+ * and per microbatch (stash, boundary output, input gradient, input, loss
+ * workspace). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
