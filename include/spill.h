@@ -238,7 +238,8 @@ struct spill_gpt_config {
 
 struct spill_plan {
 	const char *schedule; /* "auto" (NULL), "dp-swap", "gpipe", "1f1b", "harmony-dp",
-	                         "harmony-pp", "interleaved" */
+	                         "harmony-pp", "interleaved", "2bw" (PipeDream-2BW: two
+	                         weight versions, the update delayed by one step) */
 	int devices;          /* 0: all of the context */
 	int microbatch;       /* samples per microbatch (0: auto) */
 	int group;            /* microbatches per group, harmony modes (0: 1) */

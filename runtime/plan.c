@@ -21,7 +21,7 @@ int rt_sched_parse(const char *name, enum tg_sched *out)
 		}
 	return sp_error(-EINVAL,
 	                "unknown schedule '%s' (one of: auto, dp-swap, gpipe, 1f1b, harmony-dp, "
-	                "harmony-pp, interleaved)",
+	                "harmony-pp, interleaved, 2bw)",
 	                name ? name : "");
 }
 

@@ -6,7 +6,9 @@
  * all-reduce); tied gradients added to their layer's at the update (with
  * clipping: every layer's ties and sum of squares first, then the updates,
  * as the NORM tasks do); losses
- * summed in double in (microbatch, position) order. Transparency tests
+ * summed in double in (microbatch, position) order. In 2BW mode (PipeDream-
+ * 2BW's delayed update) the passes read a second, older copy of the weights,
+ * which becomes a copy of the newest just before the newest is updated. Transparency tests
  * compare the executor's losses and weights with these, bit for bit, and
  * bench-executor its speed: so the loop is lean too (activations allocated
  * once, the stream waited for once per microbatch).
@@ -28,6 +30,7 @@ void rt_reference_close(struct rt_reference *r)
 	const struct rt_model *m = r->m;
 	for (int l = 0; l < m->nlayers; l++) {
 		free(r->params ? r->params[l] : NULL);
+		free(r->shadow ? r->shadow[l] : NULL);
 		free(r->optim ? r->optim[l] : NULL);
 	}
 	for (int k = 0; r->grads && k < r->nrep; k++) {
@@ -48,6 +51,7 @@ void rt_reference_close(struct rt_reference *r)
 	free(r->dbuf[1]);
 	free(r->norms);
 	free(r->params);
+	free(r->shadow);
 	free(r->optim);
 	free(r->grads);
 	if (r->s && dev_stream_destroy(r->s) < 0) {
@@ -140,6 +144,23 @@ fail:
 	return rc;
 }
 
+int rt_reference_set_2bw(struct rt_reference *r)
+{
+	SP_CHECK_ARG(r && !r->step && !r->shadow,
+	             "rt_reference_set_2bw: needs a reference before its first step");
+	const struct rt_model *m = r->m;
+	if (!(r->shadow = calloc((size_t)m->nlayers, sizeof(void *))))
+		return sp_error(-ENOMEM, "reference: tables");
+	for (int l = 0; l < m->nlayers; l++) {
+		uint64_t n = m->layers[l].param_bytes;
+		if (!(r->shadow[l] = xcalloc(n)))
+			return sp_error(-ENOMEM, "reference: the second version of layer %s",
+			                m->layers[l].name);
+		memcpy(r->shadow[l], r->params[l], n);
+	}
+	return 0;
+}
+
 int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 {
 	SP_CHECK_ARG(r && loss, "rt_reference_step: NULL argument");
@@ -147,6 +168,7 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 	int L = m->nlayers, mb = r->mb, per = m->batch / r->nrep;
 	void **stash = r->stash, **outp = r->outp, *in = r->in, *tg = r->tg, *work = r->work;
 	void *d0 = r->dbuf[0], *d1 = r->dbuf[1];
+	void **wv = r->shadow ? r->shadow : r->params; /* the version the passes read */
 	for (int k = 0; k < r->nrep; k++)
 		for (int l = 0; l < L; l++)
 			memset(r->grads[k][l], 0, m->layers[l].grad_bytes);
@@ -160,18 +182,18 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 			const void *x = in;
 			for (int l = 0; l < L; l++) {
 				const struct rt_layer *ly = &m->layers[l];
-				struct rt_layer_call c = {
-				    .s = r->s,
-				    .layer = ly,
-				    .B = mb,
-				    .params = r->params[l],
-				    .grads = r->grads[k][l],
-				    .stash = stash[l],
-				    .work = work,
-				    .in = x,
-				    .out = outp[l],
-				    .targets = tg,
-				    .tied = ly->tied ? r->params[ly->tied_layer] : NULL};
+				struct rt_layer_call c = {.s = r->s,
+				                          .layer = ly,
+				                          .B = mb,
+				                          .params = wv[l],
+				                          .grads = r->grads[k][l],
+				                          .stash = stash[l],
+				                          .work = work,
+				                          .in = x,
+				                          .out = outp[l],
+				                          .targets = tg,
+				                          .tied =
+				                              ly->tied ? wv[ly->tied_layer] : NULL};
 				SP_CHECK(ly->ops->forward(&c));
 				x = outp[l];
 			}
@@ -189,7 +211,7 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 				    .s = r->s,
 				    .layer = ly,
 				    .B = mb,
-				    .params = r->params[l],
+				    .params = wv[l],
 				    .grads = r->grads[k][l],
 				    .stash = stash[l],
 				    .work = work,
@@ -197,7 +219,7 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 				    .dout = dout,
 				    .din = din,
 				    .targets = tg,
-				    .tied = ly->tied ? r->params[ly->tied_layer] : NULL,
+				    .tied = ly->tied ? wv[ly->tied_layer] : NULL,
 				    .tied_grad =
 				        ly->tied ? (char *)r->grads[k][l] + ly->param_bytes : NULL,
 				    .dloss = dloss};
@@ -222,6 +244,10 @@ int rt_reference_step(struct rt_reference *r, int iter, double *loss)
 			kn_grad_accumulate_cpu(&a);
 		}
 	r->step++;
+	/* 2BW: the newest version W(t) becomes the one the next step's passes read;
+	 * the update below makes W(t+1) from it with the gradient of W(t-1) */
+	for (int l = 0; r->shadow && l < L; l++)
+		memcpy(r->shadow[l], r->params[l], m->layers[l].param_bytes);
 	const double *norms = NULL;
 	if (m->opt.grad_clip > 0) {
 		for (int l = 0; l < L; l++) {

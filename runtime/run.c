@@ -12,7 +12,9 @@
  *         gradient's first accumulation zeroes it first
  *   LOSS  copies the last layer's losses to a host buffer
  *   UPD   adds the tied gradients of layers that use this pack's layers, then
- *         each layer's update (on the device, or on the CPU stream)
+ *         each layer's update (on the device, or on the CPU stream); under 2BW
+ *         it first copies the newest weights (Wnew) into W, which the next
+ *         iteration's passes read, and updates Wnew
  *   ALLREDUCE  one collective per pack (the executor groups the members)
  * Layout inside a pack: W, G, O are the layers' ranges back to back (a layer's
  * optimizer state is its own optim_bytes); the stash of one microbatch holds,
@@ -286,6 +288,29 @@ static int norm_task(const struct rt_launch *L, void *arg)
 	return rc;
 }
 
+struct copy_args {
+	void *dst;
+	const void *src;
+	size_t bytes;
+};
+
+static void copy_cpu(const void *a)
+{
+	const struct copy_args *c = a;
+	memcpy(c->dst, c->src, c->bytes);
+}
+
+/* 2BW: dst = src on the task's stream (a device-to-device copy on a device, a
+ * CPU kernel on the host, which has no device copy). */
+static int copy_version(const struct rt_launch *L, void *dst, const void *src, size_t bytes)
+{
+	if (L->dev != RT_HOST)
+		return dev_memcpy_async(L->s, dst, L->dev, src, L->dev, bytes);
+	static const struct dev_kernel k = {"2bw weight copy", copy_cpu, NULL};
+	struct copy_args a = {dst, src, bytes};
+	return dev_launch(L->s, &k, &a, sizeof(a), (struct dev_cost){0, 2.0 * (double)bytes, 0});
+}
+
 static int upd_task(const struct rt_launch *L, void *arg)
 {
 	const struct rt_run_task *rt = arg;
@@ -293,10 +318,20 @@ static int upd_task(const struct rt_launch *L, void *arg)
 	const struct tg_task *t = rt->t;
 	const struct tg_model_objs *mo = r->mo;
 	const struct rt_model *m = r->m;
-	int P = mo->P, pk = t->pack, rep = t->rep;
+	int P = mo->P, pk = t->pack, rep = t->rep, i = rep * P + pk;
+	char *W = ptr_of(L, mo->W[i]);
+	if (mo->Wnew[i] >= 0) { /* 2BW: the passes of the next iteration read W(t) ... */
+		char *Wn = ptr_of(L, mo->Wnew[i]);
+		uint64_t bytes = 0;
+		for (int l = pack_lo(r, pk); l < pack_hi(r, pk); l++)
+			bytes += m->layers[l].param_bytes;
+		if (bytes)
+			SP_CHECK(copy_version(L, W, Wn, bytes));
+		W = Wn; /* ... and the step makes W(t+1) from it */
+	}
 	if (!tg_owns_pack(&r->plan, pk))
 		return 0; /* ZeRO-1: the owner updates; its weights come after */
-	char *W = ptr_of(L, mo->W[rep * P + pk]), *G = ptr_of(L, mo->G[rep * P + pk]);
+	char *G = ptr_of(L, mo->G[rep * P + pk]);
 	char *O = ptr_of(L, mo->O[rep * P + pk]);
 	if (mo->N[rep] >= 0) { /* its NORM added the ties */
 		const double *N = ptr_of(L, mo->N[rep]);
@@ -564,8 +599,13 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 	/* initial state in the host pool: weights from the seed, optimizer state 0 */
 	for (int i = 0; i < r->mo->nrep * r->mo->P && !rc; i++) {
 		int pk = i % r->mo->P;
-		for (int which = 0; which < 2 && !rc; which++) {
-			const struct rt_obj *o = &r->prog.obj[which ? r->mo->O[i] : r->mo->W[i]];
+		/* W, 2BW's second version (the same weights), O: tg_sim_swap's order */
+		int objs[3] = {r->mo->W[i], r->mo->Wnew[i], r->mo->O[i]};
+		for (int j = 0; j < 3 && !rc; j++) {
+			int which = j == 2;
+			if (objs[j] < 0)
+				continue;
+			const struct rt_obj *o = &r->prog.obj[objs[j]];
 			if (!o->vid)
 				continue;
 			void *p;
@@ -741,12 +781,12 @@ static int run_on(struct rt_ctx *rt, struct rt_prog *p, int iter, int dev)
 int rt_run_save(struct rt_run *r, void ***bufs)
 {
 	SP_CHECK_ARG(r && bufs, "rt_run_save: NULL argument");
-	size_t n = 2 * (size_t)r->m->nlayers;
+	size_t n = 3 * (size_t)r->m->nlayers; /* RT_PARAMS_PREV: 2BW's, else none */
 	if (!*bufs && !(*bufs = calloc(n, sizeof(void *))))
 		return sp_error(-ENOMEM, "state of model %s", r->m->name);
 	for (int l = 0; l < r->m->nlayers; l++)
-		for (int w = RT_PARAMS; w <= RT_OPTIM; w++) {
-			void **b = &(*bufs)[2 * l + w];
+		for (int w = RT_PARAMS; w <= RT_PARAMS_PREV; w++) {
+			void **b = &(*bufs)[3 * l + w];
 			uint64_t bytes = rt_run_state_bytes(r, l, (enum rt_state)w);
 			if (!bytes)
 				continue;
@@ -764,19 +804,32 @@ int rt_run_restore(struct rt_run *r, void *const *bufs)
 	for (int o = 0; o < r->prog.nobj; o++)
 		if (r->prog.obj[o].vid)
 			SP_CHECK(vmm_discard(r->rt->vmm, r->prog.obj[o].vid));
-	for (int l = 0; l < r->m->nlayers; l++)
-		for (int w = RT_PARAMS; w <= RT_OPTIM; w++)
-			if (bufs[2 * l + w])
+	for (int l = 0; l < r->m->nlayers; l++) /* PREV after PARAMS, which sets both */
+		for (int w = RT_PARAMS; w <= RT_PARAMS_PREV; w++)
+			if (bufs[3 * l + w])
 				SP_CHECK(
-				    rt_run_write_state(r, l, (enum rt_state)w, bufs[2 * l + w]));
+				    rt_run_write_state(r, l, (enum rt_state)w, bufs[3 * l + w]));
 	return 0;
 }
 
 void rt_run_save_free(const struct rt_run *r, void **bufs)
 {
-	for (int k = 0; bufs && k < 2 * r->m->nlayers; k++)
+	for (int k = 0; bufs && k < 3 * r->m->nlayers; k++)
 		free(bufs[k]);
 	free(bufs);
+}
+
+/* 2BW: swaps the vmm objects of every W and Wnew (an involution). */
+static void eval_versions(struct rt_run *r)
+{
+	for (int i = 0; i < r->mo->nrep * r->mo->P; i++) {
+		if (r->mo->Wnew[i] < 0)
+			continue;
+		struct rt_obj *a = &r->prog.obj[r->mo->W[i]], *b = &r->prog.obj[r->mo->Wnew[i]];
+		uint64_t v = a->vid;
+		a->vid = b->vid;
+		b->vid = v;
+	}
 }
 
 int rt_run_eval(struct rt_run *r, int index, double *loss)
@@ -796,10 +849,15 @@ int rt_run_eval(struct rt_run *r, int index, double *loss)
 	while (r->plan.ndev == 1 && dev + 1 < r->rt->ndev && dev_failed(r->rt->dev, dev))
 		dev++;
 	if (rc == 0) {
+		/* 2BW: the forwards read W, one update behind; evaluate the newest
+		 * weights (a checkpoint's) instead, by giving the W objects the
+		 * vmm objects of Wnew for this pass (no task of it touches Wnew) */
+		eval_versions(r);
 		r->prog.skip = skip;
 		rc = dev ? run_on(r->rt, &r->prog, r->iter, dev)
 		         : rt_exec_run(r->rt, &r->prog, r->iter);
 		r->prog.skip = NULL;
+		eval_versions(r);
 	}
 	free(skip);
 	if (rc == 0 && loss)
@@ -819,6 +877,8 @@ uint64_t rt_run_state_bytes(const struct rt_run *r, int l, enum rt_state which)
 	if (!r || l < 0 || l >= r->m->nlayers)
 		return 0;
 	const struct rt_layer *ly = &r->m->layers[l];
+	if (which == RT_PARAMS_PREV)
+		return r->mo->Wnew[r->pack_of[l]] >= 0 ? rt_layer_nparams(ly) * sizeof(float) : 0;
 	if (which == RT_PARAMS)
 		return ly->master_bytes ? ly->master_bytes : ly->param_bytes;
 	return ly->optim_bytes - ly->master_bytes;
@@ -830,9 +890,13 @@ static const struct rt_obj *state_obj(const struct rt_run *r, int l, enum rt_sta
 {
 	int i = rep * r->mo->P + r->pack_of[l];
 	uint64_t master = r->m->layers[l].master_bytes;
-	if (which == RT_PARAMS && !master) {
+	if (which == RT_PARAMS_PREV) { /* 2BW: the version the passes read */
 		*off = r->poff[l];
 		return &r->prog.obj[r->mo->W[i]];
+	}
+	if (which == RT_PARAMS && !master) { /* 2BW: the newest version */
+		*off = r->poff[l];
+		return &r->prog.obj[r->mo->Wnew[i] >= 0 ? r->mo->Wnew[i] : r->mo->W[i]];
 	}
 	*off = r->ooff[l] + (which == RT_PARAMS ? 0 : master);
 	return &r->prog.obj[r->mo->O[i]];
@@ -849,10 +913,38 @@ static int write_host(struct rt_run *r, const struct rt_obj *o, uint64_t off, co
 	return vmm_release(r->rt->vmm, o->vid, VMM_HOST, NULL);
 }
 
+/* 2BW: layer l's older version from fp32 in (rounded to bf16 in bf16), into
+ * every replica's W. */
+static int write_prev(struct rt_run *r, int l, const void *in)
+{
+	const struct rt_layer *ly = &r->m->layers[l];
+	SP_CHECK_ARG(rt_run_state_bytes(r, l, RT_PARAMS_PREV),
+	             "rt_run_write_state: layer %s has one weight version (not a 2bw plan)",
+	             ly->name);
+	uint64_t n = rt_layer_nparams(ly);
+	uint16_t *w = NULL;
+	if (rt_layer_dtype(ly) == KN_BF16) {
+		if (!(w = malloc(n * sizeof(uint16_t) + 1)))
+			return sp_error(-ENOMEM, "rt_run_write_state: %s", ly->name);
+		for (uint64_t i = 0; i < n; i++)
+			w[i] = kn_f32_to_bf16(((const float *)in)[i]);
+	}
+	int rc = 0;
+	for (int rep = 0; rep < r->mo->nrep && !rc; rep++) {
+		uint64_t off;
+		const struct rt_obj *o = state_obj(r, l, RT_PARAMS_PREV, rep, &off);
+		rc = write_host(r, o, off, w ? (const void *)w : in, ly->param_bytes);
+	}
+	free(w);
+	return rc;
+}
+
 int rt_run_state_owner(const struct rt_run *r, int l, enum rt_state which)
 {
 	if (!r || l < 0 || l >= r->m->nlayers)
 		return -1;
+	if (which == RT_PARAMS_PREV)
+		return -1; /* every node holds the weights */
 	int in_o = which == RT_OPTIM || r->m->layers[l].master_bytes;
 	return in_o && r->plan.zero && r->plan.nodes > 1 ? tg_pack_owner(&r->plan, r->pack_of[l])
 	                                                 : -1;
@@ -864,6 +956,8 @@ int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void 
 	SP_CHECK_ARG(r->rt->data, "rt_run_write_state: the model backend holds no data");
 	const struct rt_layer *ly = &r->m->layers[l];
 	uint64_t bytes = rt_run_state_bytes(r, l, which), off;
+	if (which == RT_PARAMS_PREV)
+		return write_prev(r, l, in);
 	int owner = rt_run_state_owner(r, l, which);
 	if (owner >= 0 && owner != r->plan.node_rank) { /* ZeRO-1: another node's */
 		if (which == RT_OPTIM)
@@ -882,11 +976,18 @@ int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void 
 	int rc = 0;
 	for (int rep = 0; rep < r->mo->nrep && bytes && !rc; rep++) {
 		const struct rt_obj *o = state_obj(r, l, which, rep, &off);
+		int i = rep * r->mo->P + r->pack_of[l];
 		if (masters_here)
 			rc = write_host(r, o, off, in, bytes);
 		if (w && !rc)
-			rc = write_host(r, &r->prog.obj[r->mo->W[rep * r->mo->P + r->pack_of[l]]],
-			                r->poff[l], w, ly->param_bytes);
+			rc = write_host(r, &r->prog.obj[r->mo->W[i]], r->poff[l], w,
+			                ly->param_bytes);
+		/* 2BW: both versions become these weights, as at step 0 (a caller
+		 * with the older version writes RT_PARAMS_PREV next). In fp32 o was
+		 * Wnew, in bf16 the rounding went to W above: the other one now */
+		if (!rc && which == RT_PARAMS && r->mo->Wnew[i] >= 0)
+			rc = write_host(r, &r->prog.obj[w ? r->mo->Wnew[i] : r->mo->W[i]],
+			                r->poff[l], w ? (const void *)w : in, ly->param_bytes);
 	}
 	free(w);
 	return rc;
@@ -896,6 +997,9 @@ int rt_run_read_params(struct rt_run *r, int l, void *out)
 {
 	return rt_run_read_state(r, l, RT_PARAMS, out);
 }
+
+static int read_obj(struct rt_run *r, const struct rt_obj *o, uint64_t off, uint64_t bytes,
+                    void *out);
 
 int rt_run_read_state(struct rt_run *r, int l, enum rt_state which, void *out)
 {
@@ -912,6 +1016,26 @@ int rt_run_read_state(struct rt_run *r, int l, enum rt_state which, void *out)
 	const struct rt_obj *o = state_obj(r, l, which, 0, &off);
 	if (!bytes)
 		return 0;
+	if (which == RT_PARAMS_PREV && rt_layer_dtype(&r->m->layers[l]) == KN_BF16) {
+		/* the bf16 weights, widened */
+		uint64_t n = rt_layer_nparams(&r->m->layers[l]);
+		uint16_t *h = malloc(n * sizeof(uint16_t) + 1);
+		if (!h)
+			return sp_error(-ENOMEM, "rt_run_read_state: out of memory");
+		int rc = read_obj(r, o, off, n * sizeof(uint16_t), h);
+		for (uint64_t i = 0; i < n && !rc; i++)
+			((float *)out)[i] = kn_bf16_to_f32(h[i]);
+		free(h);
+		return rc;
+	}
+	return read_obj(r, o, off, bytes, out);
+}
+
+/* bytes at off of object o into out: through the host, else a device holding
+ * it, else the disk. */
+static int read_obj(struct rt_run *r, const struct rt_obj *o, uint64_t off, uint64_t bytes,
+                    void *out)
+{
 	void *p;
 	struct dev_event *ready;
 	int rc = vmm_acquire(r->rt->vmm, o->vid, VMM_HOST, VMM_READ, &p, &ready);

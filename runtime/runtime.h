@@ -537,8 +537,12 @@ int rt_run_step(struct rt_run *r, double *loss) SP_MUST_CHECK;
 int rt_run_read_params(struct rt_run *r, int l, void *out) SP_MUST_CHECK;
 /* A layer's training state: its parameters or its optimizer state (AdamW: m
  * then v), optim_bytes) — read from the current copy wherever it is, written
- * into every replica. For checkpoints, and for moving a run to another plan. */
-enum rt_state { RT_PARAMS, RT_OPTIM };
+ * into every replica. For checkpoints, and for moving a run to another plan.
+ * Under 2BW RT_PARAMS is the newest version (writing it sets both versions, as
+ * at step 0) and RT_PARAMS_PREV the older one, which the next step's passes
+ * read, as fp32 (bf16 weights widened, exactly; written back rounded, which
+ * gives them back); RT_PARAMS_PREV has 0 bytes in other schedules. */
+enum rt_state { RT_PARAMS, RT_OPTIM, RT_PARAMS_PREV };
 uint64_t rt_run_state_bytes(const struct rt_run *r, int l, enum rt_state which);
 int rt_run_read_state(struct rt_run *r, int l, enum rt_state which, void *out) SP_MUST_CHECK;
 int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void *in) SP_MUST_CHECK;
@@ -552,7 +556,8 @@ int rt_run_state_owner(const struct rt_run *r, int l, enum rt_state which);
  * step (rt_data_fn's iter). For resuming. */
 void rt_run_set_step(struct rt_run *r, int step);
 /* Recovery: the training state (every layer's parameters and optimizer
- * state) copied into plain host buffers, off every device and the vmm.
+ * state, and 2BW's older weight version) copied into plain host buffers, off
+ * every device and the vmm.
  * *bufs: NULL, or an earlier save's buffers to reuse; rt_run_save_free
  * frees them. rt_run_restore drops every object's contents (lost copies
  * too) and writes the saved state into the host pool. */
@@ -674,11 +679,15 @@ int rt_sharp_run(struct rt_ctx *rt, struct rt_run *const *runs, const int *steps
  * layer's at the update. The order the executor keeps, so its losses and
  * weights must be bit-identical to these. In bf16 the same recipe as the
  * executor: bf16 parameters and gradients, replicas summed in bf16, the
- * update on fp32 masters (the layers' optim, master_bytes first). */
+ * update on fp32 masters (the layers' optim, master_bytes first).
+ * PipeDream-2BW's rule (rt_reference_set_2bw): W(t+1) = W(t) - step(grad f(W(t-1))),
+ * W(-1) = W(0): the forwards and backwards of step t read the version before the
+ * newest (shadow), the optimizer steps the newest (params) with their gradient. */
 struct rt_reference {
 	const struct rt_model *m;
 	int nrep, mb;
-	void **params; /* per layer */
+	void **params; /* per layer: the newest version */
+	void **shadow; /* 2BW only (else NULL), per layer: the version the passes read */
 	float **optim;
 	void ***grads;        /* [rep][layer] */
 	void **stash, **outp; /* [layer]: one microbatch's activations, kept across steps */
@@ -691,6 +700,10 @@ struct rt_reference {
 };
 int rt_reference_open(const struct rt_model *m, int nrep, int mb, uint64_t seed,
                       struct rt_reference **out) SP_MUST_CHECK;
+/* Switches r to 2BW's delayed update (two weight versions, both the initial
+ * weights at first); before its first step. Returns 0, -EINVAL after a step,
+ * -ENOMEM. */
+int rt_reference_set_2bw(struct rt_reference *r) SP_MUST_CHECK;
 /* One iteration; *loss gets the mean loss. */
 int rt_reference_step(struct rt_reference *r, int iter, double *loss) SP_MUST_CHECK;
 void rt_reference_close(struct rt_reference *r);

@@ -3,8 +3,9 @@
  * Each schedule emits per-device task sequences and dependencies; a list scheduler
  * (unit costs = FLOPs) then interleaves them into one global topological order and
  * measures makespan, bubble and live stashed microbatches. Objects are per pack
- * (W, G, O; one replica per device in DP modes) and per microbatch (stash, boundary
- * output, input gradient, input, loss workspace). */
+ * (W, G, O; one replica per device in DP modes; 2BW's second weight version Wnew)
+ * and per microbatch (stash, boundary output, input gradient, input, loss
+ * workspace). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,8 +14,8 @@
 
 const char *tg_sched_name(enum tg_sched s)
 {
-	static const char *n[] = {"dp-swap",    "gpipe",      "1f1b",
-	                          "harmony-dp", "harmony-pp", "interleaved"};
+	static const char *n[] = {"dp-swap",    "gpipe",       "1f1b", "harmony-dp",
+	                          "harmony-pp", "interleaved", "2bw"};
 	return s < TG_NSCHED ? n[s] : "?";
 }
 
@@ -142,7 +143,7 @@ struct mstate {
 	const struct tg_model *m;
 	struct tg_model_objs *mo;
 	int P;
-	int *W, *G, *O;             /* = mo's, [rep*P + p] */
+	int *W, *G, *O, *Wnew;      /* = mo's, [rep*P + p] */
 	int *S, *B, *D, *X, *Y, *L; /* = mo's, [k*P + p] or [k] */
 	int *lastF, *lastB, *lastL; /* [k*P+p] or [k] */
 	int *lastBacc;              /* [rep*P+p] last BWD accumulating G */
@@ -486,8 +487,9 @@ static int emit_wbcast(struct bld *b, struct mstate *st, const struct tg_plan *p
 	                  .constrained = 1,
 	                  .work = -1,
 	                  .root = tg_pack_owner(p, pk)};
-	s.r[s.nr++] = st->W[i];
-	s.w[s.nw++] = st->W[i];
+	int w = st->Wnew[i] >= 0 ? st->Wnew[i] : st->W[i]; /* the newest version */
+	s.r[s.nr++] = w;
+	s.w[s.nw++] = w;
 	s.d[s.nd++] = st->lastU[i];
 	int id = task_add(b, &s);
 	if (id >= 0)
@@ -509,11 +511,16 @@ static int emit_upd_now(struct bld *b, struct mstate *st, const struct tg_plan *
 	s.flops = 0;
 	for (int l = pk ? p->pack_end[pk - 1] : 0; l < p->pack_end[pk]; l++)
 		s.flops += st->m->layers[l].upd_flops;
-	s.r[s.nr++] = st->W[i];
+	/* 2BW: the step is Wnew's; W, the version the passes read, becomes a copy
+	 * of Wnew before it (a pure write: the last BWD was W's last reader) */
+	int w = st->Wnew[i] >= 0 ? st->Wnew[i] : st->W[i];
+	s.r[s.nr++] = w;
 	s.r[s.nr++] = st->G[i];
 	s.r[s.nr++] = st->O[i];
-	s.w[s.nw++] = st->W[i];
+	s.w[s.nw++] = w;
 	s.w[s.nw++] = st->O[i];
+	if (w != st->W[i])
+		s.w[s.nw++] = st->W[i];
 	if (st->m->norm_bytes) { /* its NORM added the tied gradients */
 		s.r[s.nr++] = st->mo->N[rep];
 		s.d[s.nd++] = st->lastN[rep];
@@ -757,7 +764,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	int nrp = nrep * P, nkp = nmb * P;
 	/* the table is the graph's (freed with it from here on); lastX are ours */
 	int *blk = malloc(
-	    ((size_t)P + (size_t)nrp * 3 + (size_t)nkp * 3 + (size_t)nmb * 3 + (size_t)nrep) *
+	    ((size_t)P + (size_t)nrp * 4 + (size_t)nkp * 3 + (size_t)nmb * 3 + (size_t)nrep) *
 	    sizeof(int));
 	st.lastF =
 	    malloc(((size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3 + (size_t)nrep) * sizeof(int));
@@ -781,6 +788,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	mo->Y = mo->X + nmb;
 	mo->L = mo->Y + nmb;
 	mo->N = mo->L + nmb;
+	mo->Wnew = mo->N + nrep;
 	b->g->nmodels++;
 	st.upd_rep = st.upd_pk + nrp;
 	st.upd_dev = st.upd_rep + nrp;
@@ -789,6 +797,7 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	st.W = mo->W;
 	st.G = mo->G;
 	st.O = mo->O;
+	st.Wnew = mo->Wnew;
 	st.S = mo->S;
 	st.B = mo->B;
 	st.D = mo->D;
@@ -834,6 +843,9 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 		OBJ(st.W[i], TG_O_WEIGHT, pack_sum(m, p, pk, 0));
 		OBJ(st.G[i], TG_O_GRAD, pack_sum(m, p, pk, 1));
 		OBJ(st.O[i], TG_O_OPT, tg_owns_pack(p, pk) ? pack_sum(m, p, pk, 2) : 0);
+		st.Wnew[i] = -1;
+		if (p->sched == TG_2BW)
+			OBJ(st.Wnew[i], TG_O_WEIGHT, pack_sum(m, p, pk, 0));
 	}
 	for (int r = 0; r < nrep; r++) {
 		mo->N[r] = -1;
@@ -901,7 +913,8 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 		}
 		break;
 	case TG_GPIPE:
-	case TG_1F1B: E(emit_pipeline(b, &st, p, 1, 0)); break;
+	case TG_1F1B:
+	case TG_2BW: E(emit_pipeline(b, &st, p, 1, 0)); break;
 	case TG_INTERLEAVED: E(emit_interleaved(b, &st, p)); break;
 	case TG_HARMONY_PP:
 		/* the same pipeline with groups as its units (weights come in once per
@@ -1120,8 +1133,12 @@ int tg_graph_validate(const struct tg_graph *g)
 		for (int i = 0; i < t->nwrite; i++)
 			written[t->write[i]] = 1;
 		if (t->kind == TG_UPD) {
-			int w = t->read[0], gr = t->read[1];
-			if (++updc[w] > 1)
+			/* the weights it writes: W (2BW: Wnew, and W as its copy) */
+			int w = t->read[0], gr = t->read[1], w2 = -1;
+			for (int i = 0; i < t->nwrite; i++)
+				if (t->write[i] != w && g->obj[t->write[i]].kind == TG_O_WEIGHT)
+					w2 = t->write[i];
+			if (++updc[w] > 1 || (w2 >= 0 && ++updc[w2] > 1))
 				rc = sp_error(-EINVAL, "taskgraph: pack %d updated twice", t->pack);
 			/* the executor runs by dependencies, not by this order: every other
 			 * user of W and writer of G must be an ancestor of the UPD (this
@@ -1145,7 +1162,7 @@ int tg_graph_validate(const struct tg_graph *g)
 				const struct tg_task *u = &g->task[x];
 				int uses = 0;
 				for (int i = 0; i < u->nread; i++)
-					uses |= u->read[i] == w;
+					uses |= u->read[i] == w || (w2 >= 0 && u->read[i] == w2);
 				for (int i = 0; i < u->nwrite; i++)
 					uses |= u->write[i] == gr;
 				if (x != t->id && uses && seen[x] != mark)

@@ -490,6 +490,8 @@ static int host_init(struct simst *s)
 		for (int i = 0; i < mo->nrep * mo->P; i++) {
 			if (mo->W[i] >= 0)
 				SP_CHECK(host_write(s, mo->W[i]));
+			if (mo->Wnew && mo->Wnew[i] >= 0) /* 2BW: the second version */
+				SP_CHECK(host_write(s, mo->Wnew[i]));
 			if (mo->O[i] >= 0)
 				SP_CHECK(host_write(s, mo->O[i]));
 		}
@@ -942,10 +944,11 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 				break;
 			if (tm) { /* an update streams W, G and optimizer state through memory */
 				double st = ready > tm->cpu_free ? ready : tm->cpu_free, dur = 0;
-				if (t->kind == TG_UPD)
+				if (t->kind == TG_UPD) /* 2BW's copy of the old version: 2x */
 					for (int i = 0; i < t->nwrite; i++)
 						if (g->obj[t->write[i]].kind == TG_O_WEIGHT)
-							dur += 8.0 *
+							dur += (t->write[i] == t->read[0] ? 8.0
+							                                  : 2.0) *
 							       (double)g->obj[t->write[i]].bytes /
 							       tm->cpu_upd_bw;
 				task_done(&s, t, -1, st, st + dur, it);
@@ -1172,6 +1175,11 @@ int tg_time_predict(const struct tg_graph *g, const struct tg_plan *p, const str
 		for (int o = 0; o < g->nobj; o++)
 			if (g->obj[o].kind == TG_O_WEIGHT)
 				upd += 8.0 * (double)g->obj[o].bytes /
+				       (hw->mem_bw > 0 ? hw->mem_bw / 20 : 1e10);
+	for (int mi = 0; p->upd_cpu && mi < g->nmodels; mi++) /* 2BW: W is Wnew's copy, 2x */
+		for (int i = 0; g->mobj[mi].Wnew && i < g->mobj[mi].nrep * g->mobj[mi].P; i++)
+			if (g->mobj[mi].Wnew[i] >= 0)
+				upd -= 6.0 * (double)g->obj[g->mobj[mi].W[i]].bytes /
 				       (hw->mem_bw > 0 ? hw->mem_bw / 20 : 1e10);
 	struct tg_time t = {.compute_s = comp + upd, .transfer_s = tr, .bubble = g->bubble};
 	/* Transfers add to compute. The executor prefetches, but measured on the

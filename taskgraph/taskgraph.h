@@ -88,7 +88,14 @@ struct tg_hw {
  * microbatches chunk by chunk, (ndev - d - 1) * 2 + (v - 1) * ndev warm-up
  * forwards on device d, then one forward / one backward, then the
  * cool-down), updates at the flush. Bubble (1/v)(ndev - 1)/m with equal
- * chunks, communication v times 1F1B's. */
+ * chunks, communication v times 1F1B's.
+ * TG_2BW: PipeDream-2BW (thesis 3.2.1): the 1F1B pipeline of TG_1F1B with two
+ * weight versions per pack, W (the one every forward and backward of the
+ * iteration reads) and Wnew (the newest): the UPD copies Wnew into W, then
+ * steps Wnew with the gradient, so W(t+1) = W(t) - step(grad f(W(t-1)))
+ * (rt_reference_set_2bw's rule). Each iteration ends with a flush, as 1F1B's:
+ * its bubble is 1F1B's (p-1)/m, not 2BW's 0 (that needs iterations that
+ * overlap; docs/taskgraph.md). */
 enum tg_sched {
 	TG_DP_SWAP,
 	TG_GPIPE,
@@ -96,6 +103,7 @@ enum tg_sched {
 	TG_HARMONY_DP,
 	TG_HARMONY_PP,
 	TG_INTERLEAVED,
+	TG_2BW,
 	TG_NSCHED
 };
 enum tg_kind { TG_FWD, TG_BWD, TG_UPD, TG_ALLREDUCE, TG_LOSS, TG_NORM };
@@ -190,13 +198,16 @@ static inline int tg_recomputes(const struct tg_plan *p, int pk)
  *              writes W[r,pk], O[r,pk]
  *              (norm_bytes > 0: reads W[r,pk], G[r,pk], O[r,pk], N[r], after the
  *              replica's last NORM)
+ *              (2BW: Wnew[r,pk] in W's place in both lists, and W[r,pk] written
+ *              last: a copy of Wnew before the step)
  *   NORM       (norm_bytes > 0 only) reads G[r,pk], then G[r,q] of every pack q
  *              tied to pk; N[r] unless it is the replica's first NORM
  *              writes G[r,pk] (the tied gradients added, as UPD does without
  *              norms), N[r] (the sums of squares of pk's layers); emitted
  *              where UPD[r,pk] would be, on its device, each after the
  *              replica's previous NORM
- * read[0] is always the W (FWD, BWD, UPD) or G (ALLREDUCE) of the task's own pack. */
+ * read[0] is always the W (FWD, BWD; UPD: Wnew in 2BW) or G (ALLREDUCE) of the
+ * task's own pack. */
 struct tg_task {
 	int id, model, kind, pack, mb0, nmb;
 	int rep;         /* replica (DP modes: the device whose W/G/O it uses), 0 otherwise */
@@ -231,6 +242,9 @@ struct tg_model_objs {
 	int *S, *B, *D; /* [k*P + pk] stash, boundary output, input gradient */
 	int *X, *Y, *L; /* [k] input, target, loss workspace */
 	int *N;         /* [rep] the gradient norm object (norm_bytes > 0), else -1 */
+	/* [rep*P + pk] 2BW: the newest weights, which only the UPD reads (W holds
+	 * the version before them, which the passes read); -1 in other schedules */
+	int *Wnew;
 };
 
 struct tg_graph {

@@ -7,7 +7,10 @@
  * format, the step, the model and run config (JSON), the precision and the data
  * position. In bf16 the parameters stored are the fp32 master weights (the
  * bf16 weights are their rounding), so a resumed bf16 run continues bit for
- * bit too; a checkpoint resumes only in the precision that wrote it.
+ * bit too; a checkpoint resumes only in the precision that wrote it. Under
+ * 2bw it also holds the older weight version the next step reads
+ * (2bw_prev.<name>, fp32: bf16 weights widened exactly); another schedule's
+ * checkpoint resumed by 2bw starts the delay again, saying so.
  * Batches are drawn from (seed, step, sample) alone, so the step and the seed
  * are the whole data and RNG state: a resumed run continues bit for bit.
  * The config records the optimizer's hyper-parameters too (lr, beta1, beta2,
@@ -165,6 +168,14 @@ static int list_steps(const char *what, const char *dir, int **out, int *count)
 /* The optimizer's state tensors per parameter tensor: their name prefixes, in
  * the order of the layer's optim range (AdamW m then v; SGD its momentum
  * buffer; plain SGD none). */
+/* 2bw: the checkpoint also holds the older weight version, the one the next
+ * step's passes read (PREV_PREFIX.<name>, fp32: bf16 weights widened). */
+#define PREV_PREFIX "2bw_prev"
+static int has_prev(const struct run *r)
+{
+	return r->plan.sched == TG_2BW;
+}
+
 static int state_names(const struct run *r, const char *const **prefix)
 {
 	static const char *const adam[] = {"adam_m", "adam_v"}, *const sgd[] = {"sgd_momentum"};
@@ -329,18 +340,23 @@ int tr_checkpoint(struct run *r, int step)
 		return sp_error(-errno, "checkpoint: cannot create %s: %s", r->c.checkpoint_dir,
 		                strerror(errno));
 	int L = r->m.nlayers, rc = 0, n = 0;
-	struct tr_tensor *t = calloc((size_t)L * 3 * KN_BLOCK_NPARAMS, sizeof(*t));
+	struct tr_tensor *t = calloc((size_t)L * 4 * KN_BLOCK_NPARAMS, sizeof(*t));
 	struct pt *pts = calloc((size_t)L * KN_BLOCK_NPARAMS, sizeof(*pts));
-	float **buf = calloc((size_t)L * 2, sizeof(float *));
-	char(*names)[64] = calloc((size_t)L * 2 * KN_BLOCK_NPARAMS, sizeof(*names));
+	float **buf = calloc((size_t)L * 3, sizeof(float *));
+	char(*names)[64] = calloc((size_t)L * 3 * KN_BLOCK_NPARAMS, sizeof(*names));
 	if (!t || !pts || !buf || !names) {
 		rc = sp_error(-ENOMEM, "checkpoint: out of memory");
 		goto out;
 	}
-	/* parameters first, then the optimizer's state, each in layer order */
-	const char *const *prefix;
-	int nstate = state_names(r, &prefix);
-	for (int w = 0; w < 1 + nstate && !rc; w++)
+	/* parameters first, then the optimizer's state, then (2bw) the older
+	 * weight version, each in layer order */
+	const char *const *sprefix, *prefix[3];
+	int nstate = state_names(r, &sprefix), prev = has_prev(r);
+	for (int i = 0; i < nstate; i++)
+		prefix[i] = sprefix[i];
+	if (prev)
+		prefix[nstate] = PREV_PREFIX;
+	for (int w = 0; w < 1 + nstate + prev && !rc; w++)
 		for (int l = 0, np = 0; l < L && !rc; l++) {
 			struct pt *lp = pts + (size_t)l * KN_BLOCK_NPARAMS;
 			int k = layer_tensors(r, l, lp);
@@ -349,12 +365,14 @@ int tr_checkpoint(struct run *r, int step)
 				break;
 			}
 			if (w == 0) {
-				for (int s = 0; s < 2 && !rc; s++) {
-					enum rt_state which = s ? RT_OPTIM : RT_PARAMS;
-					buf[2 * l + s] =
+				for (int s = 0; s < 2 + prev && !rc; s++) {
+					enum rt_state which = s == 2   ? RT_PARAMS_PREV
+					                      : s == 1 ? RT_OPTIM
+					                               : RT_PARAMS;
+					buf[3 * l + s] =
 					    malloc(rt_run_state_bytes(r->run, l, which) + 4);
-					rc = buf[2 * l + s]
-					         ? read_state_any(r, l, which, buf[2 * l + s])
+					rc = buf[3 * l + s]
+					         ? read_state_any(r, l, which, buf[3 * l + s])
 					         : sp_error(-ENOMEM, "checkpoint: out of memory");
 				}
 			}
@@ -362,8 +380,10 @@ int tr_checkpoint(struct run *r, int step)
 			for (int i = 0; i < k && !rc; i++, np++) {
 				struct tr_tensor *x = &t[n++];
 				const float *base =
-				    w == 0 ? buf[2 * l]
-				           : buf[2 * l + 1] + (uint64_t)(w - 1) * nparams;
+				    w == 0 ? buf[3 * l]
+				    : w == 1 + nstate
+				        ? buf[3 * l + 2]
+				        : buf[3 * l + 1] + (uint64_t)(w - 1) * nparams;
 				if (w == 0) {
 					x->name = lp[i].name;
 				} else {
@@ -418,7 +438,7 @@ int tr_checkpoint(struct run *r, int step)
 			prune(r, step);
 	}
 out:
-	for (int i = 0; buf && i < 2 * L; i++)
+	for (int i = 0; buf && i < 3 * L; i++)
 		free(buf[i]);
 	free(buf);
 	free(t);
@@ -599,6 +619,17 @@ int tr_resume(struct run *r)
 		              path, step);
 		goto out;
 	}
+	/* 2bw's older version, if the checkpoint has it (another schedule's has
+	 * not; a 2bw checkpoint resumed by another schedule leaves it unread) */
+	int ck_prev = 0;
+	if (has_prev(r)) {
+		struct pt lp0[KN_BLOCK_NPARAMS];
+		struct tr_tensor t0;
+		char nm0[64];
+		int k0 = layer_tensors(r, 0, lp0);
+		snprintf(nm0, sizeof(nm0), "%s.%.47s", PREV_PREFIX, k0 > 0 ? lp0[0].name : "");
+		ck_prev = k0 > 0 && tr_ckpt_find(ck, nm0, &t0) == 0;
+	}
 	for (int l = 0; l < r->m.nlayers && !rc; l++) {
 		struct pt lp[KN_BLOCK_NPARAMS];
 		int k = layer_tensors(r, l, lp);
@@ -650,9 +681,35 @@ int tr_resume(struct run *r)
 			rc = rt_run_write_state(r->run, l, RT_PARAMS, p);
 		if (!rc)
 			rc = rt_run_write_state(r->run, l, RT_OPTIM, o);
+		/* 2bw: the older version, after RT_PARAMS (which set both) */
+		for (int i = 0; i < k && !rc && ck_prev; i++) {
+			char nm[64];
+			snprintf(nm, sizeof(nm), "%s.%.47s", PREV_PREFIX, lp[i].name);
+			struct tr_tensor t;
+			int64_t n =
+			    lp[i].ndim == 1 ? lp[i].shape[0] : lp[i].shape[0] * lp[i].shape[1];
+			rc = tr_ckpt_find(ck, nm, &t);
+			int64_t have = 1;
+			for (int d = 0; d < t.ndim && !rc; d++)
+				have *= t.shape[d];
+			if (rc < 0 || t.dtype != TR_F32 || have != n)
+				rc = sp_error(-EINVAL,
+				              "checkpoint %s: tensor %s is missing or has another "
+				              "shape or type than this model's",
+				              path, nm);
+			else
+				memcpy(p + lp[i].off, t.data, (size_t)n * sizeof(float));
+		}
+		if (!rc && ck_prev)
+			rc = rt_run_write_state(r->run, l, RT_PARAMS_PREV, p);
 		free(p);
 		free(o);
 	}
+	if (rc == 0 && has_prev(r) && !ck_prev)
+		fprintf(r->out,
+		        "resume: %s holds one weight version (another schedule wrote it): 2bw's "
+		        "delay starts again, as at step 0\n",
+		        path);
 	if (rc == 0) {
 		rt_run_set_step(r->run, step);
 		r->start = step;

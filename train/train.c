@@ -331,6 +331,16 @@ int tr_choose_plan(struct run *r, struct tg_plan *plan, const char *twin)
 {
 	const struct tr_config *c = &r->c;
 	int packs = c->packs;
+	enum tg_sched named;
+	if (c->schedule && strcasecmp(c->schedule, "auto") &&
+	    rt_sched_parse(c->schedule, &named) < 0) { /* the flag, and what would do */
+		char names[128] = "auto";
+		for (int s = 0; s < TG_NSCHED; s++)
+			snprintf(names + strlen(names), sizeof(names) - strlen(names), ", %s",
+			         tg_sched_name((enum tg_sched)s));
+		return sp_error(-EINVAL, "--schedule %s: unknown schedule; one of %s", c->schedule,
+		                names);
+	}
 	if (c->chunks > 0) { /* interleaved's v: every device holds v packs */
 		if (!c->schedule || strcasecmp(c->schedule, "interleaved"))
 			return sp_error(-EINVAL, "--chunks %d: only with --schedule interleaved",

@@ -146,6 +146,8 @@ static int one_case(uint64_t seed)
 	/* the reference */
 	struct rt_reference *ref;
 	CHECK_OK(rt_reference_open(&m, nrep, p.microbatch, 42, &ref));
+	if (p.sched == TG_2BW) /* its delayed update */
+		CHECK_OK(rt_reference_set_2bw(ref));
 	double rl[STEPS];
 	for (int s = 0; s < STEPS; s++)
 		CHECK_OK(rt_reference_step(ref, s, &rl[s]));

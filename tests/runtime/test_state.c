@@ -11,7 +11,9 @@
  *    switch), E's losses are A's within 1e-5 (the gradient sums' order differs);
  *  - rt_run_eval on a batch equals the loss the reference loop computes on the
  *    same batch before its update (the forward is the same computation), and
- *    changes no weight and no optimizer state. */
+ *    changes no weight and no optimizer state;
+ *  - 2bw (two_bw below): its older weight version is state too, and
+ *    evaluation reads the newest. */
 #include "runtime/runtime.h"
 #include "tests/test.h"
 
@@ -72,6 +74,96 @@ static void drop(void **s, const struct rt_model *m)
 	for (int l = 0; l < m->nlayers; l++)
 		free(s[l]);
 	free(s);
+}
+
+/* 2bw: its state is the newest weights (RT_PARAMS), the older version the
+ * next step reads (RT_PARAMS_PREV) and the optimizer state; copied into
+ * another run they continue it bit for bit, and without the older version they
+ * do not. Evaluation reads the newest weights (a checkpoint's): a 1f1b run
+ * given them evaluates to the same loss, one given the older ones does not;
+ * it changes no state and no later step. */
+static void two_bw(struct rt_model *m, uint64_t budget)
+{
+	struct tg_plan p = plan_of(m, TG_2BW), q = plan_of(m, TG_1F1B);
+	struct rt_ctx *rt[6];
+	struct rt_run *a, *b, *c, *nop, *dn, *dp;
+	for (int i = 0; i < 6; i++)
+		rt[i] = open_rt(budget);
+	CHECK_OK(rt_run_open(rt[0], m, &p, 42, &a));
+	CHECK_OK(rt_run_open(rt[1], m, &p, 42, &b));
+	CHECK_OK(rt_run_open(rt[2], m, &p, 7, &c));
+	CHECK_OK(rt_run_open(rt[3], m, &p, 7, &nop));
+	CHECK_OK(rt_run_open(rt[4], m, &q, 7, &dn));
+	CHECK_OK(rt_run_open(rt[5], m, &q, 7, &dp));
+	double la[4], l;
+	for (int s = 0; s < 4; s++)
+		CHECK_OK(rt_run_step(a, &la[s]));
+	for (int s = 0; s < 2; s++) {
+		CHECK_OK(rt_run_step(b, &l));
+		CHECK(l == la[s]);
+	}
+	/* b after 2 steps: eval reads the newest weights and changes nothing */
+	void **w0 = snapshot(b, m, RT_PARAMS), **v0 = snapshot(b, m, RT_PARAMS_PREV);
+	void **o0 = snapshot(b, m, RT_OPTIM);
+	CHECK(memcmp(w0[1], v0[1], rt_run_state_bytes(b, 1, RT_PARAMS))); /* two versions */
+	for (int l2 = 0; l2 < m->nlayers; l2++) {
+		CHECK_OK(rt_run_write_state(dn, l2, RT_PARAMS, w0[l2]));
+		CHECK_OK(rt_run_write_state(dp, l2, RT_PARAMS, v0[l2]));
+	}
+	double le, len, lep;
+	CHECK_OK(rt_run_eval(b, 0, &le));
+	CHECK_OK(rt_run_eval(dn, 0, &len));
+	CHECK_OK(rt_run_eval(dp, 0, &lep));
+	CHECK_MSG(le == len && le != lep,
+	          "2bw eval %.9g: the newest weights give %.9g, the older %.9g", le, len, lep);
+	void **w1 = snapshot(b, m, RT_PARAMS), **v1 = snapshot(b, m, RT_PARAMS_PREV);
+	void **o1 = snapshot(b, m, RT_OPTIM);
+	same(w0, w1, b, m, RT_PARAMS, "2bw: newest weights after eval");
+	same(v0, v1, b, m, RT_PARAMS_PREV, "2bw: older weights after eval");
+	same(o0, o1, b, m, RT_OPTIM, "2bw: AdamW state after eval");
+	/* the state into c (all of it) and nop (not the older version) */
+	for (int l2 = 0; l2 < m->nlayers; l2++)
+		for (int w = RT_PARAMS; w <= RT_PARAMS_PREV; w++) {
+			void *buf = malloc(rt_run_state_bytes(b, l2, (enum rt_state)w) + 1);
+			CHECK_OK(rt_run_read_state(b, l2, (enum rt_state)w, buf));
+			CHECK_OK(rt_run_write_state(c, l2, (enum rt_state)w, buf));
+			if (w != RT_PARAMS_PREV)
+				CHECK_OK(rt_run_write_state(nop, l2, (enum rt_state)w, buf));
+			free(buf);
+		}
+	CHECK(rt_run_write_state(dn, 0, RT_PARAMS_PREV, w0[0]) == -EINVAL); /* one version */
+	rt_run_set_step(c, 2);
+	rt_run_set_step(nop, 2);
+	double lnop[2];
+	for (int s = 2; s < 4; s++) {
+		CHECK_OK(rt_run_step(b, &l)); /* after the evals, as if none happened */
+		CHECK_MSG(l == la[s], "2bw: step %d after eval %.9g, without %.9g", s, l, la[s]);
+		CHECK_OK(rt_run_step(c, &l));
+		CHECK_MSG(l == la[s], "2bw: resumed step %d loss %.9g, uninterrupted %.9g", s, l,
+		          la[s]);
+		CHECK_OK(rt_run_step(nop, &lnop[s - 2]));
+	}
+	CHECK_MSG(lnop[0] != la[2], "2bw without the older version: step 2 loss %.9g all the same",
+	          lnop[0]);
+	void **wa = snapshot(a, m, RT_PARAMS), **wc = snapshot(c, m, RT_PARAMS);
+	void **va = snapshot(a, m, RT_PARAMS_PREV), **vc = snapshot(c, m, RT_PARAMS_PREV);
+	same(wa, wc, a, m, RT_PARAMS, "2bw: newest weights after the resumed steps");
+	same(va, vc, a, m, RT_PARAMS_PREV, "2bw: older weights after the resumed steps");
+	printf("2bw: resumed bit for bit with its older weight version (without it step 3's loss "
+	       "is %.6f, not %.6f); eval reads the newest weights = %.6f (the older give "
+	       "%.6f)\n",
+	       lnop[0], la[2], le, lep);
+	void **all[] = {w0, v0, o0, w1, v1, o1, wa, wc, va, vc};
+	for (size_t i = 0; i < SP_ARRAY_SIZE(all); i++)
+		drop(all[i], m);
+	rt_run_close(a);
+	rt_run_close(b);
+	rt_run_close(c);
+	rt_run_close(nop);
+	rt_run_close(dn);
+	rt_run_close(dp);
+	for (int i = 0; i < 6; i++)
+		rt_close(rt[i]);
 }
 
 int main(void)
@@ -171,6 +263,7 @@ int main(void)
 		rt_close(rtc);
 		rt_close(rtd);
 	}
+	two_bw(&m, budget * 3 / 2); /* its update holds both versions */
 	rt_model_free(&m);
 	TEST_PASS();
 }

@@ -13,7 +13,9 @@
  * the working set's sum until -ENOMEM, whose message must name the task and
  * the smallest budget. SGD (plain: no optimizer state at all; and with
  * momentum) is held to the same, under eviction, with recomputation and with
- * the update on the CPU. And under adversarial timing (SPILL_HOST_JITTER: one
+ * the update on the CPU. 2bw (PipeDream-2BW: two weight versions, the
+ * delayed update) is held to the reference's 2BW mode (rt_reference_set_2bw),
+ * which differs from the plain one from the second step. And under adversarial timing (SPILL_HOST_JITTER: one
  * device's kernels start late at random), so that late binding moves
  * microbatches: still the same bits. argv[1]: "quick" runs fewer cases. */
 #include "runtime/runtime.h"
@@ -57,10 +59,13 @@ struct ref_result {
 	void *params[16];
 };
 
-static void reference(const struct rt_model *m, int nrep, int mb, struct ref_result *out)
+/* The reference of schedule sched: 2BW's delayed update for TG_2BW. */
+static void reference(const struct rt_model *m, int sched, int nrep, int mb, struct ref_result *out)
 {
 	struct rt_reference *r;
 	CHECK_OK(rt_reference_open(m, nrep, mb, 42, &r));
+	if (sched == TG_2BW)
+		CHECK_OK(rt_reference_set_2bw(r));
 	for (int s = 0; s < STEPS; s++)
 		CHECK_OK(rt_reference_step(r, s, &out->loss[s]));
 	for (int l = 0; l < m->nlayers; l++) {
@@ -144,7 +149,7 @@ static void sgd_cases(struct rt_model *m, const struct ref_result *adamw_ref)
 			for (int i = 0; i < m->nlayers; i++)
 				p.pack_end[i] = i + 1;
 			struct ref_result ref;
-			reference(m, dp ? nd : 1, 1, &ref);
+			reference(m, s, dp ? nd : 1, 1, &ref);
 			if (si == 0) /* the optimizer really changed: a different second step */
 				CHECK_MSG(ref.loss[0] == adamw_ref->loss[0] &&
 				              ref.loss[1] != adamw_ref->loss[1],
@@ -186,7 +191,7 @@ static void clip_cases(struct rt_model *m, const struct ref_result *plain, int q
 {
 	struct ref_result ref, loose;
 	m->opt.grad_clip = 1e30f;
-	reference(m, 1, 1, &loose);
+	reference(m, 0, 1, 1, &loose);
 	for (int s = 0; s < STEPS; s++)
 		CHECK_MSG(loose.loss[s] == plain->loss[s], "clip 1e30: step %d loss %.9g, not %.9g",
 		          s, loose.loss[s], plain->loss[s]);
@@ -216,11 +221,11 @@ static void clip_cases(struct rt_model *m, const struct ref_result *plain, int q
 				p.npacks = 0;
 				for (int l = 0; l < m->nlayers;)
 					l = p.pack_end[p.npacks++] = l + (l == 1 ? 2 : 1);
-				reference(m, dp ? nd : 1, 1, &ref);
+				reference(m, s, dp ? nd : 1, 1, &ref);
 				if (ci == 0 && s == 0) {
 					struct ref_result unclipped;
 					m->opt.grad_clip = 0;
-					reference(m, 1, 1, &unclipped);
+					reference(m, 0, 1, 1, &unclipped);
 					m->opt.grad_clip = clips[ci];
 					CHECK_MSG(unclipped.loss[1] != ref.loss[1],
 					          "clip %g did not change step 2 (%.9g)",
@@ -286,7 +291,7 @@ static void jitter_cases(int quick)
 				p.pack_end[i] = i + 1;
 			p.group = s == TG_HARMONY_PP ? 2 : 1; /* harmony-dp: 4 groups a device */
 			struct ref_result ref;
-			reference(m, dp ? nd : 1, p.microbatch, &ref);
+			reference(m, s, dp ? nd : 1, p.microbatch, &ref);
 			struct tg_layer tl[16];
 			struct tg_model tm;
 			rt_model_tg(m, tl, &tm);
@@ -340,7 +345,17 @@ int main(int argc, char **argv)
 			p.group =
 			    (s == TG_HARMONY_DP || s == TG_HARMONY_PP) ? (mper >= 2 ? 2 : 1) : 1;
 			struct ref_result ref;
-			reference(&m, dp ? nd : 1, p.microbatch, &ref);
+			reference(&m, s, dp ? nd : 1, p.microbatch, &ref);
+			if (s == TG_2BW) { /* the delayed update shows from the second step */
+				struct ref_result plain;
+				reference(&m, TG_1F1B, 1, p.microbatch, &plain);
+				CHECK_MSG(plain.loss[0] == ref.loss[0] &&
+				              plain.loss[1] != ref.loss[1],
+				          "2bw reference losses %.9g %.9g, plain %.9g %.9g",
+				          ref.loss[0], ref.loss[1], plain.loss[0], plain.loss[1]);
+				for (int l = 0; l < m.nlayers; l++)
+					free(plain.params[l]);
+			}
 			printf("%s, %d device(s), group %d: reference losses %.6f %.6f %.6f\n",
 			       tg_sched_name(s), nd, p.group, ref.loss[0], ref.loss[1],
 			       ref.loss[2]);
@@ -392,7 +407,7 @@ int main(int argc, char **argv)
 	printf("%d schedule x device cases bit-identical to the reference\n", cases);
 	jitter_cases(quick);
 	struct ref_result adamw;
-	reference(&m, 1, 1, &adamw);
+	reference(&m, 0, 1, 1, &adamw);
 	clip_cases(&m, &adamw, quick);
 	for (int l = 0; l < m.nlayers; l++)
 		free(adamw.params[l]);

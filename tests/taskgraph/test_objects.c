@@ -55,15 +55,17 @@ static void expect(const struct tg_model_objs *mo, const struct tg_task *t, int 
 		r[(*nr)++] = mo->G[i];
 		w[(*nw)++] = mo->G[i];
 		break;
-	case TG_UPD:
-		r[(*nr)++] = mo->W[i];
+	case TG_UPD: /* 2BW: the step is the newest version's, W its copy before it */
+		r[(*nr)++] = mo->Wnew[i] >= 0 ? mo->Wnew[i] : mo->W[i];
 		r[(*nr)++] = mo->G[i];
 		r[(*nr)++] = mo->O[i];
 		for (int q = 0; q < P; q++) /* the packs tied to this one: their G */
 			if (q != pk && mo->tie_pack[q] == pk)
 				r[(*nr)++] = mo->G[t->rep * P + q];
-		w[(*nw)++] = mo->W[i];
+		w[(*nw)++] = mo->Wnew[i] >= 0 ? mo->Wnew[i] : mo->W[i];
 		w[(*nw)++] = mo->O[i];
+		if (mo->Wnew[i] >= 0)
+			w[(*nw)++] = mo->W[i];
 		break;
 	}
 }
@@ -87,6 +89,10 @@ static void check_orders(const struct tg_model *md, const struct tg_plan *p, int
 		first[i] = 1;
 		CHECK(g.obj[mo->W[i]].kind == TG_O_WEIGHT && g.obj[mo->G[i]].kind == TG_O_GRAD &&
 		      g.obj[mo->O[i]].kind == TG_O_OPT);
+		/* two weight versions in 2BW, of the same bytes; one elsewhere */
+		CHECK((p->sched == TG_2BW) == (mo->Wnew[i] >= 0));
+		CHECK(mo->Wnew[i] < 0 || (g.obj[mo->Wnew[i]].kind == TG_O_WEIGHT &&
+		                          g.obj[mo->Wnew[i]].bytes == g.obj[mo->W[i]].bytes));
 	}
 	for (int k = 0; k < mo->nmb; k++)
 		CHECK(g.obj[mo->X[k]].kind == TG_O_INPUT && g.obj[mo->Y[k]].kind == TG_O_INPUT &&

@@ -117,5 +117,37 @@ int main(void)
 	tg_graph_free(&g);
 	printf("auto: %s, %d packs, mb %d, group %d, upd %s, %.4f s\n", tg_sched_name(best.sched),
 	       best.npacks, best.microbatch, best.group, best.upd_cpu ? "cpu" : "gpu", bt.iter_s);
+	/* auto never picks 2bw (it trains other numbers: the user asks for the
+	 * delay), and 2bw's prediction is 1f1b's with the second version's bytes */
+	struct tg_plan cand[32];
+	struct tg_time ct[32];
+	int nc;
+	CHECK_OK(tg_plan_candidates(&m, &hw, 32, 8, cand, ct, &nc));
+	for (int i = 0; i < nc; i++)
+		CHECK_MSG(cand[i].sched != TG_2BW, "auto's candidate %d is 2bw", i);
+	struct tg_plan p1 = cand[0], p2;
+	p1.sched = TG_1F1B;
+	p1.group = 1;
+	p2 = p1;
+	p2.sched = TG_2BW;
+	struct tg_graph g1, g2;
+	CHECK_OK(tg_graph_build(&m, 1, &p1, &g1));
+	CHECK_OK(tg_graph_build(&m, 1, &p2, &g2));
+	CHECK_OK(tg_graph_validate(&g2));
+	uint64_t w = 0;
+	for (int o = 0; o < g1.nobj; o++)
+		w += g1.obj[o].kind == TG_O_WEIGHT ? g1.obj[o].bytes : 0;
+	CHECK(tg_graph_state_bytes(&g2) == tg_graph_state_bytes(&g1) + w);
+	CHECK(g2.makespan_units == g1.makespan_units && g2.bubble == g1.bubble);
+	struct tg_time t1, t2;
+	struct tg_swap s1, s2;
+	CHECK_OK(tg_sim_time(&g1, &p1, &hw, 0, &s1, &t1));
+	CHECK_OK(tg_sim_time(&g2, &p2, &hw, 0, &s2, &t2));
+	printf("1f1b %.4f s, 2bw %.4f s predicted (%d packs); state %llu vs %llu bytes\n",
+	       t1.iter_s, t2.iter_s, p1.npacks, (unsigned long long)tg_graph_state_bytes(&g1),
+	       (unsigned long long)tg_graph_state_bytes(&g2));
+	CHECK(t2.iter_s >= t1.iter_s);
+	tg_graph_free(&g1);
+	tg_graph_free(&g2);
 	TEST_PASS();
 }

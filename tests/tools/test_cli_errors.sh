@@ -69,6 +69,10 @@ expect_no_var "--host-mem 1.00 MiB is too small" train --host-mem 1M --steps 1
 nodir=$(mktemp -u -d)
 expect_error "No such file or directory" -- train --disk "$nodir" --layers 1 --channels 32 --steps 1
 [ ! -e "$nodir" ] || { echo "FAIL: --disk $nodir created it"; fails=$((fails + 1)); rm -rf "$nodir"; }
+# an unknown schedule names the flag and the schedules there are
+expect_no_var "--schedule 2BX: unknown schedule; one of auto, .*, 2bw" sim --model tiny --schedule 2BX
+expect_no_var "--schedule twobw: unknown schedule; one of auto" train --layers 1 --channels 32 --steps 1 \
+	--schedule twobw
 # sim is the model backend only
 expect_no_var "--backend host: sim runs on the model backend only" sim --backend host
 expect_no_var "the model backend moves no data: no --resume" sim --resume

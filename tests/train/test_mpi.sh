@@ -11,6 +11,9 @@
 #    state, bf16's masters too, and broadcasts their weights): the same
 #    losses and checkpoints on dp-swap, 1f1b, harmony-dp with the CPU update,
 #    bf16, and resumed; one process refuses it;
+#  - 2bw over 2 processes of 2 GPUs: the first two losses of one process's
+#    (bit for bit; then another reduction order), and with --zero1 the same
+#    losses and checkpoints as without, fp32 and bf16 with the CPU update;
 #  - resumed under mpirun from a mid-run checkpoint (and that checkpoint
 #    resumed by one process): the uninterrupted run's checkpoint, byte for
 #    byte;
@@ -112,6 +115,29 @@ run np2zcpu 2 1 harmony-dp --update-on-cpu --recompute --zero1
 same onecpu np2zcpu
 run np2zbf 2 1 dp-swap --precision bf16 --zero1
 same onebf np2zbf
+# 2bw (two weight versions, the delayed update) across processes. One
+# process runs it with one replica (its gradient summed microbatch by
+# microbatch), 2 processes sum their nodes' gradients: another order, so from
+# the first step that reads updated weights (the third: 2BW's first two read
+# the initial ones) the numbers differ in the last bits. Bit for bit: the
+# first two losses against one process, and --zero1 (the owner updates and
+# broadcasts the newest version) against the run without it, fp32 and bf16
+# with the CPU update.
+run one2bw 1 2 2bw
+run np2bw 2 2 2bw
+run np2zbw 2 2 2bw --zero1
+run np2bwbf 2 2 2bw --precision bf16 --update-on-cpu
+run np2zbwbf 2 2 2bw --zero1 --precision bf16 --update-on-cpu
+same np2bw np2zbw
+same np2bwbf np2zbwbf
+"$py" - "$work/one2bw.json" "$work/np2bw.json" "$work/one.json" <<'PY' || fail "2bw over 2 processes"
+import json, sys
+a, b, dp = (json.load(open(p))["losses"] for p in sys.argv[1:])
+assert a[:2] == b[:2], (a, b)
+assert all(abs(x - y) < 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
+assert a[2:] != dp[2:], ("2bw gave the losses of the plain rule", a, dp)
+print("2bw over 2 processes:", b)
+PY
 mkdir -p "$work/resz"
 cp "$work/np2z/step_00000003.safetensors" "$work/resz/"
 "${mpi[@]}" -np 2 "$spill" train "${model[@]}" --devices 1 --schedule dp-swap --zero1 \

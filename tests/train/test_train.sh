@@ -8,7 +8,8 @@
 #    8 (the same lr schedule: it follows the run's length): the same
 #    losses and byte-identical step-8 checkpoints, which tests/train/ckpt_read.py
 #    (json + numpy only) reads; the same with SGD with momentum (its buffer is
-#    in the checkpoint), and resuming with another optimizer is refused;
+#    in the checkpoint), and resuming with another optimizer is refused; the
+#    same with 2bw (its older weight version in the checkpoint), fp32 and bf16;
 #  - checkpoints that cannot lie: ff ff ff ff written into a tensor is refused
 #    naming it, and --resume falls back to the checkpoint before it (which
 #    then continues bit for bit); a checkpoint without checksums (older) is
@@ -25,6 +26,7 @@
 #    profile the planner assumed; the tuner switches plans and the steps after
 #    the switch are faster than those before;
 #  - `spill sim --model 10b --profile gtx1080ti-x8` reports in under 30 s;
+#    `spill sim --schedule 2bw` runs, its step within 5% of 1f1b's;
 #  - bad input: one line on stderr, a non-zero exit, nothing overwritten.
 set -u
 spill="$O/bin/spill"
@@ -140,6 +142,37 @@ assert a["losses"][0] != f32["losses"][0], "bf16 and fp32 gave the same first lo
 assert abs(a["losses"][0] - f32["losses"][0]) < 0.02 * f32["losses"][0]
 print("bf16 resumed losses equal:", b["losses"])
 PY
+# 2bw: the checkpoint also holds the older weight version (2bw_prev.*), which
+# the next step reads: a resumed run continues bit for bit, fp32 and bf16;
+# a checkpoint of another schedule resumes with the delay started again
+for prec in fp32 bf16; do
+	tb=(--schedule 2bw --precision "$prec" --no-tune)
+	"$spill" train "${small[@]}" "${tb[@]}" --steps 6 --checkpoint "$work/t1$prec" \
+		--checkpoint-every 3 --stats-json "$work/t1$prec.json" >/dev/null 2>&1 ||
+		fail "2bw $prec checkpointed run"
+	mkdir -p "$work/t2$prec" && cp "$work/t1$prec/step_00000003.safetensors" "$work/t2$prec/" ||
+		fail "2bw $prec first half"
+	"$spill" train "${small[@]}" "${tb[@]}" --steps 6 --checkpoint "$work/t2$prec" --resume \
+		--stats-json "$work/t2$prec.json" >"$work/tresume.out" 2>&1 ||
+		{ cat "$work/tresume.out"; fail "2bw $prec resume"; }
+	cmp "$work/t1$prec/step_00000006.safetensors" "$work/t2$prec/step_00000006.safetensors" ||
+		fail "2bw $prec: resumed step-6 checkpoint differs from the uninterrupted one"
+	"$py" "$here/ckpt_read.py" "$work/t1$prec/step_00000006.safetensors" >"$work/tck.txt" ||
+		fail "ckpt_read.py 2bw"
+	grep -qP "^tensor\t2bw_prev.h.1.fcprojw\tF32\t64,256\t" "$work/tck.txt" ||
+		fail "2bw $prec checkpoint lacks the older version"
+	"$py" - "$work/t1$prec.json" "$work/t2$prec.json" <<'PY' || fail "2bw $prec resumed losses"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert b["first_step"] == 4 and a["losses"][3:] == b["losses"], (a["losses"], b["losses"])
+print("2bw resumed losses equal:", b["losses"])
+PY
+done
+grep -q "2bw_prev" "$work/ck.txt" && fail "a 1f1b checkpoint holds a 2bw version"
+mkdir -p "$work/t3" && cp "$work/a/step_00000004.safetensors" "$work/t3/" || fail "t3"
+"$spill" train "${small[@]}" --schedule 2bw --no-tune --steps 8 --checkpoint "$work/t3" --resume \
+	>"$work/t3.out" 2>&1 || { cat "$work/t3.out"; fail "2bw resumed from another schedule"; }
+grep -q "2bw's delay starts again" "$work/t3.out" || fail "2bw from another schedule: no note"
 
 # 2b. checkpoints that cannot lie
 one_line() { # FILE WANT: FILE (stderr) is one line holding WANT
@@ -414,6 +447,17 @@ limit=30
 case "$O" in *san*) limit=300 ;; esac # sanitizers: 10-20x slower
 awk -v t="$took" -v l="$limit" 'BEGIN { exit !(t < l) }' || fail "spill sim took ${took} s (limit $limit)"
 grep -q "swap volume per step" "$work/sim.out" || fail "sim printed no profile"
+# 2bw in a what-if: its step (the flush kept) within 5% of 1f1b's
+for s in 1f1b 2bw; do
+	"$spill" sim --model gpt2 --schedule "$s" --steps 3 >"$work/sim$s.out" 2>&1 ||
+		{ cat "$work/sim$s.out"; fail "spill sim --schedule $s"; }
+	grep -q "^plan: $s," "$work/sim$s.out" || fail "spill sim --schedule $s: plan line"
+done
+t1=$(awk '/s\/step/ { print $3 }' "$work/sim1f1b.out")
+t2=$(awk '/s\/step/ { print $3 }' "$work/sim2bw.out")
+echo "spill sim --model gpt2: 1f1b $t1 s/step, 2bw $t2 s/step"
+awk -v a="$t1" -v b="$t2" 'BEGIN { exit !(a > 0 && b > 0 && b < a * 1.05 && b > a * 0.95) }' ||
+	fail "spill sim: 2bw $t2 s/step against 1f1b's $t1"
 
 # 6. the disk in a what-if: GPT-2 10B on one H100 with 64G of host memory and
 # three simulated drives (model backend: nothing is written to the directory)
