@@ -278,7 +278,11 @@ SPILL_API int spill_model_read_params(struct spill_model *m, int layer, void *ds
  * current copy is; written into every replica (in bf16 the masters, and the
  * bf16 weights rounded from them). bytes must be spill_model_state_bytes.
  * Plans the model ("auto") first if it has no plan. Returns 0 or -EINVAL. */
-enum spill_state { SPILL_STATE_PARAMS, SPILL_STATE_OPTIM };
+/* Under "2bw" the next step's passes read the older weight version,
+ * SPILL_STATE_PARAMS_PREV (0 bytes in other schedules); writing PARAMS sets
+ * both versions (as at step 0), so write PARAMS_PREV after it: the three in
+ * enum order resume a 2bw run bit for bit. */
+enum spill_state { SPILL_STATE_PARAMS, SPILL_STATE_OPTIM, SPILL_STATE_PARAMS_PREV };
 SPILL_API size_t spill_model_state_bytes(const struct spill_model *m, int layer,
                                          enum spill_state which);
 SPILL_API int spill_model_read_state(struct spill_model *m, int layer, enum spill_state which,

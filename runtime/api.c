@@ -666,7 +666,23 @@ SPILL_API size_t spill_model_state_bytes(const struct spill_model *m, int layer,
 	const struct rt_layer *l = &m->m.layers[layer];
 	if (which == SPILL_STATE_PARAMS)
 		return param_read_bytes(l);
+	if (which == SPILL_STATE_PARAMS_PREV) /* a plan's: 2bw's older version */
+		return m->run ? rt_run_state_bytes(m->run, layer, RT_PARAMS_PREV) : 0;
 	return which == SPILL_STATE_OPTIM ? l->optim_bytes - l->master_bytes : 0;
+}
+
+static enum rt_state rt_state_of(enum spill_state which)
+{
+	return which == SPILL_STATE_PARAMS  ? RT_PARAMS
+	       : which == SPILL_STATE_OPTIM ? RT_OPTIM
+	                                    : RT_PARAMS_PREV;
+}
+
+static const char *state_name(enum spill_state which)
+{
+	return which == SPILL_STATE_PARAMS  ? "parameters"
+	       : which == SPILL_STATE_OPTIM ? "optimizer state"
+	                                    : "older (2bw) parameters";
 }
 
 /* Checks a state call and plans the model if it has no plan yet. */
@@ -674,13 +690,14 @@ static int state_args(struct spill_model *m, int layer, enum spill_state which, 
                       size_t bytes, const char *fn)
 {
 	SP_CHECK_ARG(m && p && layer >= 0 && layer < m->m.nlayers &&
-	                 (which == SPILL_STATE_PARAMS || which == SPILL_STATE_OPTIM),
+	                 (which == SPILL_STATE_PARAMS || which == SPILL_STATE_OPTIM ||
+	                  which == SPILL_STATE_PARAMS_PREV),
 	             "%s: bad arguments", fn);
-	size_t want = spill_model_state_bytes(m, layer, which);
-	SP_CHECK_ARG(bytes == want, "%s: layer %d has %zu bytes of %s, not %zu", fn, layer, want,
-	             which == SPILL_STATE_PARAMS ? "parameters" : "optimizer state", bytes);
 	if (!m->run)
 		SP_CHECK(spill_model_plan(m, NULL));
+	size_t want = spill_model_state_bytes(m, layer, which);
+	SP_CHECK_ARG(bytes == want, "%s: layer %d has %zu bytes of %s, not %zu", fn, layer, want,
+	             state_name(which), bytes);
 	return 0;
 }
 
@@ -690,8 +707,7 @@ SPILL_API int spill_model_read_state(struct spill_model *m, int layer, enum spil
 	SP_CHECK(state_args(m, layer, which, dst, bytes, "spill_model_read_state"));
 	if (!bytes)
 		return 0;
-	return rt_run_read_state(m->run, layer, which == SPILL_STATE_PARAMS ? RT_PARAMS : RT_OPTIM,
-	                         dst);
+	return rt_run_read_state(m->run, layer, rt_state_of(which), dst);
 }
 
 SPILL_API int spill_model_write_state(struct spill_model *m, int layer, enum spill_state which,
@@ -700,8 +716,7 @@ SPILL_API int spill_model_write_state(struct spill_model *m, int layer, enum spi
 	SP_CHECK(state_args(m, layer, which, src, bytes, "spill_model_write_state"));
 	if (!bytes)
 		return 0;
-	return rt_run_write_state(m->run, layer, which == SPILL_STATE_PARAMS ? RT_PARAMS : RT_OPTIM,
-	                          src);
+	return rt_run_write_state(m->run, layer, rt_state_of(which), src);
 }
 
 SPILL_API int spill_model_set_step(struct spill_model *m, int step)

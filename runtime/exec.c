@@ -484,12 +484,21 @@ static int enomem_message(struct xs *x, int t, int q, int rc)
 	}
 	char msg[SP_ERROR_MSG_MAX];
 	snprintf(msg, sizeof(msg), "%s", sp_last_error());
+	uint64_t hused = 0, hcap = 0;
+	if (q == x->cpu_q && vmm_place_usage(x->rt->vmm, VMM_HOST, &hused, &hcap) == 0)
+		/* the host pool, not a device budget: say so (it fills with other
+		 * copies in flight and its holes; a device budget does not help) */
+		return sp_error(rc,
+		                "task %d (%s) needs %s on the host and does not fit (%s); the "
+		                "host pool (%s) must hold it besides the copies in use: a larger "
+		                "one (SPILL_HOST_MEM) or smaller packs",
+		                t, tk->name, sp_format_size(need, a, sizeof(a)), msg,
+		                sp_format_size(hcap, b, sizeof(b)));
 	return sp_error(rc,
-	                "task %d (%s) needs %s on %s%d and does not fit (%s); the smallest "
+	                "task %d (%s) needs %s on device %d and does not fit (%s); the smallest "
 	                "device budget this plan can run in is about %s (task %d, %s; "
 	                "SPILL_VMM_DEVICE_MEM or a plan with smaller packs or microbatches)",
-	                t, tk->name, sp_format_size(need, a, sizeof(a)),
-	                q == x->cpu_q ? "the host" : "device ", q == x->cpu_q ? 0 : q, msg,
+	                t, tk->name, sp_format_size(need, a, sizeof(a)), q, msg,
 	                sp_format_size(min, b, sizeof(b)), worst,
 	                worst >= 0 ? x->p->task[worst].name : "?");
 }

@@ -512,11 +512,15 @@ static int emit_upd_now(struct bld *b, struct mstate *st, const struct tg_plan *
 	for (int l = pk ? p->pack_end[pk - 1] : 0; l < p->pack_end[pk]; l++)
 		s.flops += st->m->layers[l].upd_flops;
 	/* 2BW: the step is Wnew's; W, the version the passes read, becomes a copy
-	 * of Wnew before it (a pure write: the last BWD was W's last reader) */
+	 * of Wnew before it. W is read too, though the copy overwrites it: as a
+	 * pure write it was dead after the last BWD and discarded, so a step that
+	 * failed at its UPD left the next try's passes no weights to read */
 	int w = st->Wnew[i] >= 0 ? st->Wnew[i] : st->W[i];
 	s.r[s.nr++] = w;
 	s.r[s.nr++] = st->G[i];
 	s.r[s.nr++] = st->O[i];
+	if (w != st->W[i])
+		s.r[s.nr++] = st->W[i];
 	s.w[s.nw++] = w;
 	s.w[s.nw++] = st->O[i];
 	if (w != st->W[i])

@@ -1,9 +1,10 @@
 /* tests/runtime/test_2bw_failed_step.c — what a 2bw step that fails at its
  * update leaves behind (an adversary's test).
  *
- * 2BW's UPD is the largest working set of the iteration (W, Wnew, G, O), and
- * the executor drops W's contents after the last BWD: the UPD only writes W
- * (a copy of Wnew), so W looks dead. A budget that holds every forward and
+ * 2BW's UPD is the largest working set of the iteration (W, Wnew, G, O). The
+ * executor used to drop W's contents after the last BWD (the UPD only wrote W,
+ * a copy of Wnew, so W looked dead); the UPD now reads W too. A budget that
+ * holds every forward and
  * backward but not the UPD makes the first step fail with -ENOMEM naming the
  * UPD, after that drop. The run's weights must still be what they were
  * before the step (the step did not happen: rt_run_step undid its step
@@ -15,10 +16,10 @@
  * at a time; at each one whose first step fails at an "upd" task, every
  * layer's state is compared with a fresh run's (the seed's weights, zero
  * optimizer state), and the state moved into a run with room steps again.
- * Found (GPT, 2 blocks, C 32, V 64, 1 device, 1 pack, microbatch 2): 1f1b
- * keeps its state at all 19 such budgets; 2bw at 9 of 35 (85-88% and
- * 100-104%) reads RT_PARAMS_PREV back as all zeros (rc 0), and the retried
- * step's loss is ln 64 = 4.15888 (all-zero weights) instead of 4.17861.
+ * Found before the fix (GPT, 2 blocks, C 32, V 64, 1 device, 1 pack,
+ * microbatch 2): 1f1b kept its state at all 19 such budgets; 2bw at 9 of 35
+ * (85-88% and 100-104%) read RT_PARAMS_PREV back as all zeros (rc 0), and the
+ * retried step's loss was ln 64 = 4.15888 (all-zero weights), not 4.17861.
  * FAILED_STEP_DIAG=1 prints what the lost versions hold. */
 #include "kernels/kernels.h"
 #include "runtime/runtime.h"
@@ -70,7 +71,9 @@ static int differ(struct rt_run *a, struct rt_run *b, const struct rt_model *m, 
 			}
 			if (ra || rb || memcmp(x, y, n)) {
 				printf("  %s: layer %s's %s %s\n", what, m->layers[l].name,
-				       w == RT_PARAMS ? "RT_PARAMS" : w == RT_OPTIM ? "RT_OPTIM" : "RT_PARAMS_PREV",
+				       w == RT_PARAMS  ? "RT_PARAMS"
+				       : w == RT_OPTIM ? "RT_OPTIM"
+				                       : "RT_PARAMS_PREV",
 				       ra ? "cannot be read" : "differs from the fresh run's");
 				bad++;
 			}
@@ -115,7 +118,8 @@ static int one(enum tg_sched s)
 		double loss;
 		int rc = rt_run_step(r, &loss);
 		if (rc == -ENOMEM && strstr(sp_last_error(), "(upd")) {
-			printf("%s: budget %" PRIu64 " (%d%% of %" PRIu64 "): step 0 fails at the update: "
+			printf("%s: budget %" PRIu64 " (%d%% of %" PRIu64
+			       "): step 0 fails at the update: "
 			       "%.160s...\n",
 			       tg_sched_name(s), budget, pct, ws, sp_last_error());
 			if (result < 0)
@@ -133,7 +137,8 @@ static int one(enum tg_sched s)
 						continue;
 					void *b = malloc(n);
 					if (rt_run_read_state(r, l, (enum rt_state)w, b) == 0)
-						CHECK_OK(rt_run_write_state(r2, l, (enum rt_state)w, b));
+						CHECK_OK(
+						    rt_run_write_state(r2, l, (enum rt_state)w, b));
 					free(b);
 				}
 			double l2, lf;
@@ -144,8 +149,8 @@ static int one(enum tg_sched s)
 			CHECK_OK(rt_run_step(r3, &lf));
 			rt_run_close(r3);
 			rt_close(rt3);
-			printf("%s: the retry's step 0 loss %.9g, a fresh run's %.9g\n", tg_sched_name(s),
-			       l2, lf);
+			printf("%s: the retry's step 0 loss %.9g, a fresh run's %.9g\n",
+			       tg_sched_name(s), l2, lf);
 			if (l2 != lf)
 				result++;
 			rt_run_close(r2);
@@ -167,11 +172,16 @@ int main(void)
 {
 	CHECK_OK(kn_cpu_set_threads(1));
 	int c = one(TG_1F1B);
-	printf("1f1b: %s\n", c < 0 ? "no budget failed at the update" : c ? "state lost" : "state intact");
+	printf("1f1b: %s\n", c < 0 ? "no budget failed at the update"
+	                     : c   ? "state lost"
+	                           : "state intact");
 	int b = one(TG_2BW);
-	printf("2bw: %s\n", b < 0 ? "no budget failed at the update" : b ? "state lost" : "state intact");
-	CHECK_MSG(b <= 0, "2bw: a step that failed with -ENOMEM at its update lost %d state(s) "
-	                  "(the older weight version W was discarded after the last backward)",
+	printf("2bw: %s\n", b < 0 ? "no budget failed at the update"
+	                    : b   ? "state lost"
+	                          : "state intact");
+	CHECK_MSG(b <= 0,
+	          "2bw: a step that failed with -ENOMEM at its update lost %d state(s) "
+	          "(the older weight version W was discarded after the last backward)",
 	          b);
 	TEST_PASS();
 }

@@ -9,9 +9,9 @@
  * landed before any update of the step, the retry must give the fault-free
  * losses. The check that cannot depend on where the fault landed: no step
  * after the fault may see all-zero weights, whose loss is exactly ln(vocab)
- * (the older version W is dropped after the last backward under 2bw, since
- * the update only writes it: a failed update leaves it empty). 1f1b is the
- * control. */
+ * (the older version W was dropped after the last backward under 2bw while
+ * the update only wrote it: a failed update left it empty; for K = 2, 3, 5,
+ * 6, 7 the retried step's loss was ln 256). 1f1b is the control. */
 #include "include/spill.h"
 #include "common/error.h"
 #include "tests/test.h"
@@ -43,8 +43,13 @@ static int train(const char *sched, const char *fault, double *l)
 	                          .threads = 1};
 	struct spill_ctx *c;
 	CHECK_MSG(spill_open(&o, &c) == 0, "%s", spill_last_error());
-	struct spill_gpt_config gc = {
-	    .layers = 4, .heads = 2, .channels = 64, .vocab = 256, .seq = 16, .batch = 4, .seed = 1};
+	struct spill_gpt_config gc = {.layers = 4,
+	                              .heads = 2,
+	                              .channels = 64,
+	                              .vocab = 256,
+	                              .seq = 16,
+	                              .batch = 4,
+	                              .seed = 1};
 	struct spill_model *m;
 	CHECK_OK(spill_model_gpt(c, &gc, &m));
 	struct spill_plan p = {.schedule = sched, .microbatch = 1, .devices = 2};
@@ -84,7 +89,8 @@ static int sched_case(const char *sched, int *zero_runs)
 			zero |= fabs(l[s] - log(256.0)) < 1e-6;
 		}
 		if (!same) {
-			printf("  %s, fault at disk write %d: losses %.6f %.6f %.6f %.6f, without the fault "
+			printf("  %s, fault at disk write %d: losses %.6f %.6f %.6f %.6f, without "
+			       "the fault "
 			       "%.6f %.6f %.6f %.6f%s\n",
 			       sched, k, l[0], l[1], l[2], l[3], base[0], base[1], base[2], base[3],
 			       zero ? "  <- a step on all-zero weights (loss ln 256)" : "");

@@ -54,7 +54,7 @@ static uint32_t rnd(uint32_t n)
 static char jitter[64];
 static char diskdir[64];
 static int force = -1;
-static int exec_mix; /* HOSTILE_EXEC: random executor settings */
+static int exec_mix;  /* HOSTILE_EXEC: random executor settings */
 static int twin_mode; /* HOSTILE_TWIN: two runs in one context */
 static int failures;
 
@@ -85,11 +85,12 @@ static struct rt_ctx *open_rt(int ndev, uint64_t budget, uint64_t host_mem, int 
 		c.exec.late_binding = (int)rnd(2);
 		c.exec.ordered = rnd(4) == 0;
 		if (getenv("HOSTILE_VERBOSE"))
-			printf("  exec: threads %d window %d lookahead %d eager_writeback %d hints %d "
-			       "place_hints %d late_binding %d ordered %d; host pool %llu\n",
-			       c.threads, c.exec.window, c.exec.lookahead, c.exec.eager_writeback,
-			       c.exec.hints, c.exec.place_hints, c.exec.late_binding, c.exec.ordered,
-			       (unsigned long long)host_mem);
+			printf(
+			    "  exec: threads %d window %d lookahead %d eager_writeback %d hints %d "
+			    "place_hints %d late_binding %d ordered %d; host pool %llu\n",
+			    c.threads, c.exec.window, c.exec.lookahead, c.exec.eager_writeback,
+			    c.exec.hints, c.exec.place_hints, c.exec.late_binding, c.exec.ordered,
+			    (unsigned long long)host_mem);
 	}
 	struct rt_ctx *rt;
 	if (rt_open(&c, &rt) < 0)
@@ -137,8 +138,9 @@ static int compare(struct rt_run *run, const struct rt_reference *ref, const str
 		CHECK_OK(rt_run_read_state(run, l, RT_PARAMS_PREV, v));
 		uint64_t np = rt_layer_nparams(ly);
 		for (uint64_t i = 0; i < np; i++)
-			vw[i] = rt_layer_dtype(ly) == KN_BF16 ? kn_bf16_to_f32(((uint16_t *)ref->shadow[l])[i])
-			                                      : ((float *)ref->shadow[l])[i];
+			vw[i] = rt_layer_dtype(ly) == KN_BF16
+			            ? kn_bf16_to_f32(((uint16_t *)ref->shadow[l])[i])
+			            : ((float *)ref->shadow[l])[i];
 		if (memcmp(v, vw, n)) {
 			printf("  %s: before step %d: layer %s older weights differ\n", what, step,
 			       ly->name);
@@ -152,8 +154,8 @@ static int compare(struct rt_run *run, const struct rt_reference *ref, const str
 			w = malloc(n + 4);
 			CHECK_OK(rt_run_read_state(run, l, RT_OPTIM, w));
 			if (memcmp(w, (const char *)ref->optim[l] + ly->master_bytes, n)) {
-				printf("  %s: before step %d: layer %s optimizer state differs\n", what,
-				       step, ly->name);
+				printf("  %s: before step %d: layer %s optimizer state differs\n",
+				       what, step, ly->name);
 				bad++;
 			}
 			free(w);
@@ -245,7 +247,8 @@ static int one_case(uint64_t seed)
 	p.upd_cpu = rnd(3) == 0;
 	int jit = rnd(3) == 0 && p.ndev > 1;
 	if (jit)
-		snprintf(jitter, sizeof(jitter), "%d:800:%d", (int)rnd((uint32_t)p.ndev), (int)seed);
+		snprintf(jitter, sizeof(jitter), "%d:800:%d", (int)rnd((uint32_t)p.ndev),
+		         (int)seed);
 	else
 		jitter[0] = 0;
 	int disk = SPILL_HAVE_URING && rnd(4) == 0;
@@ -265,8 +268,8 @@ static int one_case(uint64_t seed)
 	uint64_t budget = (uint64_t)(ws * factors[rnd(5)]);
 	uint64_t state = 0;
 	for (int l = 0; l < L; l++)
-		state += 2 * m.layers[l].param_bytes + m.layers[l].grad_bytes +
-		         m.layers[l].optim_bytes;
+		state +=
+		    2 * m.layers[l].param_bytes + m.layers[l].grad_bytes + m.layers[l].optim_bytes;
 	/* the disk tier: a host pool of a third of the state, so that the state
 	 * really goes to disk (test_clip_fuzz's state / 2 + 1 MiB holds all of
 	 * these small models: nothing reaches its disk) */
@@ -331,7 +334,8 @@ static int one_case(uint64_t seed)
 			CHECK_MSG(rc == 0, "%s: eval: %s", what, sp_last_error());
 			double want = eval_newest(&m, &p, ref, idx);
 			if (le != want) {
-				printf("  %s: eval before step %d: %.9g, the newest weights give %.9g\n",
+				printf("  %s: eval before step %d: %.9g, the newest weights give "
+				       "%.9g\n",
 				       what, s, le, want);
 				bad++;
 			}
@@ -369,8 +373,9 @@ static int one_case(uint64_t seed)
 			for (int l = 0; l < L; l++) {
 				const struct rt_layer *ly = &m.layers[l];
 				CHECK_OK(rt_run_write_state(run, l, RT_PARAMS,
-				                            ly->master_bytes ? (const void *)ref->optim[l]
-				                                             : ref->params[l]));
+				                            ly->master_bytes
+				                                ? (const void *)ref->optim[l]
+				                                : ref->params[l]));
 				memcpy(ref->shadow[l], ref->params[l], ly->param_bytes);
 			}
 			break;
@@ -399,10 +404,11 @@ static int one_case(uint64_t seed)
 				rt_run_close(twin);
 				twin = NULL;
 			} else {
-				CHECK_MSG(rc == 0, "%s: twin step %d: %s", what, s, sp_last_error());
+				CHECK_MSG(rc == 0, "%s: twin step %d: %s", what, s,
+				          sp_last_error());
 				if (lt != rl) {
-					printf("  %s: twin step %d loss %.9g, reference %.9g\n", what, s, lt,
-					       rl);
+					printf("  %s: twin step %d loss %.9g, reference %.9g\n",
+					       what, s, lt, rl);
 					bad++;
 				}
 			}
@@ -448,8 +454,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < n; i++)
 		ran += one_case(first + (uint64_t)i);
 	rmdir(diskdir);
-	printf("2bw hostile: %d of %d cases ran, %d differ from the reference\n", ran, n,
-	       failures);
+	printf("2bw hostile: %d of %d cases ran, %d differ from the reference\n", ran, n, failures);
 	CHECK(!failures);
 	CHECK(ran > n / 2);
 	TEST_PASS();

@@ -55,10 +55,13 @@ static void expect(const struct tg_model_objs *mo, const struct tg_task *t, int 
 		r[(*nr)++] = mo->G[i];
 		w[(*nw)++] = mo->G[i];
 		break;
-	case TG_UPD: /* 2BW: the step is the newest version's, W its copy before it */
+	case TG_UPD: /* 2BW: the step is the newest version's, W its copy before it
+		      * (read too: kept until the UPD, should the step fail there) */
 		r[(*nr)++] = mo->Wnew[i] >= 0 ? mo->Wnew[i] : mo->W[i];
 		r[(*nr)++] = mo->G[i];
 		r[(*nr)++] = mo->O[i];
+		if (mo->Wnew[i] >= 0)
+			r[(*nr)++] = mo->W[i];
 		for (int q = 0; q < P; q++) /* the packs tied to this one: their G */
 			if (q != pk && mo->tie_pack[q] == pk)
 				r[(*nr)++] = mo->G[t->rep * P + q];
