@@ -64,6 +64,9 @@ struct simst {
 	unsigned char *hpin;      /* [o] its host copy may not be evicted now: HP_* */
 	int *fly, *fly_dev, nfly; /* the running task's copies in flight, to fly_dev[i] */
 	unsigned char *fly_out;   /* [i] a copy out of fly_dev[i] (D2H), else into it */
+	int *fly_dep;             /* [i] a copy into a device: the object whose copy-out
+	                             freed its space (it starts after that one), or -1 */
+	int *fly_end;             /* land_one's scratch */
 	int *skip;                /* device victims passed over (dev_acquire) */
 	int nohints;              /* the executor has given no next uses yet: the host
 	                             pool's victims by LRU alone */
@@ -152,11 +155,13 @@ static void land(struct simst *s)
 /* The host waits for a transfer (vmm_swap_make_space: the latest started
  * that holds a host copy) and looks again: the copies issued since the last
  * sync started together, each device's copies in and out queued on their
- * own streams, equal bytes taking equal time; so the k-th of each stream has
- * landed when the k-th of the waited one's stream has. */
+ * own streams, equal bytes taking equal time; a copy into a device starts
+ * only once the copy-out whose space it took has ended (the vmm's
+ * space_wait), which delays the copies queued behind it; what has ended by
+ * the end of the waited one has landed. */
 static void land_one(struct simst *s)
 {
-	int w = -1, rank = 0;
+	int w = -1;
 	for (int i = s->nfly - 1; i >= 0 && w < 0; i--)
 		if (s->host[s->fly[i]])
 			w = i;
@@ -164,16 +169,30 @@ static void land_one(struct simst *s)
 		land(s); /* (copies of other sizes: all of them) */
 		return;
 	}
-	for (int i = 0; i <= w; i++)
-		rank += s->fly_dev[i] == s->fly_dev[w] && s->fly_out[i] == s->fly_out[w];
-	int kept = 0;
+	/* ... in copy times (each copy one unit, equal bytes): a copy out of a
+	 * device ends at its rank on that device's outgoing stream; a copy into one
+	 * ends a unit after the later of the copy before it on that stream and the
+	 * copy-out whose space it took (the vmm's space_wait). What ends by the
+	 * waited one's end has landed. */
+	int *end = s->fly_end; /* [i] its end, in units */
 	for (int i = 0; i < s->nfly; i++) {
-		int o = s->fly[i], r = 0;
-		for (int j = 0; j <= i; j++)
-			r += s->fly_dev[j] == s->fly_dev[i] && s->fly_out[j] == s->fly_out[i];
-		if (r > rank) { /* still in flight */
+		int e = 0;
+		for (int j = 0; j < i; j++)
+			if (s->fly_dev[j] == s->fly_dev[i] && s->fly_out[j] == s->fly_out[i])
+				e = end[j] > e ? end[j] : e;
+		if (!s->fly_out[i])
+			for (int j = 0; j < i; j++)
+				if (s->fly_out[j] && s->fly[j] == s->fly_dep[i])
+					e = end[j] > e ? end[j] : e;
+		end[i] = e + 1;
+	}
+	int T = end[w], kept = 0;
+	for (int i = 0; i < s->nfly; i++) {
+		int o = s->fly[i];
+		if (end[i] > T) { /* still in flight */
 			s->fly_dev[kept] = s->fly_dev[i];
 			s->fly_out[kept] = s->fly_out[i];
+			s->fly_dep[kept] = s->fly_dep[i];
 			s->fly[kept++] = o;
 			continue;
 		}
@@ -376,6 +395,7 @@ static int evict(struct simst *s, int d, int o, int wbclean)
 			s->hpin[o] = HP_FLY;
 			s->fly_dev[s->nfly] = d;
 			s->fly_out[s->nfly] = 1;
+			s->fly_dep[s->nfly] = -1;
 			s->fly[s->nfly++] = o;
 		}
 		if (s->tm) /* the space is free once the copy-out lands */
@@ -723,6 +743,7 @@ static int dev_acquire(struct simst *s, const struct tg_task *t, int d, uint64_t
 			}
 			w = disk_read(s, o, room > w ? room : w);
 		}
+		int space_from = -1;
 		while (!rc && !room_for(s, d, o, capacity)) {
 			int v = window_victim(s, d, o, pin);
 			if (v < 0)
@@ -738,8 +759,11 @@ static int dev_acquire(struct simst *s, const struct tg_task *t, int d, uint64_t
 				             sp_format_size(s->hcap, a1, 32));
 				break;
 			}
+			int nf = s->nfly;
 			rc = evict(s, d, v, writeback_clean);
-			if (rc == -ENOMEM) { /* no room below for its write-back: the others */
+			if (s->nfly > nf && s->fly_out[s->nfly - 1])
+				space_from = v; /* its copy-out frees the space */
+			if (rc == -ENOMEM) {    /* no room below for its write-back: the others */
 				pin[v] = 2;
 				s->skip[nskip++] = v;
 				rc = 0;
@@ -774,6 +798,7 @@ static int dev_acquire(struct simst *s, const struct tg_task *t, int d, uint64_t
 			s->hpin[o] = writes[j] ? HP_FLY_WRITTEN : HP_FLY;
 			s->fly_dev[s->nfly] = d;
 			s->fly_out[s->nfly] = 0;
+			s->fly_dep[s->nfly] = space_from;
 			s->fly[s->nfly++] = o;
 			if (writes[j]) /* the disk copy goes at once */
 				s->disk[o] = 0;
@@ -845,6 +870,8 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 	s.fly = malloc(((size_t)no + 1) * sizeof(int));
 	s.fly_dev = malloc(((size_t)no + 1) * sizeof(int));
 	s.fly_out = malloc((size_t)no + 1);
+	s.fly_dep = malloc(((size_t)no + 1) * sizeof(int));
+	s.fly_end = malloc(((size_t)no + 1) * sizeof(int));
 	s.skip = malloc(((size_t)no + 1) * sizeof(int));
 	s.hstamp = calloc((size_t)no + 1, sizeof(uint64_t));
 	s.stamp = calloc(dn + 1, sizeof(uint64_t));
@@ -853,7 +880,8 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 	int *perm = malloc(((size_t)nt + 1) * sizeof(int)); /* the issue order */
 	if (!toff || !tobj || !trd || !twr || !rdn || !rgr || !rwr || !gpos || !s.res || !s.host ||
 	    !s.gread || !s.dnext || !s.stamp || !s.used || !pin || !s.disk || !s.hpin || !s.fly ||
-	    !s.gnext || !rgn || !s.hstamp || !s.fly_dev || !s.fly_out || !s.skip || !perm) {
+	    !s.gnext || !rgn || !s.hstamp || !s.fly_dev || !s.fly_out || !s.fly_dep || !s.fly_end ||
+	    !s.skip || !perm) {
 		rc = sp_error(-ENOMEM, "taskgraph: simulation state for %d objects x %d devices",
 		              no, nd);
 		goto out;
@@ -1072,6 +1100,8 @@ out:
 	free(s.fly);
 	free(s.fly_dev);
 	free(s.fly_out);
+	free(s.fly_dep);
+	free(s.fly_end);
 	free(s.skip);
 	free(s.hstamp);
 	for (int d = 0; s.pool && d < nd; d++)

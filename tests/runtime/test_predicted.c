@@ -353,6 +353,10 @@ static const struct regress regressions[] = {
     {"in strict order an all-reduce whose members are at their heads waits for a busy device",
      TG_HARMONY_DP, 2, 1, 1, "1,2,3", NULL, NULL, 0, 0, 4},
     {"... and with targets of no bytes", TG_HARMONY_DP, 2, 1, 1, "1,2", NULL, NULL, 1, 0, 4},
+    {"a copy into space a copy-out frees starts when that ends, and delays its stream", TG_1F1B, 2,
+     3, 0, "1,2,3", "101", NULL, 0, 0, 4},
+    {"... and the same for 2bw with the update on the CPU", TG_2BW, 2, 7, 1, "4,6,7", "101", NULL,
+     0, 0, 4},
 };
 
 int main(void)
