@@ -560,7 +560,10 @@ static int by_size_desc(const void *a, const void *b)
 /* Acquires task t's objects: those already resident first, so that bringing
  * the others never evicts them. When that fails for room although the task
  * fits the place (its pinned objects split the pool), the place is emptied
- * of everything else and the objects are acquired largest first. */
+ * of everything else and the objects are acquired largest first. The host
+ * pool is emptied the same way, of what can leave it: a copy with no other
+ * (no disk tier, or a full one) or in use stays, and the retry may still fit
+ * around it. */
 static int acquire_all_on(struct xs *x, int t, int q, void **ptr, struct dev_stream *s)
 {
 	struct rt_prog *p = x->p;
@@ -569,8 +572,8 @@ static int acquire_all_on(struct xs *x, int t, int q, void **ptr, struct dev_str
 	for (int i = 0; i < tk->nref; i++)
 		ord[i] = i;
 	int rc = acquire_order(x, t, q, ptr, ord, 1, s);
-	if (rc != -ENOMEM || q == x->cpu_q)
-		return rc == -ENOMEM ? enomem_message(x, t, q, rc) : rc;
+	if (rc != -ENOMEM)
+		return rc;
 	struct vmm *v = x->rt->vmm;
 	int place = rt_place(queue_dev(x, q));
 	uint64_t need = 0, used, cap;
@@ -578,11 +581,15 @@ static int acquire_all_on(struct xs *x, int t, int q, void **ptr, struct dev_str
 		need += p->obj[tk->ref[r].obj].bytes;
 	if (vmm_place_usage(v, place, &used, &cap) < 0 || need > cap)
 		return enomem_message(x, t, q, rc);
-	SP_INFO(RT, "task %d (%s): device %d fragmented; emptying it", t, tk->name, place);
+	uint32_t bit = place == VMM_HOST ? VMM_INFO_HOST : 1u << place;
+	SP_INFO(RT, "task %d (%s): %s fragmented; emptying it", t, tk->name,
+	        place == VMM_HOST ? "the host pool" : "a device");
 	for (int o = 0; o < p->nobj; o++)
-		if (p->obj[o].vid && (vmm_obj_where(v, p->obj[o].vid) & (1u << place))) {
+		if (p->obj[o].vid && (vmm_obj_where(v, p->obj[o].vid) & bit)) {
 			int e = vmm_evict(v, p->obj[o].vid, place);
-			if (e < 0 && e != -EBUSY)
+			/* a host copy that cannot be written down stays where it is */
+			int stays = place == VMM_HOST && (e == -ENOMEM || e == -ENOSPC);
+			if (e < 0 && e != -EBUSY && !stays)
 				return e;
 		}
 	SP_CHECK(vmm_sync(v)); /* a failed transfer is the run's error, not lost here */

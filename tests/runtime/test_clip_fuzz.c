@@ -129,19 +129,38 @@ static int one_case(uint64_t seed)
 	uint64_t state = 0;
 	for (int l = 0; l < L; l++)
 		state += m.layers[l].param_bytes + m.layers[l].grad_bytes + m.layers[l].optim_bytes;
-	uint64_t host_mem =
-	    disk ? (state * (uint64_t)nrep / 2 + (1 << 20) + 4095) / 4096 * 4096 : 64 << 20;
+	/* with the disk tier, a host pool a third or half of the state and
+	 * little more than the largest pack's CPU update: its copies split the
+	 * pool, so the update finds room only by emptying it */
+	uint64_t pack_max = 0;
+	for (int k = 0, l0 = 0; k < p.npacks; l0 = p.pack_end[k++]) {
+		uint64_t b = 0;
+		for (int l = l0; l < p.pack_end[k]; l++)
+			b += m.layers[l].param_bytes * (p.sched == TG_2BW ? 2 : 1) +
+			     m.layers[l].grad_bytes + m.layers[l].optim_bytes;
+		pack_max = b > pack_max ? b : pack_max;
+	}
+	uint64_t host_mem = 64 << 20;
+	if (disk) {
+		host_mem = state * (uint64_t)nrep / (2 + rnd(2));
+		if (host_mem < pack_max * 9 / 8)
+			host_mem = pack_max * 9 / 8;
+		host_mem = (host_mem + (16 << 10) + 4095) / 4096 * 4096;
+	}
 
-	char what[256];
+	char what[320], host_kib[32] = "";
+	if (disk)
+		snprintf(host_kib, sizeof(host_kib), "%" PRIu64 " KiB", host_mem >> 10);
 	snprintf(what, sizeof(what),
 	         "seed %" PRIu64 ": L %d C %d V %d %s batch %d, %s%s wd %g clip %g; %s %d dev, %d "
-	         "packs (last ends %d), mb %d group %d%s%s%s%s, budget %.2fx",
+	         "packs (last ends %d), mb %d group %d%s%s%s%s%s, budget %.2fx",
 	         seed, cfg.L, cfg.C, cfg.V, cfg.dtype == KN_BF16 ? "bf16" : "fp32", batch,
 	         opt ? "sgd" : "adamw", opt == 2 ? "+mom" : "", (double)m.opt.weight_decay,
 	         (double)m.opt.grad_clip, tg_sched_name(p.sched), p.ndev, p.npacks,
 	         p.npacks > 1 ? p.pack_end[0] : L, p.microbatch, p.group,
 	         p.recompute ? " recompute" : "", p.upd_cpu ? " cpu-update" : "",
-	         jit ? " jitter" : "", disk ? " disk" : "", (double)budget / (double)ws);
+	         jit ? " jitter" : "", disk ? " disk, host pool " : "", disk ? host_kib : "",
+	         (double)budget / (double)ws);
 
 	/* the reference */
 	struct rt_reference *ref;
