@@ -64,6 +64,8 @@ static struct rt_ctx *open_model(enum mode mode)
 	c.vmm.max_objects = 1 << 16;
 	c.vmm.trace_cap = 0;
 	c.vmm.align = 1 << 20;
+	if (mode != SPILL) /* neither orders copies on the shared host link */
+		c.vmm.link_copies = -1;
 	if (mode == BASELINE) { /* per-GPU virtual memory */
 		c.vmm.policy = VMM_POLICY_LRU;
 		c.vmm.writeback_clean = 1;

@@ -333,7 +333,8 @@ static int time_copy(void *dst, const void *src, size_t bytes, cudaStream_t st, 
 }
 
 /* With no profile named, the host links are measured: H2D and D2H of 64 MiB of
- * pinned memory on device 0 (a few milliseconds at open). */
+ * pinned memory on device 0 (a few milliseconds at open). Called once ndev is
+ * set. */
 static int measure_links(struct dev_ctx *ctx)
 {
 	size_t bytes = 64u << 20;
@@ -357,7 +358,10 @@ static int measure_links(struct dev_ctx *ctx)
 	if (rc == 0 && h2d > 0 && d2h > 0) {
 		ctx->prof.h2d_bw = h2d;
 		ctx->prof.d2h_bw = d2h;
-		ctx->prof.host_bw = h2d > d2h ? h2d : d2h;
+		/* measured on one device: whether the devices share an uplink is
+		 * not known, so assume they do not (the vmm then never orders
+		 * their copies; a profile's host_link says otherwise) */
+		ctx->prof.host_bw = (h2d > d2h ? h2d : d2h) * (ctx->ndev > 0 ? ctx->ndev : 1);
 		snprintf(ctx->prof.name, sizeof(ctx->prof.name), "measured");
 		SP_INFO(DEV, "cuda: measured H2D %.1f GB/s, D2H %.1f GB/s", h2d / 1e9, d2h / 1e9);
 	}

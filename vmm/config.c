@@ -35,6 +35,7 @@ int vmm_config_from_params(const struct sp_params *p, struct vmm_config *cfg)
 	c.size_class_bits = 2;
 	c.stats_at_close = p->stats;
 	c.host_waits = !p->vmm_ordered_reuse;
+	c.link_copies = (int)p->vmm_link_copies;
 	c.trace_file = p->vmm_trace_file;
 	*cfg = c;
 	return 0;

@@ -161,6 +161,13 @@ struct vmm {
 	struct dev_event **ev_free, **ev_pend;
 	uint32_t nev_free, ev_cap;
 	uint32_t pend_head, npend;
+	/* the shared host link (cfg.link_copies): per direction (0: H2D, 1: D2H)
+	 * at most link_slots copies run at once, in issue order: a ring of the
+	 * last copies' end events, each copy waiting for the one link_slots
+	 * before it (0 slots: no order) */
+	int link_slots[2];
+	struct dev_event *link_ev[2][DEV_MAX];
+	uint64_t link_n[2];
 	/* accounting: [src place][dst place][kind] */
 	uint64_t *link; /* (ndev+2)^2 * VMM_KINDS */
 	uint64_t xfer_total[VMM_XFER_KINDS];

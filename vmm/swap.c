@@ -577,6 +577,12 @@ static int pick_victim(struct vmm *v, int p, int stable_side)
 	return (int)v->cand[vmm_policy_pick(v->cfg.policy, v->cand, n)].idx;
 }
 
+/* Does a wait on e (when waits) hold a stream now? */
+static int pending(int waits, struct dev_event *e)
+{
+	return waits && e && dev_event_peek(e) == -EAGAIN;
+}
+
 /* Starts a copy between two places of memory (device/host) for obj. */
 static int start_copy(struct vmm *v, uint32_t idx, int src, int dst, int drop_src)
 {
@@ -615,9 +621,28 @@ static int start_copy(struct vmm *v, uint32_t idx, int src, int dst, int drop_sr
 	 * held) may still be used by that acquirer's work: fill it after */
 	if (d->fenced)
 		SP_CHECK(dev_stream_wait_event(st, d->fence));
+	/* the shared host link: a copy free to start now waits for the one
+	 * link_slots before it in the ring; one that waits for a kernel (its
+	 * source written, its space still read) stays out of the ring, so that
+	 * the copies behind it do not wait for that kernel too */
+	int dir = kind == VMM_XFER_H2D ? 0 : kind == VMM_XFER_D2H ? 1 : -1;
+	struct dev_event **lev = NULL;
+	if (dir >= 0 && v->link_slots[dir] && !pending(s->fenced, s->fence) &&
+	    !pending(s->space_wait, s->ev) && !pending(d->space_wait, d->ev) &&
+	    !pending(d->fenced, d->fence)) {
+		lev = &v->link_ev[dir][v->link_n[dir] % (uint64_t)v->link_slots[dir]];
+		if (*lev)
+			SP_CHECK(dev_stream_wait_event(st, *lev));
+		else
+			SP_CHECK(vmm_event_get(v, lev));
+	}
 	SP_CHECK(dev_memcpy_async(st, d->ptr, vmm_place_public(v, dst), s->ptr,
 	                          vmm_place_public(v, src), o->bytes));
 	SP_CHECK(dev_event_record(*evp, st));
+	if (lev) {
+		SP_CHECK(dev_event_record(*lev, st));
+		v->link_n[dir]++;
+	}
 	o->x = (struct vmm_xfer){.kind = kind,
 	                         .src = src,
 	                         .dst = dst,

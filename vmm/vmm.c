@@ -121,6 +121,9 @@ void vmm_close(struct vmm *v)
 	}
 	for (int p = 0; p < v->ndev; p++)
 		vmm_event_put(v, v->pl[p].free_ev);
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < DEV_MAX; i++)
+			vmm_event_put(v, v->link_ev[k][i]);
 	for (uint32_t i = 0; i < v->nev_free; i++)
 		if (dev_event_destroy(v->ev_free[i]) < 0)
 			SP_WARN(VMM, "event destroy: %s", sp_last_error());
@@ -237,6 +240,25 @@ static int host_grains(struct vmm *v, uint64_t pool, uint64_t cg, uint64_t align
 	return 0;
 }
 
+/* Copies at once over the shared host link in one direction (cfg.link_copies):
+ * as many as its bandwidth takes at one device's link speed, 0 (no order)
+ * when that is every device. */
+static int link_slots(const struct dev_ctx *ctx, int want, int ndev, int h2d)
+{
+	if (want < 0 || ndev < 2)
+		return 0;
+	int k = want;
+	if (!k) {
+		double host = dev_host_link_bw(ctx);
+		double one = h2d ? dev_link_bw(ctx, DEV_HOST, 0) : dev_link_bw(ctx, 0, DEV_HOST);
+		if (host <= 0 || one <= 0)
+			return 0;
+		k = (int)(host / one + 0.5);
+		k = k < 1 ? 1 : k;
+	}
+	return k >= ndev ? 0 : k;
+}
+
 int vmm_open(struct dev_ctx *ctx, const struct vmm_config *cfg, struct vmm **out)
 {
 	struct vmm *v = NULL;
@@ -262,6 +284,11 @@ int vmm_open(struct dev_ctx *ctx, const struct vmm_config *cfg, struct vmm **out
 	v->xfer_head = -1;
 	v->pf_place = -1;
 	v->pf_next = VMM_NO_HINT;
+	v->link_slots[0] = link_slots(ctx, cfg->link_copies, v->ndev, 1);
+	v->link_slots[1] = link_slots(ctx, cfg->link_copies, v->ndev, 0);
+	if (v->link_slots[0] || v->link_slots[1])
+		SP_INFO(VMM, "the shared host link carries %d H2D and %d D2H copies at once",
+		        v->link_slots[0], v->link_slots[1]);
 	pthread_mutex_init(&v->lock, NULL);
 	for (int p = 0; p <= DEV_MAX; p++) {
 		v->pl[p].pool.head = -1;

@@ -119,6 +119,15 @@ struct vmm_config {
 	int writeback_clean;    /* 1: evicting a clean device copy writes it back all the
 	                           same, as per-GPU virtual memory does (the dp-swap
 	                           baseline Harmony measured against) */
+	int link_copies;        /* copies the host link all devices share carries at
+	                           once in each direction: a device's H2D (D2H) starts
+	                           after the one issued link_copies before it on any
+	                           device ends, so the link serves copies whole in issue
+	                           order instead of splitting itself among all of them,
+	                           which delays each (0 = from the profile: the host
+	                           link over one device's link, rounded, at least 1;
+	                           none when that covers every device or one device;
+	                           < 0 = never) */
 	int host_fallback;      /* 1: host copies are host chunks (dev_phys_create on
 	                           DEV_HOST; host and driver backends), and while a stable
 	                           object's only copies are on the host (and disk), its
