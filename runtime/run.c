@@ -428,6 +428,39 @@ static int layouts(struct rt_run *r)
 	return 0;
 }
 
+/* The plan's weights, gradients and optimizer state (a copy per replica) must
+ * fit in the devices' budgets, the host pool and the disk tier together, or
+ * the first step that holds them all fails: refused here, with the sizes. */
+static int state_fits(struct rt_ctx *rt, const struct tg_plan *plan, const struct tg_graph *g)
+{
+	if (plan->nodes > 1)
+		return 0; /* ZeRO-1 shards it over the nodes */
+	uint64_t used, cap, dev = 0, host = 0, disk = 0;
+	for (int d = 0; d < plan->ndev; d++)
+		if (vmm_place_usage(rt->vmm, d, &used, &cap) == 0)
+			dev += cap;
+	if (vmm_place_usage(rt->vmm, VMM_HOST, &used, &cap) == 0)
+		host = cap;
+	if (vmm_place_usage(rt->vmm, VMM_DISK, &used, &cap) == 0)
+		disk = cap;
+	uint64_t state = tg_graph_state_bytes(g);
+	if (state <= dev + host + disk)
+		return 0;
+	char a[32], b[32], c[32], e[32], desc[160], dk[64] = "and no disk tier";
+	if (disk)
+		snprintf(dk, sizeof(dk), "and the disk tier (%s)", sp_format_size(disk, e, sizeof(e)));
+	rt_plan_describe(plan, desc, sizeof(desc));
+	int dp = (plan->sched == TG_DP_SWAP || plan->sched == TG_HARMONY_DP) && plan->ndev > 1;
+	return sp_error(-ENOMEM,
+	                "plan %s keeps %s of weights, gradients and optimizer state%s: more "
+	                "than the devices' budgets (%s), the host pool (%s) %s hold "
+	                "together; a larger host pool (SPILL_HOST_MEM), a disk tier "
+	                "(SPILL_DISK_PATH)%s",
+	                desc, sp_format_size(state, a, sizeof(a)), dp ? " (a copy per device)" : "",
+	                sp_format_size(dev, b, sizeof(b)), sp_format_size(host, c, sizeof(c)), dk,
+	                dp ? " or a pipeline schedule, which keeps one copy" : "");
+}
+
 int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_plan *plan,
                 uint64_t seed, struct rt_run **out)
 {
@@ -491,6 +524,7 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 	}
 	rt_model_tg(m, r->tgl, &r->tgm);
 	SP_CHECK_GOTO(tg_graph_build(&r->tgm, 1, &r->plan, &r->g), rc, fail);
+	SP_CHECK_GOTO(state_fits(rt, &r->plan, &r->g), rc, fail);
 	r->mo = &r->g.mobj[0];
 	SP_CHECK_GOTO(layouts(r), rc, fail);
 	const struct tg_graph *g = &r->g;

@@ -27,7 +27,8 @@
 #    the switch are faster than those before;
 #  - `spill sim --model 10b --profile gtx1080ti-x8` reports in under 30 s;
 #    `spill sim --schedule 2bw` runs, its step within 5% of 1f1b's;
-#  - bad input: one line on stderr, a non-zero exit, nothing overwritten.
+#  - bad input: one line on stderr, a non-zero exit, nothing overwritten; a
+#    plan whose state fits nowhere is refused before its first step.
 set -u
 spill="$O/bin/spill"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -482,4 +483,8 @@ bad "make the directory first" sim --model 10b --profile h100-sxm --host-mem 100
 bad "disk tier '$work/no-such-dir': No such file or directory" train "${small[@]}" --steps 1 \
 	--disk "$work/no-such-dir"
 [ ! -e "$work/no-such-dir" ] || fail "spill train --disk created $work/no-such-dir"
+# state that fits nowhere: refused before the first step, with the sizes
+bad "keeps 616.24 GiB of weights, gradients and optimizer state (a copy per device): more than the devices' budgets (39.60 GiB), the host pool (535.00 GiB) and no disk tier" \
+	sim --model 10b --schedule dp-swap --microbatch 4 --recompute --packs 50 --host-mem 535G
+grep -q "^step" "$work/out" && fail "state that fits nowhere: a step ran"
 exit $((fails > 0))
