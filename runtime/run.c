@@ -448,7 +448,8 @@ static int state_fits(struct rt_ctx *rt, const struct tg_plan *plan, const struc
 		return 0;
 	char a[32], b[32], c[32], e[32], desc[160], dk[64] = "and no disk tier";
 	if (disk)
-		snprintf(dk, sizeof(dk), "and the disk tier (%s)", sp_format_size(disk, e, sizeof(e)));
+		snprintf(dk, sizeof(dk), "and the disk tier (%s)",
+		         sp_format_size(disk, e, sizeof(e)));
 	rt_plan_describe(plan, desc, sizeof(desc));
 	int dp = (plan->sched == TG_DP_SWAP || plan->sched == TG_HARMONY_DP) && plan->ndev > 1;
 	return sp_error(-ENOMEM,

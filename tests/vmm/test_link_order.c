@@ -16,8 +16,8 @@
 
 #include <math.h>
 
-#define MiB (1024ull * 1024)
-#define OBJ (120 * MiB)
+#define MiB  (1024ull * 1024)
+#define OBJ  (120 * MiB)
 #define NDEV 4
 
 static void noop(const void *args)
@@ -27,8 +27,7 @@ static void noop(const void *args)
 static const struct dev_kernel kernel = {"k", noop, NULL};
 
 /* The end of each object's last H2D, from the vmm's trace, in units after t0. */
-static void h2d_ends(struct vmm *v, const uint64_t *id, int n, double t0, double unit,
-                     double *end)
+static void h2d_ends(struct vmm *v, const uint64_t *id, int n, double t0, double unit, double *end)
 {
 	struct vmm_trace_rec rec[64];
 	uint64_t total;
