@@ -40,8 +40,9 @@ struct xs {
 	struct rt_prog *p;
 	int iter, nq, cpu_q, window;
 	uint64_t base;
-	uint8_t *st, *pf; /* per task: state; inputs prefetched */
-	uint8_t *comm;    /* per task: ran on its device's collective stream */
+	uint8_t *st, *pf;            /* per task: state; inputs prefetched */
+	uint32_t *pf_seen, pf_stamp; /* per object: counted in prefetch's footprint */
+	uint8_t *comm;               /* per task: ran on its device's collective stream */
 	int *cnt;         /* per rank key (rt_rank_key): references issued this iteration */
 	uint8_t *written; /* per object: written this iteration (accumulating replicas) */
 	struct xq q[DEV_MAX + 1];
@@ -100,6 +101,7 @@ static void xs_free(struct xs *x)
 	free(x->comm);
 	free(x->cnt);
 	free(x->written);
+	free(x->pf_seen);
 	restore_refs(x->p);
 	free(x->ulist);
 	free(x->start);
@@ -205,6 +207,7 @@ static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter,
 	x->comm = calloc((size_t)n, 1);
 	x->cnt = calloc((size_t)(p->nobj + p->nrset) + 1, sizeof(int));
 	x->written = calloc((size_t)p->nobj + 1, 1);
+	x->pf_seen = calloc((size_t)p->nobj + 1, sizeof(uint32_t));
 	restore_refs(p);
 	x->ulist = malloc((size_t)n * sizeof(int));
 	for (int i = 0; i < n; i++) {
@@ -219,7 +222,7 @@ static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter,
 	x->start = calloc((size_t)n, 1);
 	x->pays = calloc((size_t)n, 1);
 	if (!x->st || !x->pf || !x->comm || !x->cnt || !x->ulist || !x->ptr || !x->coll_first ||
-	    !x->start || !x->pays || !x->written)
+	    !x->start || !x->pays || !x->written || !x->pf_seen)
 		return sp_error(-ENOMEM, "executor: state for %d tasks", n);
 	for (int g = 0; g < x->ncoll; g++)
 		x->coll_first[g] = -1;
@@ -944,6 +947,26 @@ static int wait_first(struct xs *x)
 
 /* ---- prefetch --------------------------------------------------------------------- */
 
+/* Adds task t's objects not counted yet to *sum (their footprint on place). */
+static void footprint_add(struct xs *x, int t, int place, uint64_t *sum)
+{
+	const struct rt_task *tk = &x->p->task[t];
+	for (int r = 0; r < tk->nref; r++) {
+		int o = tk->ref[r].obj;
+		if (!x->p->obj[o].vid || x->pf_seen[o] == x->pf_stamp)
+			continue;
+		x->pf_seen[o] = x->pf_stamp;
+		uint64_t b = x->p->obj[o].bytes;
+		*sum += place == VMM_HOST ? b : vmm_device_footprint(x->rt->vmm, b);
+	}
+}
+
+/* Prefetches the inputs of the next `lookahead` tasks of each queue, as far as
+ * the device holds them together with everything the waiting tasks before
+ * them there use: a prefetched copy whose device fills before its task comes
+ * is the one the acquires in between evict (it is used last), and its copy
+ * was traffic for nothing. The tasks in flight are not counted: what only
+ * they use is gone by then (counting it too cost harmony-pp on 10B 3%). */
 static void prefetch(struct xs *x)
 {
 	int la = x->rt->cfg.exec.lookahead;
@@ -953,11 +976,21 @@ static void prefetch(struct xs *x)
 	for (int q = 0; q < x->nq; q++) {
 		struct xq *qq = &x->q[q];
 		int place = rt_place(queue_dev(x, q)), seen = 0;
+		uint64_t sum = 0, used, cap = UINT64_MAX;
+		if (q != x->cpu_q && vmm_place_usage(x->rt->vmm, place, &used, &cap) < 0)
+			cap = UINT64_MAX;
+		if (++x->pf_stamp == 0) { /* wrapped: no stale stamp may match */
+			memset(x->pf_seen, 0, (size_t)p->nobj * sizeof(uint32_t));
+			x->pf_stamp = 1;
+		}
 		for (int j = qq->pos; j < qq->len && seen < la; j++) {
 			int t = qq->list[j];
 			if (x->st[t] != T_WAIT)
 				continue;
 			seen++;
+			footprint_add(x, t, place, &sum);
+			if (sum > cap)
+				break;
 			if (x->pf[t] || (p->task[t].flags & RT_TASK_COLLECTIVE))
 				continue;
 			x->pf[t] = 1;
