@@ -341,6 +341,12 @@ int tr_choose_plan(struct run *r, struct tg_plan *plan, const char *twin)
 		return sp_error(-EINVAL, "--schedule %s: unknown schedule; one of %s", c->schedule,
 		                names);
 	}
+	if (c->group > 1 && c->schedule && strcasecmp(c->schedule, "auto") &&
+	    named != TG_HARMONY_DP && named != TG_HARMONY_PP) /* it would be ignored */
+		return sp_error(-EINVAL,
+		                "--group %d: %s does not group microbatches (harmony-dp and "
+		                "harmony-pp do; --microbatch sizes %s's units)",
+		                c->group, tg_sched_name(named), tg_sched_name(named));
 	if (c->chunks > 0) { /* interleaved's v: every device holds v packs */
 		if (!c->schedule || strcasecmp(c->schedule, "interleaved"))
 			return sp_error(-EINVAL, "--chunks %d: only with --schedule interleaved",

@@ -361,12 +361,14 @@ bad() {
 	shift
 	if "$spill" "$@" >"$work/out" 2>"$work/err"; then
 		fail "accepted: spill $*"
-	elif [ "$(wc -l <"$work/err")" -ne 1 ] || ! grep -q "$want" "$work/err"; then
+	elif [ "$(wc -l <"$work/err")" -ne 1 ] || ! grep -q -- "$want" "$work/err"; then
 		fail "spill $*: expected one line with '$want', got: $(cat "$work/err")"
 	fi
 }
 bad "smallest" train "${small[@]}" --steps 2 --budget 64K
 bad "unknown schedule" train "${small[@]}" --schedule fastest
+bad "--group 4: 1f1b does not group microbatches" sim --layers 2 --schedule 1f1b --group 4
+bad "--group 2: 2bw does not group microbatches" train "${small[@]}" --schedule 2bw --group 2
 bad "unknown model" train --model gpt5
 bad "No such file" train --data "$work/nothing"
 : >"$work/empty.txt"
