@@ -433,8 +433,8 @@ static int layouts(struct rt_run *r)
  * the first step that holds them all fails: refused here, with the sizes. */
 static int state_fits(struct rt_ctx *rt, const struct tg_plan *plan, const struct tg_graph *g)
 {
-	if (plan->nodes > 1)
-		return 0; /* ZeRO-1 shards it over the nodes */
+	if (plan->zero && plan->nodes > 1)
+		return 0; /* ZeRO-1 shards the optimizer state over the nodes */
 	uint64_t used, cap, dev = 0, host = 0, disk = 0;
 	for (int d = 0; d < plan->ndev; d++)
 		if (vmm_place_usage(rt->vmm, d, &used, &cap) == 0)
