@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #define STEPS 3
-#define MAXN 3
+#define MAXN  3
 
 /* ---- the mailbox: blocking, tagged, FIFO per (from, to, tag) ---- */
 struct msg {
@@ -63,8 +63,9 @@ static int mb_recv(void *arg, int from, int tag, void *buf, size_t bytes)
 			struct msg *m = *pp;
 			if (m->to != me || m->from != from || m->tag != tag)
 				continue;
-			CHECK_MSG(m->bytes == bytes, "node %d: tag %d from %d: %zu bytes sent, %zu asked",
-			          me, tag, from, m->bytes, bytes);
+			CHECK_MSG(m->bytes == bytes,
+			          "node %d: tag %d from %d: %zu bytes sent, %zu asked", me, tag,
+			          from, m->bytes, bytes);
 			*pp = m->next;
 			if (mb_tail == &m->next)
 				mb_tail = pp;
@@ -139,8 +140,8 @@ static void *node_main(void *arg)
 	for (int s = 0; s < STEPS && n->rc == 0; s++)
 		n->rc = rt_run_step(run, &n->loss[s]);
 	if (n->rc < 0) { /* the other nodes would wait for this one forever */
-		fprintf(stderr, "FAIL node %d (%s): %s\n", n->rank,
-		        tg_sched_name(n->plan.sched), sp_last_error());
+		fprintf(stderr, "FAIL node %d (%s): %s\n", n->rank, tg_sched_name(n->plan.sched),
+		        sp_last_error());
 		fflush(stderr);
 		_exit(1);
 	}
@@ -271,8 +272,9 @@ static int one_case(uint64_t seed, int verbose)
 	for (int r = 0; r < N; r++) {
 		struct node *n = &nodes[r];
 		for (int s = 0; s < STEPS; s++)
-			CHECK_MSG(n->loss[s] == rl[s], "%s: node %d step %d loss %.9g, reference %.9g",
-			          what, r, s, n->loss[s], rl[s]);
+			CHECK_MSG(n->loss[s] == rl[s],
+			          "%s: node %d step %d loss %.9g, reference %.9g", what, r, s,
+			          n->loss[s], rl[s]);
 		for (int l = 0; l < L; l++) {
 			const struct rt_layer *ly = &ref_m.layers[l];
 			const void *w = ly->master_bytes ? ref->optim[l] : ref->params[l];
@@ -280,14 +282,19 @@ static int one_case(uint64_t seed, int verbose)
 			held[l] += n->params[l] != NULL;
 			CHECK_MSG(!n->params[l] || !memcmp(n->params[l], w, pb),
 			          "%s: node %d: layer %s's parameters", what, r, ly->name);
-			if (sched == TG_2BW && !ly->master_bytes) /* the version the next passes read */
-				CHECK_MSG(n->prev[l] && !memcmp(n->prev[l], ref->shadow[l], ly->param_bytes),
-				          "%s: node %d: layer %s's older version", what, r, ly->name);
+			if (sched == TG_2BW &&
+			    !ly->master_bytes) /* the version the next passes read */
+				CHECK_MSG(n->prev[l] &&
+				              !memcmp(n->prev[l], ref->shadow[l], ly->param_bytes),
+				          "%s: node %d: layer %s's older version", what, r,
+				          ly->name);
 			held_o[l] += n->optim[l] != NULL;
 			if (n->optim[l])
-				CHECK_MSG(!memcmp(n->optim[l], (const char *)ref->optim[l] + ly->master_bytes,
+				CHECK_MSG(!memcmp(n->optim[l],
+				                  (const char *)ref->optim[l] + ly->master_bytes,
 				                  ly->optim_bytes - ly->master_bytes),
-				          "%s: node %d: layer %s's optimizer state", what, r, ly->name);
+				          "%s: node %d: layer %s's optimizer state", what, r,
+				          ly->name);
 			free(n->params[l]);
 			free(n->prev[l]);
 			free(n->optim[l]);
