@@ -622,7 +622,7 @@ int tr_resume(struct run *r)
 	/* 2bw's older version, if the checkpoint has it (another schedule's has
 	 * not; a 2bw checkpoint resumed by another schedule leaves it unread) */
 	int ck_prev = 0;
-	if (has_prev(r)) {
+	{
 		struct pt lp0[KN_BLOCK_NPARAMS];
 		struct tr_tensor t0;
 		char nm0[64];
@@ -630,6 +630,12 @@ int tr_resume(struct run *r)
 		snprintf(nm0, sizeof(nm0), "%s.%.47s", PREV_PREFIX, k0 > 0 ? lp0[0].name : "");
 		ck_prev = k0 > 0 && tr_ckpt_find(ck, nm0, &t0) == 0;
 	}
+	if (ck_prev && !has_prev(r)) /* a 2bw checkpoint under another schedule */
+		fprintf(r->out,
+		        "resume: %s also holds 2bw's older weight version; this schedule keeps "
+		        "one and trains on from the newest\n",
+		        path);
+	ck_prev = ck_prev && has_prev(r);
 	for (int l = 0; l < r->m.nlayers && !rc; l++) {
 		struct pt lp[KN_BLOCK_NPARAMS];
 		int k = layer_tensors(r, l, lp);

@@ -145,7 +145,8 @@ print("bf16 resumed losses equal:", b["losses"])
 PY
 # 2bw: the checkpoint also holds the older weight version (2bw_prev.*), which
 # the next step reads: a resumed run continues bit for bit, fp32 and bf16;
-# a checkpoint of another schedule resumes with the delay started again
+# a checkpoint of another schedule resumes with the delay started again, and
+# a 2bw checkpoint under another schedule says the older version is left
 for prec in fp32 bf16; do
 	tb=(--schedule 2bw --precision "$prec" --no-tune)
 	"$spill" train "${small[@]}" "${tb[@]}" --steps 6 --checkpoint "$work/t1$prec" \
@@ -174,6 +175,12 @@ mkdir -p "$work/t3" && cp "$work/a/step_00000004.safetensors" "$work/t3/" || fai
 "$spill" train "${small[@]}" --schedule 2bw --no-tune --steps 8 --checkpoint "$work/t3" --resume \
 	>"$work/t3.out" 2>&1 || { cat "$work/t3.out"; fail "2bw resumed from another schedule"; }
 grep -q "2bw's delay starts again" "$work/t3.out" || fail "2bw from another schedule: no note"
+# ... and a 2bw checkpoint under another schedule says it leaves the older version
+mkdir -p "$work/t4" && cp "$work/t1fp32/step_00000003.safetensors" "$work/t4/" || fail "t4"
+"$spill" train "${small[@]}" --schedule 1f1b --no-tune --steps 4 --checkpoint "$work/t4" --resume \
+	>"$work/t4.out" 2>&1 || { cat "$work/t4.out"; fail "1f1b resumed from a 2bw checkpoint"; }
+grep -q "also holds 2bw's older weight version; this schedule keeps one" "$work/t4.out" ||
+	fail "1f1b from a 2bw checkpoint: no note"
 
 # 2b. checkpoints that cannot lie
 one_line() { # FILE WANT: FILE (stderr) is one line holding WANT
