@@ -72,9 +72,11 @@ struct simst {
 	                             pool's victims by LRU alone */
 	uint64_t *hstamp;         /* [o] the host copy's allocation or last host use (LRU) */
 	/* with g->dev_align: each device's pool, as the vmm places copies in it */
-	struct sp_pool *pool; /* [d] */
-	int32_t *blk;         /* [d*no + o] the copy's block */
-	uint32_t *owners;     /* sp_pool_window's scratch */
+	struct sp_pool *hpool; /* ... and the host pool's (with hcap): NULL if not */
+	int32_t *hblk;         /* [o] the host copy's block there */
+	struct sp_pool *pool;  /* [d] */
+	int32_t *blk;          /* [d*no + o] the copy's block */
+	uint32_t *owners;      /* sp_pool_window's scratch */
 };
 
 /* The replay in time (tg_sim_time): each device runs its tasks in the global
@@ -224,6 +226,74 @@ static void host_drop(struct simst *s, int o)
 	if (s->host[o] && s->hcap)
 		s->hused -= hfoot(s->g, o);
 	s->host[o] = 0;
+	if (s->hpool && s->hblk[o] >= 0) {
+		sp_pool_free(s->hpool, s->hblk[o], 0);
+		s->hblk[o] = -1;
+	}
+}
+
+/* The host copy's next use, as the vmm ranks it (vmm_copy_next_use): the
+ * sooner of its next use by a host task and its object's anywhere. */
+static int host_next(const struct simst *s, int o)
+{
+	const int *hn = s->dnext + (size_t)s->nd * s->no;
+	return hn[o] < s->gnext[o] ? hn[o] : s->gnext[o];
+}
+
+/* Is there room for a host copy of o? With the host pool modelled: its copy
+ * is placed there now (sp_pool_alloc_end, as vmm try_alloc on the host). */
+static int host_fits(struct simst *s, int o)
+{
+	if (!s->hpool)
+		return s->hused + hfoot(s->g, o) <= s->hcap;
+	int k = s->g->obj[o].kind;
+	int high = k == TG_O_WEIGHT || k == TG_O_GRAD || k == TG_O_OPT;
+	return sp_pool_alloc_end(s->hpool, s->g->obj[o].bytes, (uint32_t)o + 1, high,
+	                         &s->hblk[o]) == 0;
+}
+
+/* The vmm's window cost on the host pool (vmm/swap.c window_cost): a host
+ * copy's device footprint, twice if it is its object's only copy, over 1 + how
+ * much later than the nearest evictable host copy it is needed; -1 if pinned
+ * or in flight. Without hints every next use is unknown: bytes alone. */
+struct hwcost {
+	struct simst *s;
+	int now;
+};
+static double host_window_cost(void *arg, uint32_t owner)
+{
+	struct hwcost *w = arg;
+	struct simst *s = w->s;
+	int o = (int)owner;
+	if (s->hpin[o])
+		return -1;
+	double c = (double)foot(s->g, o);
+	int nvalid = s->host[o] + s->disk[o];
+	for (int e = 0; e < s->nd; e++)
+		nvalid += s->res[(size_t)e * s->no + o];
+	if (nvalid < 2)
+		c *= 2;
+	int nu = s->nohints ? NEVER : host_next(s, o);
+	if (nu >= NEVER)
+		return c * 1e-6;
+	return c / (double)(1 + (nu > w->now ? nu - w->now : 0));
+}
+
+/* The host copy to evict when the pool has the bytes for o but no hole: the
+ * first of the cheapest window, or -1 (then Belady). */
+static int host_window_victim(struct simst *s, int o)
+{
+	if (!s->hpool)
+		return -1;
+	uint64_t need = sp_pool_round(s->hpool, s->g->obj[o].bytes);
+	if (sp_pool_avail(s->hpool) < need)
+		return -1;
+	struct hwcost w = {s, NEVER};
+	for (int q = 0; q < s->no && !s->nohints; q++)
+		if (s->host[q] && !s->hpin[q] && host_next(s, q) < w.now)
+			w.now = host_next(s, q);
+	int n = sp_pool_window(s->hpool, need, host_window_cost, &w, s->owners, s->no);
+	return n > 0 ? (int)s->owners[0] : -1;
 }
 
 /* The object's host and disk copies go: written elsewhere, or dead. */
@@ -245,13 +315,12 @@ static int host_room(struct simst *s, int o, double *free_at)
 	double at = 0;
 	if (!s->hcap || s->host[o] || !g->obj[o].bytes)
 		goto out;
-	const int *hn = s->dnext + (size_t)s->nd * s->no;
-	while (s->hused + hfoot(g, o) > s->hcap) {
-		int v = -1, vn = 0;
-		for (int q = 0; q < s->no; q++) {
+	while (!host_fits(s, o)) {
+		int w = host_window_victim(s, o), v = w, vn = 0;
+		for (int q = 0; q < s->no && w < 0; q++) {
 			if (!s->host[q] || s->hpin[q] || q == o)
 				continue;
-			int qn = s->nohints ? 0 : hn[q] < s->gnext[q] ? hn[q] : s->gnext[q];
+			int qn = s->nohints ? 0 : host_next(s, q);
 			if (v < 0 || qn > vn || (qn == vn && s->hstamp[q] < s->hstamp[v])) {
 				v = q;
 				vn = qn;
@@ -544,18 +613,19 @@ static int host_inputs(struct simst *s)
 	return 0;
 }
 
-/* A task on the host (the CPU update) acquires its n objects obj[] there,
- * those already there first: one it reads comes from a device (D2H) or the
- * disk; one it writes then has its only copy there. *ready: when the copies
- * landed. */
-static int host_task(struct simst *s, const int *obj, const unsigned char *reads,
-                     const unsigned char *writes, int n, double *ready)
+/* A task on the host (the CPU update) acquires its n objects obj[] there in
+ * the order ord[] (indices into obj), those already there first when
+ * resident_first: one it reads comes from a device (D2H) or the disk; one it
+ * writes then has its only copy there. *ready: when the copies landed. */
+static int host_acquire(struct simst *s, const int *obj, const unsigned char *reads,
+                        const unsigned char *writes, int n, const int *ord, int resident_first,
+                        double *ready)
 {
 	const struct tg_graph *g = s->g;
 	int rc = 0;
-	for (int pass = 0; pass < 2 && !rc; pass++)
-		for (int j = 0; j < n && !rc; j++) {
-			int o = obj[j];
+	for (int pass = resident_first ? 0 : 1; pass < 2 && !rc; pass++)
+		for (int i = 0; i < n && !rc; i++) {
+			int j = ord[i], o = obj[j];
 			if (s->hpin[o] || (pass == 0 && !s->host[o]) || !g->obj[o].bytes)
 				continue;
 			if (s->host[o]) {
@@ -592,6 +662,52 @@ static int host_task(struct simst *s, const int *obj, const unsigned char *reads
 	for (int j = 0; j < n; j++)
 		s->hpin[obj[j]] = HP_FREE;
 	return rc;
+}
+
+/* The host task's acquisition as the executor's (runtime/exec.c
+ * acquire_all_on): when its copies split the pool so that the task finds no
+ * room although its bytes fit, every host copy that can leave is evicted (to
+ * disk unless its disk copy is valid), the transfers land, and the objects
+ * are acquired again, largest first. */
+static int host_task(struct simst *s, const int *obj, const unsigned char *reads,
+                     const unsigned char *writes, int n, double *ready)
+{
+	const struct tg_graph *g = s->g;
+	int ord[n > 0 ? n : 1];
+	for (int i = 0; i < n; i++)
+		ord[i] = i;
+	int rc = host_acquire(s, obj, reads, writes, n, ord, 1, ready);
+	if (rc != -ENOMEM)
+		return rc;
+	uint64_t need = 0;
+	for (int i = 0; i < n; i++)
+		need += g->obj[obj[i]].bytes;
+	if (!s->hcap || need > s->hcap)
+		return rc;
+	double at = 0;
+	for (int q = 0; q < s->no; q++) {
+		if (!s->host[q] || s->hpin[q])
+			continue;
+		host_drop(s, q);
+		if (!s->disk[q]) {
+			xfer(s, TG_L_H2DISK, q);
+			s->disk[q] = 1;
+			if (s->tm) {
+				double e = disk_at(s->tm, (double)g->obj[q].bytes, s->tm->wend[q]);
+				at = e > at ? e : at;
+			}
+		}
+	}
+	land(s); /* vmm_sync */
+	*ready = at > *ready ? at : *ready;
+	for (int i = 1; i < n; i++) /* largest first, ties by position (stable) */
+		for (int k = i; k > 0 && g->obj[obj[ord[k]]].bytes > g->obj[obj[ord[k - 1]]].bytes;
+		     k--) {
+			int t = ord[k];
+			ord[k] = ord[k - 1];
+			ord[k - 1] = t;
+		}
+	return host_acquire(s, obj, reads, writes, n, ord, 0, ready);
 }
 
 /* Task t's queue in the executor: its device, or the host's (ndev). */
@@ -902,6 +1018,23 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 			                  (uint32_t)(2 * no + 8));
 		if (rc)
 			goto out;
+		uint64_t ha = g->host_align;
+		if (s.hcap && ha && !(ha & (ha - 1))) { /* the host pool too */
+			s.hpool = calloc(1, sizeof(*s.hpool));
+			s.hblk = malloc(((size_t)no + 1) * sizeof(int32_t));
+			if (!s.hpool || !s.hblk) {
+				free(s.hpool);
+				s.hpool = NULL;
+				rc = sp_error(-ENOMEM, "taskgraph: the host pool for %d objects",
+				              no);
+				goto out;
+			}
+			for (int o = 0; o < no; o++)
+				s.hblk[o] = -1;
+			SP_CHECK_GOTO(
+			    sp_pool_init(s.hpool, s.hcap & ~(ha - 1), ha, (uint32_t)(2 * no + 8)),
+			    rc, out);
+		}
 	}
 	nl = 0;
 	for (int i = 0; i < nt; i++) {
@@ -1107,6 +1240,10 @@ out:
 	for (int d = 0; s.pool && d < nd; d++)
 		sp_pool_fini(&s.pool[d]);
 	free(s.pool);
+	if (s.hpool)
+		sp_pool_fini(s.hpool);
+	free(s.hpool);
+	free(s.hblk);
 	free(s.blk);
 	free(s.owners);
 	free(s.gread);

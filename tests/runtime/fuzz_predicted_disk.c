@@ -6,9 +6,11 @@
  * tg_sim_swap predicts for the same plan, device budget and host pool — when
  * every object has one size U (or none), so the vmm's pools never fragment.
  * With FUZZ_SIZES set, each pack's weights, gradient and optimizer state are
- * 1..3 U instead and the host pool holds everything: the device pools then
- * fragment, and the replay places copies in them as the vmm does (dev_align;
- * FUZZ_NOPOOL=1 turns that off: about 4 cases in 10 then differ).
+ * 1..3 U instead: the device pools and the host pool then fragment, and the
+ * replay places copies in them as the vmm does (dev_align and host_align;
+ * FUZZ_NOPOOL=1 turns that off: about 4 cases in 10 then differ; with
+ * FUZZ_HOSTALL=1 the host pool holds everything, as before the replay placed
+ * host copies).
  *
  * Each case draws a schedule, 1..4 devices, 2..10 layers cut into packs, the
  * microbatches, group, CPU update, recompute and keep_stash, which packs stash,
@@ -684,6 +686,9 @@ int main(int argc, char **argv)
 		draw(&c);
 		/* the host pool: one U below the smallest the predictor accepts, that
 		 * smallest, one above, or anything up to the whole state */
+		if (sized) /* packs of several sizes: the device and host pools fragment */
+			for (int pk = 0; pk < c.np; pk++)
+				c.sz[pk] = (unsigned char)rnd_in(1, 3);
 		{
 			struct outcome probe;
 			c.host = 1 << 20; /* everything fits: find hmin and state */
@@ -716,13 +721,8 @@ int main(int argc, char **argv)
 			                 : rnd_in(hmin, hmax > hmin ? hmax : hmin);
 			if (c.host < 1)
 				c.host = 1;
-			if (sized) { /* packs of several sizes: the device pools fragment;
-			              * the host pool holds everything (its own pool's
-			              * fragmentation is not modelled) */
-				for (int pk = 0; pk < c.np; pk++)
-					c.sz[pk] = (unsigned char)rnd_in(1, 3);
-				c.host = 1 << 20;
-			}
+			if (sized && getenv("FUZZ_HOSTALL"))
+				c.host = 1 << 20; /* a host pool that holds everything */
 		}
 		struct outcome o;
 		alarm(120);
