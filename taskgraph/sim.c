@@ -232,6 +232,22 @@ static void host_drop(struct simst *s, int o)
 	}
 }
 
+/* The vmm's window cost (vmm/swap.c window_cost) of o's copy, next needed at
+ * nu: its device footprint, twice if it is its object's only valid copy, over
+ * 1 + how much later than now it is needed (bytes alone when never). */
+static double copy_cost(const struct simst *s, int o, int nu, int now)
+{
+	double c = (double)foot(s->g, o);
+	int nvalid = s->host[o] + s->disk[o];
+	for (int e = 0; e < s->nd; e++)
+		nvalid += s->res[(size_t)e * s->no + o];
+	if (nvalid < 2)
+		c *= 2;
+	if (nu >= NEVER)
+		return c * 1e-6;
+	return c / (double)(1 + (nu > now ? nu - now : 0));
+}
+
 /* The host copy's next use, as the vmm ranks it (vmm_copy_next_use): the
  * sooner of its next use by a host task and its object's anywhere. */
 static int host_next(const struct simst *s, int o)
@@ -263,20 +279,10 @@ struct hwcost {
 static double host_window_cost(void *arg, uint32_t owner)
 {
 	struct hwcost *w = arg;
-	struct simst *s = w->s;
 	int o = (int)owner;
-	if (s->hpin[o])
+	if (w->s->hpin[o])
 		return -1;
-	double c = (double)foot(s->g, o);
-	int nvalid = s->host[o] + s->disk[o];
-	for (int e = 0; e < s->nd; e++)
-		nvalid += s->res[(size_t)e * s->no + o];
-	if (nvalid < 2)
-		c *= 2;
-	int nu = s->nohints ? NEVER : host_next(s, o);
-	if (nu >= NEVER)
-		return c * 1e-6;
-	return c / (double)(1 + (nu > w->now ? nu - w->now : 0));
+	return copy_cost(w->s, o, w->s->nohints ? NEVER : host_next(w->s, o), w->now);
 }
 
 /* The host copy to evict when the pool has the bytes for o but no hole: the
@@ -403,20 +409,10 @@ struct wcost {
 static double window_cost(void *arg, uint32_t owner)
 {
 	struct wcost *w = arg;
-	struct simst *s = w->s;
 	int o = (int)owner;
 	if (w->pin[o])
 		return -1;
-	double c = (double)foot(s->g, o);
-	int nvalid = s->host[o] + s->disk[o];
-	for (int e = 0; e < s->nd; e++)
-		nvalid += s->res[(size_t)e * s->no + o];
-	if (nvalid < 2)
-		c *= 2;
-	int nu = s->dnext[(size_t)w->d * s->no + o];
-	if (nu >= NEVER)
-		return c * 1e-6;
-	return c / (double)(1 + (nu > w->now ? nu - w->now : 0));
+	return copy_cost(w->s, o, w->s->dnext[(size_t)w->d * w->s->no + o], w->now);
 }
 
 /* The victim when o has the bytes on device d but no hole: the first copy of
