@@ -86,7 +86,8 @@ static uint64_t moved(struct rt_ctx *rt)
 	       vmm_xfer_bytes(rt->vmm, VMM_XFER_P2P) + rt->st.collective_p2p;
 }
 
-/* Simulates 2 iterations of m under plan and keeps the second. */
+/* Simulates 2 iterations of m under plan and keeps the second (2bw without a
+ * flush: two runs of its program of K steps, the second over K). */
 static int simulate(struct rt_model *m, const struct tg_plan *plan, enum mode mode,
                     struct result *r)
 {
@@ -99,18 +100,19 @@ static int simulate(struct rt_model *m, const struct tg_plan *plan, enum mode mo
 	int rc = rt_run_open(rt, m, plan, 1, &run);
 	double t1 = 0, t2 = 0;
 	uint64_t b1 = 0;
+	int K = rc == 0 ? run->mo->nstep : 1;
 	if (rc == 0)
-		rc = rt_run_step(run, NULL);
+		rc = rt_run_steps(run, K, NULL, NULL);
 	if (rc == 0) {
 		t1 = dev_now(rt->dev);
 		b1 = moved(rt);
-		rc = rt_run_step(run, NULL);
+		rc = rt_run_steps(run, K, NULL, NULL);
 		t2 = dev_now(rt->dev);
 	}
 	if (rc == 0) {
 		r->ok = 1;
-		r->iter_s = t2 - t1;
-		r->bytes = moved(rt) - b1;
+		r->iter_s = (t2 - t1) / K;
+		r->bytes = (moved(rt) - b1) / (uint64_t)K;
 		r->plan = *plan;
 		rt_plan_describe(plan, r->desc, sizeof(r->desc));
 		/* the analytic prediction of the same plan, from a pilot run's layer times */
@@ -131,7 +133,8 @@ static int simulate(struct rt_model *m, const struct tg_plan *plan, enum mode mo
 					r->pred_tr = tt.transfer_s;
 					for (int l = 0; l < TG_NLINK; l++)
 						for (int k = 0; k < TG_NOKIND; k++)
-							r->pred_bytes += sw.bytes[l][k];
+							r->pred_bytes +=
+							    sw.bytes[l][k] / (uint64_t)K;
 				}
 				tg_graph_free(&g);
 			}

@@ -428,6 +428,13 @@ int rt_layer_add_ties(struct dev_stream *s, const struct rt_model *m, int l, voi
 int rt_layer_update(struct dev_stream *s, const struct rt_model *m, int l, void *params,
                     void *grads, float *optim, int step, const double *norms)
 {
+	return rt_layer_update_opt(s, m, &m->opt, l, params, grads, optim, step, norms);
+}
+
+int rt_layer_update_opt(struct dev_stream *s, const struct rt_model *m, const struct rt_optim *opt,
+                        int l, void *params, void *grads, float *optim, int step,
+                        const double *norms)
+{
 	const struct rt_layer *ly = &m->layers[l];
 	struct rt_layer_call c = {.s = s,
 	                          .layer = ly,
@@ -435,24 +442,24 @@ int rt_layer_update(struct dev_stream *s, const struct rt_model *m, int l, void 
 	                          .grads = grads,
 	                          .optim = optim,
 	                          .step = step,
-	                          .opt = &m->opt,
+	                          .opt = opt,
 	                          .norms = norms,
 	                          .nnorms = norms ? m->nlayers : 0};
-	struct kn_clip clip = rt_clip_of(&m->opt, norms, m->nlayers);
+	struct kn_clip clip = rt_clip_of(opt, norms, m->nlayers);
 	if (ly->ops && ly->ops->update)
 		return ly->ops->update(&c);
 	if (!ly->param_bytes)
 		return 0;
 	long n = (long)(ly->param_bytes / sizeof(float));
-	if (m->opt.kind == KN_SGD) {
+	if (opt->kind == KN_SGD) {
 		struct kn_sgd_args a = {.dtype = KN_F32,
 		                        .params = params,
 		                        .grads = grads,
-		                        .buf = m->opt.momentum != 0 ? optim : NULL,
+		                        .buf = opt->momentum != 0 ? optim : NULL,
 		                        .N = n,
-		                        .lr = m->opt.lr,
-		                        .momentum = m->opt.momentum,
-		                        .weight_decay = m->opt.weight_decay,
+		                        .lr = opt->lr,
+		                        .momentum = opt->momentum,
+		                        .weight_decay = opt->weight_decay,
 		                        .clip = clip};
 		return kn_sgd_launch(s, &a);
 	}
@@ -462,11 +469,11 @@ int rt_layer_update(struct dev_stream *s, const struct rt_model *m, int l, void 
 	                          .m = optim,
 	                          .v = optim + n,
 	                          .N = n,
-	                          .lr = m->opt.lr,
-	                          .beta1 = m->opt.beta1,
-	                          .beta2 = m->opt.beta2,
-	                          .eps = m->opt.eps,
-	                          .weight_decay = m->opt.weight_decay,
+	                          .lr = opt->lr,
+	                          .beta1 = opt->beta1,
+	                          .beta2 = opt->beta2,
+	                          .eps = opt->eps,
+	                          .weight_decay = opt->weight_decay,
 	                          .t = step,
 	                          .clip = clip};
 	return kn_adamw_launch(s, &a);

@@ -79,6 +79,10 @@ void rt_plan_describe(const struct tg_plan *p, char *buf, size_t n)
 	                 p->npacks, p->npacks == 1 ? "" : "s", shards, p->microbatch);
 	if (k < (int)n && (p->sched == TG_HARMONY_DP || p->sched == TG_HARMONY_PP))
 		k += snprintf(buf + k, n - (size_t)k, ", group %d", p->group);
+	if (k < (int)n && p->sched == TG_2BW)
+		k += snprintf(buf + k, n - (size_t)k, ", flush every %d step%s",
+		              p->flush_every > 1 ? p->flush_every : 1,
+		              p->flush_every > 1 ? "s" : "");
 	int kept = 0;
 	for (int pk = 0; pk < p->npacks && p->recompute; pk++)
 		kept += p->keep_stash[pk] != 0;
@@ -315,6 +319,8 @@ int rt_plan_choose(const struct rt_ctx *rt, struct rt_model *m, const struct rt_
 		goto out;
 	}
 	p.group = req->group ? req->group : 1;
+	if (p.sched == TG_2BW) /* no flush between steps, but every few */
+		p.flush_every = req->flush_every ? req->flush_every : TG_2BW_FLUSH_EVERY;
 	p.upd_cpu = req->upd_cpu;
 	p.recompute = req->recompute;
 	if (req->packs) {

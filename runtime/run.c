@@ -83,14 +83,15 @@ static int zero(struct dev_stream *s, void *p, uint64_t bytes)
 	return kn_grad_zero_launch(s, &z);
 }
 
-/* The tied layer's parameters for layer l of pack pk. */
-static const void *tied_params(const struct rt_launch *L, const struct rt_run *r, int l, int rep)
+/* The tied layer's parameters for layer l of pack pk (step's version). */
+static const void *tied_params(const struct rt_launch *L, const struct rt_run *r, int l, int rep,
+                               int step)
 {
 	const struct rt_layer *ly = &r->m->layers[l];
 	if (!ly->tied)
 		return NULL;
 	int tl = ly->tied_layer, tp = r->pack_of[tl];
-	char *w = ptr_of(L, r->mo->W[rep * r->mo->P + tp]);
+	char *w = ptr_of(L, tg_w_of(r->mo, rep * r->mo->P + tp, step));
 	return w ? w + r->poff[tl] : NULL;
 }
 
@@ -102,7 +103,7 @@ static int fwd_task(const struct rt_launch *L, void *arg)
 	const struct tg_model_objs *mo = r->mo;
 	int P = mo->P, pk = t->pack, rep = rep_of(L, r, t), mb = r->plan.microbatch;
 	int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
-	char *W = ptr_of(L, mo->W[rep * P + pk]);
+	char *W = ptr_of(L, tg_w_of(mo, rep * P + pk, t->step));
 	void *work = t->work >= 0 ? ptr_of(L, t->work) : NULL;
 	for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
 		const void *x = ptr_of(L, pk ? mo->B[k * P + pk - 1] : mo->X[k]);
@@ -123,7 +124,7 @@ static int fwd_task(const struct rt_launch *L, void *arg)
 			                          .in = x,
 			                          .out = l == hi - 1 ? out : S + r->ioff[l],
 			                          .targets = Y,
-			                          .tied = tied_params(L, r, l, rep)};
+			                          .tied = tied_params(L, r, l, rep, t->step)};
 			SP_CHECK(ly->ops->forward(&c));
 			x = c.out;
 		}
@@ -146,8 +147,8 @@ static int bwd_task(const struct rt_launch *L, void *arg)
 	const struct rt_model *m = r->m;
 	int P = mo->P, pk = t->pack, rep = rep_of(L, r, t), mb = r->plan.microbatch;
 	int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
-	char *W = ptr_of(L, mo->W[rep * P + pk]);
-	int gobj = mo->G[t->rep * P + pk];
+	char *W = ptr_of(L, tg_w_of(mo, rep * P + pk, t->step));
+	int gobj = tg_g_of(mo, t->rep * P + pk, t->step);
 	char *G = ptr_of(L, gobj);
 	char *work = t->work >= 0 ? ptr_of(L, t->work) : NULL;
 	if (mode_of(L, gobj) == VMM_OVERWRITE) { /* the first accumulation this iteration */
@@ -169,17 +170,17 @@ static int bwd_task(const struct rt_launch *L, void *arg)
 			const void *x = in;
 			for (int l = lo; l < hi; l++) {
 				const struct rt_layer *ly = &m->layers[l];
-				struct rt_layer_call c = {.s = L->s,
-				                          .layer = ly,
-				                          .B = mb,
-				                          .params = W + r->poff[l],
-				                          .stash = S + r->soff[l],
-				                          .work = work,
-				                          .in = x,
-				                          .out = l == hi - 1 ? S + r->rc_out[pk]
-				                                             : S + r->ioff[l],
-				                          .targets = Y,
-				                          .tied = tied_params(L, r, l, rep)};
+				struct rt_layer_call c = {
+				    .s = L->s,
+				    .layer = ly,
+				    .B = mb,
+				    .params = W + r->poff[l],
+				    .stash = S + r->soff[l],
+				    .work = work,
+				    .in = x,
+				    .out = l == hi - 1 ? S + r->rc_out[pk] : S + r->ioff[l],
+				    .targets = Y,
+				    .tied = tied_params(L, r, l, rep, t->step)};
 				SP_CHECK(ly->ops->forward(&c));
 				x = c.out;
 			}
@@ -209,7 +210,7 @@ static int bwd_task(const struct rt_launch *L, void *arg)
 			    .dout = dout,
 			    .din = din,
 			    .targets = Y,
-			    .tied = tied_params(L, r, l, rep),
+			    .tied = tied_params(L, r, l, rep, t->step),
 			    .tied_grad = ly->tied ? G + r->goff[l] + ly->param_bytes : NULL,
 			    .dloss = dloss};
 			SP_CHECK(ly->ops->backward(&c));
@@ -239,7 +240,7 @@ static int loss_task(const struct rt_launch *L, void *arg)
 
 /* The gradients the update or the norm of pack pk reads: its own and those of
  * the packs tied to it (NULL for other layers); checks each tie is there. */
-static int pack_grads(const struct rt_launch *L, const struct rt_run *r, int pk, int rep,
+static int pack_grads(const struct rt_launch *L, const struct rt_run *r, int pk, int rep, int step,
                       void ***out)
 {
 	const struct tg_model_objs *mo = r->mo;
@@ -249,7 +250,7 @@ static int pack_grads(const struct rt_launch *L, const struct rt_run *r, int pk,
 	if (!grads)
 		return sp_error(-ENOMEM, "update: out of memory");
 	for (int l = 0; l < m->nlayers; l++) { /* this pack's, and those of packs tied to it */
-		char *g = ptr_of(L, mo->G[rep * P + r->pack_of[l]]);
+		char *g = ptr_of(L, tg_g_of(mo, rep * P + r->pack_of[l], step));
 		grads[l] = g ? g + r->goff[l] : NULL;
 	}
 	for (int l = pack_lo(r, pk); l < pack_hi(r, pk); l++)
@@ -275,9 +276,9 @@ static int norm_task(const struct rt_launch *L, void *arg)
 	const struct tg_task *t = rt->t;
 	const struct rt_model *m = r->m;
 	int pk = t->pack, rep = t->rep;
-	double *N = ptr_of(L, r->mo->N[rep]);
+	double *N = ptr_of(L, tg_n_of(r->mo, rep, t->step));
 	void **grads;
-	SP_CHECK(pack_grads(L, r, pk, rep, &grads));
+	SP_CHECK(pack_grads(L, r, pk, rep, t->step, &grads));
 	int rc = 0;
 	for (int l = pack_lo(r, pk); l < pack_hi(r, pk) && !rc; l++) {
 		rc = rt_layer_add_ties(L->s, m, l, grads);
@@ -318,36 +319,44 @@ static int upd_task(const struct rt_launch *L, void *arg)
 	const struct tg_task *t = rt->t;
 	const struct tg_model_objs *mo = r->mo;
 	const struct rt_model *m = r->m;
-	int P = mo->P, pk = t->pack, rep = t->rep, i = rep * P + pk;
+	int P = mo->P, pk = t->pack, rep = t->rep, i = rep * P + pk, j = t->step;
 	char *W = ptr_of(L, mo->W[i]);
-	if (mo->Wnew[i] >= 0) { /* 2BW: the passes of the next iteration read W(t) ... */
-		char *Wn = ptr_of(L, mo->Wnew[i]);
+	if (mo->Wnew[i] >= 0) {
+		/* 2BW, one step a program: the passes of the next iteration read W(t)
+		 * (Wnew's copy), and the step makes W(t+1) from Wnew. Several: this
+		 * step's version (which the next step but one reads) becomes a copy
+		 * of the other, the newest, and the step makes W(t+1) from it */
+		char *src = ptr_of(L, mo->nstep > 1 ? tg_w_of(mo, i, j + 1) : mo->Wnew[i]);
+		char *dst = ptr_of(L, mo->nstep > 1 ? tg_w_of(mo, i, j) : mo->W[i]);
 		uint64_t bytes = 0;
 		for (int l = pack_lo(r, pk); l < pack_hi(r, pk); l++)
 			bytes += m->layers[l].param_bytes;
 		if (bytes)
-			SP_CHECK(copy_version(L, W, Wn, bytes));
-		W = Wn; /* ... and the step makes W(t+1) from it */
+			SP_CHECK(copy_version(L, dst, src, bytes));
+		W = mo->nstep > 1 ? dst : src;
 	}
 	if (!tg_owns_pack(&r->plan, pk))
 		return 0; /* ZeRO-1: the owner updates; its weights come after */
-	char *G = ptr_of(L, mo->G[rep * P + pk]);
-	char *O = ptr_of(L, mo->O[rep * P + pk]);
+	const struct rt_optim *opt = &r->step_opt[j];
+	int step = r->step_base + j + 1; /* AdamW's count: steps done, this one included */
+	char *G = ptr_of(L, tg_g_of(mo, i, j));
+	char *O = ptr_of(L, mo->O[i]);
 	if (mo->N[rep] >= 0) { /* its NORM added the ties */
-		const double *N = ptr_of(L, mo->N[rep]);
+		const double *N = ptr_of(L, tg_n_of(mo, rep, j));
 		for (int l = pack_lo(r, pk); l < pack_hi(r, pk); l++)
-			SP_CHECK(rt_layer_update(L->s, m, l, W + r->poff[l], G + r->goff[l],
-			                         O ? (float *)(O + r->ooff[l]) : NULL, r->step, N));
+			SP_CHECK(
+			    rt_layer_update_opt(L->s, m, opt, l, W + r->poff[l], G + r->goff[l],
+			                        O ? (float *)(O + r->ooff[l]) : NULL, step, N));
 		return 0;
 	}
 	void **grads;
-	SP_CHECK(pack_grads(L, r, pk, rep, &grads));
+	SP_CHECK(pack_grads(L, r, pk, rep, j, &grads));
 	int rc = 0;
 	for (int l = pack_lo(r, pk); l < pack_hi(r, pk) && !rc; l++) {
 		rc = rt_layer_add_ties(L->s, m, l, grads);
 		if (!rc)
-			rc = rt_layer_update(L->s, m, l, W + r->poff[l], G + r->goff[l],
-			                     O ? (float *)(O + r->ooff[l]) : NULL, r->step, NULL);
+			rc = rt_layer_update_opt(L->s, m, opt, l, W + r->poff[l], G + r->goff[l],
+			                         O ? (float *)(O + r->ooff[l]) : NULL, step, NULL);
 	}
 	free(grads);
 	return rc;
@@ -596,7 +605,12 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 		default: /* sums of G per pack; ZeRO-1's broadcasts of W after them */
 			tk.fn = allreduce_task;
 			tk.flags = RT_TASK_COLLECTIVE;
-			tk.coll_group = t->root < 0 ? t->pack : r->mo->P + t->pack;
+			/* one per pack, kind (sum or ZeRO-1's broadcast) and step of
+			 * the program; the nodes' messages go by it modulo 16000,
+			 * which two collectives in flight at once never share (a
+			 * step's all-reduces end before those of the step two later
+			 * can start: their forwards wait for its updates) */
+			tk.coll_group = (2 * t->step + (t->root >= 0)) * r->mo->P + t->pack;
 			tk.coll_bcast = t->root >= 0;
 			tk.coll_root = t->root;
 			tk.constrained = 1;
@@ -623,14 +637,24 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 			rc = rt_prog_replicas(&r->prog, gr, r->mo->nrep, 1);
 	}
 	/* what the all-reduce sums (one replica too: the other nodes' gradients) */
-	for (int i = 0; i < r->mo->nrep * r->mo->P; i++)
+	for (int i = 0; i < r->mo->nrep * r->mo->P; i++) {
 		r->prog.obj[r->mo->G[i]].dtype = m->gpt.dtype;
+		if (r->mo->G2[i] >= 0)
+			r->prog.obj[r->mo->G2[i]].dtype = m->gpt.dtype;
+	}
 	if (rc < 0)
 		goto fail;
 	SP_CHECK_GOTO(rt_prog_prepare(&r->prog), rc, fail);
 	SP_CHECK_GOTO(rt_prog_bind(rt, &r->prog), rc, fail);
-	uint64_t lbytes = (uint64_t)r->mo->nmb * plan->microbatch * m->loss_floats * sizeof(float);
+	uint64_t lbytes =
+	    (uint64_t)r->mo->nstep * r->mo->nmb * plan->microbatch * m->loss_floats * sizeof(float);
 	SP_CHECK_GOTO(dev_host_alloc(rt->dev, lbytes, (void **)&r->losses), rc, fail);
+	r->step_opt = calloc((size_t)r->mo->nstep, sizeof(*r->step_opt));
+	r->skip = calloc((size_t)r->prog.ntask + 1, 1);
+	if (!r->step_opt || !r->skip) {
+		rc = sp_error(-ENOMEM, "run: per-step state of %d steps", r->mo->nstep);
+		goto fail;
+	}
 	/* initial state in the host pool: weights from the seed, optimizer state 0 */
 	for (int i = 0; i < r->mo->nrep * r->mo->P && !rc; i++) {
 		int pk = i % r->mo->P;
@@ -693,17 +717,21 @@ void rt_run_close(struct rt_run *r)
 	free(r->rc_off);
 	free(r->pp_size);
 	free(r->rc_out);
+	free(r->step_opt);
+	free(r->skip);
 	free(r);
 }
 
-/* This iteration's inputs and targets (from fn), written into the host pool. */
-static int write_inputs(struct rt_run *r, rt_data_fn fn, int iter)
+/* The inputs and targets (from fn) of iterations iter..iter+nstep-1, written
+ * into the host pool: step j's into its microbatches' objects. */
+static int write_inputs(struct rt_run *r, rt_data_fn fn, int iter, int nstep)
 {
 	const struct tg_model_objs *mo = r->mo;
 	struct vmm *v = r->rt->vmm;
 	int mb = r->plan.microbatch;
-	for (int k = 0; k < mo->nmb; k++) {
-		uint64_t xv = r->prog.obj[mo->X[k]].vid, yv = r->prog.obj[mo->Y[k]].vid;
+	for (int kk = 0; kk < mo->nmb * nstep; kk++) {
+		int k = kk % mo->nmb, it = iter + kk / mo->nmb;
+		uint64_t xv = r->prog.obj[mo->X[kk]].vid, yv = r->prog.obj[mo->Y[kk]].vid;
 		void *x = NULL, *y = NULL;
 		struct dev_event *ready;
 		int rc = 0;
@@ -715,7 +743,7 @@ static int write_inputs(struct rt_run *r, rt_data_fn fn, int iter)
 			return rc;
 		}
 		if (r->rt->data && x && y)
-			rc = fn(r->m, r->m->data_arg, iter, r->m->sample0 + k * mb, mb, x, y);
+			rc = fn(r->m, r->m->data_arg, it, r->m->sample0 + k * mb, mb, x, y);
 		if (xv) {
 			int e = vmm_release(v, xv, VMM_HOST, NULL);
 			if (!rc)
@@ -732,44 +760,100 @@ static int write_inputs(struct rt_run *r, rt_data_fn fn, int iter)
 	return 0;
 }
 
-/* Summed in (node, microbatch, position) order: one process's order. */
-static double mean_loss(const struct rt_run *r)
+/* Step j's loss, summed in (node, microbatch, position) order: one process's
+ * order. */
+static double mean_loss(const struct rt_run *r, int j)
 {
 	double sum = 0;
 	size_t n = (size_t)r->mo->nmb * r->plan.microbatch * r->m->loss_floats;
 	if (!r->rt->data)
 		return NAN;
-	if (rt_nodes_sum_floats(r->rt, r->losses, n, &sum) < 0)
+	if (rt_nodes_sum_floats(r->rt, r->losses + (size_t)j * n, n, &sum) < 0)
 		return NAN;
 	return sum / ((double)batch_total(r->m) * r->m->loss_floats);
 }
 
+/* Steps j >= n of the program are skipped (NULL: none). */
+static const uint8_t *skip_steps(struct rt_run *r, int n)
+{
+	if (n >= r->mo->nstep)
+		return NULL;
+	for (int i = 0; i < r->prog.ntask; i++)
+		r->skip[i] = r->targ[i].t->step >= n;
+	return r->skip;
+}
+
+/* 2BW: swaps the vmm objects of every W and Wnew (an involution): after an
+ * odd number of steps of a program of several (W then holds what the next
+ * step's passes read again), and around an evaluation. */
+static void swap_versions(struct rt_run *r)
+{
+	for (int i = 0; i < r->mo->nrep * r->mo->P; i++) {
+		if (r->mo->Wnew[i] < 0)
+			continue;
+		struct rt_obj *a = &r->prog.obj[r->mo->W[i]], *b = &r->prog.obj[r->mo->Wnew[i]];
+		uint64_t v = a->vid;
+		a->vid = b->vid;
+		b->vid = v;
+	}
+}
+
+static int steps_begin(struct rt_run *r, int n, const float *lr)
+{
+	SP_CHECK_ARG(n >= 1 && n <= r->mo->nstep, "run: %d steps at once, the program runs 1..%d",
+	             n, r->mo->nstep);
+	for (int j = 0; j < n; j++) {
+		r->step_opt[j] = r->m->opt;
+		if (lr)
+			r->step_opt[j].lr = lr[j];
+	}
+	SP_CHECK(write_inputs(r, r->m->data, r->iter, n));
+	r->step_base = r->step;
+	r->step += n;
+	r->prog.skip = skip_steps(r, n);
+	return 0;
+}
+
+static void steps_end(struct rt_run *r, int n, double *loss)
+{
+	r->prog.skip = NULL;
+	r->iter += n;
+	for (int j = 0; j < n; j++) {
+		r->last_loss = mean_loss(r, j);
+		if (loss)
+			loss[j] = r->last_loss;
+	}
+	if (r->mo->nstep > 1 && n % 2)
+		swap_versions(r);
+}
+
 int rt_run_step_begin(struct rt_run *r)
 {
-	SP_CHECK(write_inputs(r, r->m->data, r->iter));
-	r->step++;
-	return 0;
+	return steps_begin(r, 1, NULL);
 }
 
 void rt_run_step_end(struct rt_run *r, double *loss)
 {
-	r->iter++;
-	r->last_loss = mean_loss(r);
-	if (loss)
-		*loss = r->last_loss;
+	steps_end(r, 1, loss);
+}
+
+int rt_run_steps(struct rt_run *r, int n, const float *lr, double *loss)
+{
+	SP_CHECK_ARG(r, "rt_run_steps: NULL run");
+	SP_CHECK(steps_begin(r, n, lr));
+	int rc = rt_exec_run(r->rt, &r->prog, r->iter);
+	if (rc < 0) {
+		r->prog.skip = NULL;
+		r->step -= n;
+		return rc;
+	}
+	steps_end(r, n, loss);
+	return 0;
 }
 
 int rt_run_step(struct rt_run *r, double *loss)
 {
-	SP_CHECK_ARG(r, "rt_run_step: NULL run");
-	SP_CHECK(rt_run_step_begin(r));
-	int rc = rt_exec_run(r->rt, &r->prog, r->iter);
-	if (rc < 0) {
-		r->step--;
-		return rc;
-	}
-	rt_run_step_end(r, loss);
-	return 0;
+	return rt_run_steps(r, 1, NULL, loss);
 }
 
 /* Program p (its skipped tasks aside) on device dev alone, each task issued in
@@ -854,19 +938,6 @@ void rt_run_save_free(const struct rt_run *r, void **bufs)
 	free(bufs);
 }
 
-/* 2BW: swaps the vmm objects of every W and Wnew (an involution). */
-static void eval_versions(struct rt_run *r)
-{
-	for (int i = 0; i < r->mo->nrep * r->mo->P; i++) {
-		if (r->mo->Wnew[i] < 0)
-			continue;
-		struct rt_obj *a = &r->prog.obj[r->mo->W[i]], *b = &r->prog.obj[r->mo->Wnew[i]];
-		uint64_t v = a->vid;
-		a->vid = b->vid;
-		b->vid = v;
-	}
-}
-
 int rt_run_eval(struct rt_run *r, int index, double *loss)
 {
 	SP_CHECK_ARG(r && index >= 0, "rt_run_eval: bad arguments");
@@ -875,11 +946,11 @@ int rt_run_eval(struct rt_run *r, int index, double *loss)
 	uint8_t *skip = calloc((size_t)n, 1);
 	if (!skip)
 		return sp_error(-ENOMEM, "rt_run_eval: out of memory");
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n; i++) { /* the first step's forwards */
 		int k = r->targ[i].t->kind;
-		skip[i] = k != TG_FWD && k != TG_LOSS;
+		skip[i] = (k != TG_FWD && k != TG_LOSS) || r->targ[i].t->step > 0;
 	}
-	int rc = write_inputs(r, r->m->eval_data, index);
+	int rc = write_inputs(r, r->m->eval_data, index, 1);
 	int dev = 0; /* a one-device plan: the first device alive */
 	while (r->plan.ndev == 1 && dev + 1 < r->rt->ndev && dev_failed(r->rt->dev, dev))
 		dev++;
@@ -887,16 +958,16 @@ int rt_run_eval(struct rt_run *r, int index, double *loss)
 		/* 2BW: the forwards read W, one update behind; evaluate the newest
 		 * weights (a checkpoint's) instead, by giving the W objects the
 		 * vmm objects of Wnew for this pass (no task of it touches Wnew) */
-		eval_versions(r);
+		swap_versions(r);
 		r->prog.skip = skip;
 		rc = dev ? run_on(r->rt, &r->prog, r->iter, dev)
 		         : rt_exec_run(r->rt, &r->prog, r->iter);
 		r->prog.skip = NULL;
-		eval_versions(r);
+		swap_versions(r);
 	}
 	free(skip);
 	if (rc == 0 && loss)
-		*loss = mean_loss(r);
+		*loss = mean_loss(r, 0);
 	return rc;
 }
 

@@ -456,6 +456,11 @@ int rt_layer_add_ties(struct dev_stream *s, const struct rt_model *m, int l,
  * runs); NULL: no clipping. */
 int rt_layer_update(struct dev_stream *s, const struct rt_model *m, int l, void *params,
                     void *grads, float *optim, int step, const double *norms) SP_MUST_CHECK;
+/* The same with optimizer settings opt instead of m->opt (a step's own
+ * learning rate when several steps run in one program). */
+int rt_layer_update_opt(struct dev_stream *s, const struct rt_model *m, const struct rt_optim *opt,
+                        int l, void *params, void *grads, float *optim, int step,
+                        const double *norms) SP_MUST_CHECK;
 /* Bytes of a model's norm object: m->nlayers sums of squares, then
  * KN_SUMSQ_PARTS doubles of scratch; 0 without clipping (m->opt.grad_clip). */
 uint64_t rt_model_norm_bytes(const struct rt_model *m);
@@ -517,10 +522,16 @@ struct rt_run {
 	uint64_t *pp_off, *rc_off;    /* [pack]: ping-pong buffers, recompute area in work */
 	uint64_t *pp_size;            /* [pack]: one ping-pong buffer (largest interior output) */
 	uint64_t *rc_out;             /* [pack]: the re-run's last output, after its stash */
-	float *losses;                /* host: nmb * mb * loss_floats (pinned) */
+	float *losses;                /* host: nstep * nmb * mb * loss_floats (pinned) */
 	uint64_t seed;
 	int step, iter;
 	double last_loss;
+	/* the steps of one program run (mo->nstep: several under 2BW with
+	 * plan.flush_every > 1): each step's optimizer settings (its learning
+	 * rate), the steps done before it, and the tasks of steps not run */
+	struct rt_optim *step_opt;
+	int step_base;
+	uint8_t *skip;
 };
 
 /* Builds and binds the program of m under plan on rt, and writes the initial
@@ -532,6 +543,13 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 /* One training step: inputs of this iteration, the program, the mean loss
  * (NAN on the model backend). Returns 0 or the executor's error. */
 int rt_run_step(struct rt_run *r, double *loss) SP_MUST_CHECK;
+/* n steps in one run of the program (1..r->mo->nstep; 2BW with
+ * plan.flush_every = K runs up to K without a flush between them, the
+ * pipeline's fill and drain once), step j with learning rate lr[j] (NULL:
+ * m->opt.lr for all), its mean loss into loss[j] (may be NULL). The same
+ * bits as n calls of rt_run_step. On an error no step counts (the state may
+ * be partly updated: restore a save to retry). */
+int rt_run_steps(struct rt_run *r, int n, const float *lr, double *loss) SP_MUST_CHECK;
 /* Copies layer l's parameters (replica 0) into host memory out
  * (rt_run_state_bytes(RT_PARAMS): param_bytes, in bf16 the fp32 masters). */
 int rt_run_read_params(struct rt_run *r, int l, void *out) SP_MUST_CHECK;
@@ -580,6 +598,7 @@ struct rt_plan_request {
 	int group;            /* 0: 1 (harmony modes: microbatches per group) */
 	int packs;            /* 0: greedy packing to half the budget (15% reserve) */
 	int upd_cpu, recompute;
+	int flush_every; /* 2bw: steps without a flush (0: TG_2BW_FLUSH_EVERY) */
 	/* auto: the profile text its twin simulates (NULL: the context's own,
 	 * dev_profile_text); the trainer's tuner passes measured figures */
 	const char *twin_profile;

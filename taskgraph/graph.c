@@ -68,7 +68,7 @@ static int obj_new(struct bld *b, int kind, int model, uint64_t bytes)
  * microbatch a task lists at most 4 reads (BWD of the last pack), 2 writes (FWD,
  * LOSS) and 2 deps (BWD), plus a few per task. */
 struct tspec {
-	int kind, model, pack, mb0, nmb, rep, dev, constrained, work, root;
+	int kind, model, pack, mb0, nmb, rep, dev, constrained, work, root, step;
 	double flops;
 	int r[4 * TG_MAX_GROUP + 8], nr, w[2 * TG_MAX_GROUP + 8], nw, d[2 * TG_MAX_GROUP + 8], nd;
 };
@@ -98,6 +98,7 @@ static int task_add(struct bld *b, struct tspec *s)
 	t->work = s->work;
 	t->flops = s->flops;
 	t->root = s->kind == TG_ALLREDUCE ? s->root : -1;
+	t->step = s->step;
 	/* offsets stored in the pointers' place as indices; fixed up at the end */
 	t->nread = s->nr;
 	t->nwrite = s->nw;
@@ -138,22 +139,46 @@ void tg_graph_free(struct tg_graph *g)
 }
 
 /* per-model build state: the graph's object table of the model and, for the
- * dependencies, the last task of each role (task ids, -1 none) */
+ * dependencies, the last task of each role (task ids, -1 none). Under 2BW
+ * with several steps a program (nstep > 1) the weights, gradients and norms
+ * have two versions, by step parity: the per-version tables below are
+ * [v*nrp + rep*P + p] (v = 0 or 1; always 0 with one version), see wv(),
+ * gv(), nv(). */
 struct mstate {
 	const struct tg_model *m;
 	struct tg_model_objs *mo;
-	int P;
+	int P, nrp, nrep;
+	int step;                   /* the step of the tasks being emitted */
 	int *W, *G, *O, *Wnew;      /* = mo's, [rep*P + p] */
 	int *S, *B, *D, *X, *Y, *L; /* = mo's, [k*P + p] or [k] */
 	int *lastF, *lastB, *lastL; /* [k*P+p] or [k] */
-	int *lastBacc;              /* [rep*P+p] last BWD accumulating G */
-	int *lastAR, *lastU;        /* [rep*P+p] */
-	int *lastN;                 /* [rep] the last NORM (norm_bytes > 0), -1: none yet */
-	int *upd_pk, *upd_rep, *upd_dev, nupd; /* with norms: the UPDs owed, in order */
-	int *nnorm;                            /* [rep] NORMs emitted */
-	int *nbwd;                             /* [rep*P+p] microbatches through BWD */
+	int *lastBacc;              /* [v][rep*P+p] last BWD accumulating G */
+	int *lastAR;                /* [v][rep*P+p] */
+	int *lastU;                 /* [v][rep*P+p] the last writer of weight version v */
+	int *lastN;                 /* [v][rep] the last NORM (norm_bytes > 0), -1: none yet */
+	int *updof;                 /* [step*nrp + rep*P+p] the UPD of each step (the last reader
+	                  of its gradient and norm versions, which the step two
+	                  later overwrites), -1 not yet */
+	int *nupdated;              /* [rep*P+p] UPDs emitted (steps updated) */
+	int *upd_pk, *upd_rep, *upd_dev, *upd_step, nupd; /* with norms: the UPDs owed */
+	int *nnorm;                                       /* [v][rep] NORMs emitted */
+	int *nbwd;    /* [rep*P+p] microbatches through BWD, all steps */
 	int cross_ar; /* 1: emit_bwd adds each pack's ALLREDUCE after its last BWD */
 };
+
+/* Version indices of this step's weights, gradient and norm in the tables. */
+static int wv(const struct mstate *st, int i)
+{
+	return (st->step & 1) && st->Wnew[i] >= 0 && st->mo->nstep > 1 ? st->nrp + i : i;
+}
+static int gv(const struct mstate *st, int i)
+{
+	return (st->step & 1) && st->mo->G2[i] >= 0 ? st->nrp + i : i;
+}
+static int nv(const struct mstate *st, int rep)
+{
+	return (st->step & 1) && st->mo->N2[rep] >= 0 ? st->nrep + rep : rep;
+}
 
 static uint64_t pack_sum(const struct tg_model *m, const struct tg_plan *p, int pk, int what)
 {
@@ -243,15 +268,16 @@ static int emit_fwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	                  .rep = rep,
 	                  .dev = dev,
 	                  .constrained = constrained,
-	                  .work = -1};
-	int P = st->P;
+	                  .work = -1,
+	                  .step = st->step};
+	int P = st->P, i = rep * P + pk;
 	s.flops = pack_flops(st->m, p, pk, 0) * p->microbatch * n;
-	s.r[s.nr++] = st->W[rep * P + pk];
+	s.r[s.nr++] = tg_w_of(st->mo, i, st->step);
 	int tp = st->mo->tie_pack[pk];
 	if (tp >= 0) {
-		s.r[s.nr++] = st->W[rep * P + tp];
-		if (st->lastU[rep * P + tp] >= 0)
-			s.d[s.nd++] = st->lastU[rep * P + tp];
+		s.r[s.nr++] = tg_w_of(st->mo, rep * P + tp, st->step);
+		if (st->lastU[wv(st, rep * P + tp)] >= 0)
+			s.d[s.nd++] = st->lastU[wv(st, rep * P + tp)];
 	}
 	for (int k = k0; k < k0 + n; k++) {
 		s.r[s.nr++] = pk ? st->B[k * P + pk - 1] : st->X[k];
@@ -262,8 +288,8 @@ static int emit_fwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 		if (pk)
 			s.d[s.nd++] = st->lastF[k * P + pk - 1];
 	}
-	if (st->lastU[rep * P + pk] >= 0)
-		s.d[s.nd++] = st->lastU[rep * P + pk];
+	if (st->lastU[wv(st, i)] >= 0)
+		s.d[s.nd++] = st->lastU[wv(st, i)];
 	SP_CHECK(s.work = obj_new(b, TG_O_WORK, st->m->id, pack_work(st->m, p, pk, 0)));
 	s.w[s.nw++] = s.work;
 	int id = task_add(b, &s);
@@ -285,7 +311,8 @@ static int emit_loss(struct bld *b, struct mstate *st, const struct tg_plan *p, 
 	                  .rep = rep,
 	                  .dev = dev,
 	                  .constrained = constrained,
-	                  .work = -1};
+	                  .work = -1,
+	                  .step = st->step};
 	int P = st->P;
 	for (int k = k0; k < k0 + n; k++) {
 		s.r[s.nr++] = st->B[k * P + P - 1];
@@ -303,6 +330,20 @@ static int emit_loss(struct bld *b, struct mstate *st, const struct tg_plan *p, 
 	return id;
 }
 
+/* Steps back to the step whose gradient version (of [rep*P+pk]) this step's
+ * backwards overwrite: 2 with a version per parity, else 1. */
+static int grad_lag(const struct mstate *st, int i)
+{
+	return st->mo->G2[i] >= 0 ? 2 : 1;
+}
+
+/* Has the step `lag` before st->step updated pack [i] (UPD emitted), or is
+ * there none? What a step's passes wait for under 2BW with several steps. */
+static int updated_since(const struct mstate *st, int i, int lag)
+{
+	return st->step - lag < 0 || st->nupdated[i] > st->step - lag;
+}
+
 static int emit_ar(struct bld *b, struct mstate *st, int pk, int rep, int dev);
 
 static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int k0,
@@ -316,20 +357,21 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	                  .rep = rep,
 	                  .dev = dev,
 	                  .constrained = constrained,
-	                  .work = -1};
-	int P = st->P;
+	                  .work = -1,
+	                  .step = st->step};
+	int P = st->P, i = rep * P + pk, g = gv(st, i), G = tg_g_of(st->mo, i, st->step);
 	s.flops = pack_flops(st->m, p, pk, 1) * p->microbatch * n;
 	/* a tie reads the tied pack's weights; the tied gradient accumulates in this
 	 * pack's own G (after its layers' gradients): the tied pack's UPD adds it, so
 	 * the order of accumulation never depends on the schedule */
 	int tp = st->mo->tie_pack[pk];
-	int acc = st->lastBacc[rep * P + pk] >= 0;
-	s.r[s.nr++] = st->W[rep * P + pk];
+	int acc = st->nbwd[i] % st->mo->mper != 0; /* not the step's first */
+	s.r[s.nr++] = tg_w_of(st->mo, i, st->step);
 	if (tp >= 0)
-		s.r[s.nr++] = st->W[rep * P + tp];
+		s.r[s.nr++] = tg_w_of(st->mo, rep * P + tp, st->step);
 	if (acc)
-		s.r[s.nr++] = st->G[rep * P + pk];
-	s.w[s.nw++] = st->G[rep * P + pk];
+		s.r[s.nr++] = G;
+	s.w[s.nw++] = G;
 	for (int k = k0; k < k0 + n; k++) {
 		s.r[s.nr++] = st->S[k * P + pk];
 		s.r[s.nr++] = pk == P - 1 ? st->B[k * P + pk] : st->D[k * P + pk + 1];
@@ -341,8 +383,23 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 		s.d[s.nd++] = st->lastF[k * P + pk];
 		s.d[s.nd++] = pk == P - 1 ? st->lastL[k] : st->lastB[k * P + pk + 1];
 	}
-	if (acc)
-		s.d[s.nd++] = st->lastBacc[rep * P + pk];
+	if (acc) {
+		s.d[s.nd++] = st->lastBacc[g];
+	} else if (st->step >= grad_lag(st, i)) {
+		/* the first write of this version since the step that last read it:
+		 * after that step's updates of this pack and of the pack tied to it
+		 * (which reads the tied gradient here) */
+		int j = st->step - grad_lag(st, i);
+		if (!updated_since(st, i, grad_lag(st, i)) ||
+		    (tp >= 0 && !updated_since(st, rep * P + tp, grad_lag(st, i))))
+			return sp_error(-EINVAL,
+			                "taskgraph: backward of pack %d, step %d, before the "
+			                "updates of step %d (emission order)",
+			                pk, st->step, j);
+		s.d[s.nd++] = st->updof[j * st->nrp + i];
+		if (tp >= 0)
+			s.d[s.nd++] = st->updof[j * st->nrp + rep * P + tp];
+	}
 	SP_CHECK(s.work = obj_new(b, TG_O_WORK, st->m->id, pack_work(st->m, p, pk, 1)));
 	s.w[s.nw++] = s.work;
 	int id = task_add(b, &s);
@@ -350,9 +407,9 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 		return id;
 	for (int k = k0; k < k0 + n; k++)
 		st->lastB[k * P + pk] = id;
-	st->lastBacc[rep * P + pk] = id;
-	st->nbwd[rep * P + pk] += n;
-	if (st->cross_ar && st->nbwd[rep * P + pk] == st->mo->mper) {
+	st->lastBacc[g] = id;
+	st->nbwd[i] += n;
+	if (st->cross_ar && st->nbwd[i] % st->mo->mper == 0) {
 		int ar = emit_ar(b, st, pk, rep, dev);
 		if (ar < 0)
 			return ar;
@@ -369,23 +426,26 @@ static int emit_ar(struct bld *b, struct mstate *st, int pk, int rep, int dev)
 	                  .dev = dev,
 	                  .constrained = 1,
 	                  .work = -1,
-	                  .root = -1};
-	int P = st->P;
-	s.r[s.nr++] = st->G[rep * P + pk];
-	s.w[s.nw++] = st->G[rep * P + pk];
+	                  .root = -1,
+	                  .step = st->step};
+	int P = st->P, i = rep * P + pk, G = tg_g_of(st->mo, i, st->step);
+	s.r[s.nr++] = G;
+	s.w[s.nw++] = G;
 	for (int r = 0; r < st->mo->nrep; r++)
-		s.d[s.nd++] = st->lastBacc[r * P + pk];
+		s.d[s.nd++] = st->lastBacc[gv(st, r * P + pk)];
 	int id = task_add(b, &s);
 	if (id >= 0)
-		st->lastAR[rep * P + pk] = id;
+		st->lastAR[gv(st, i)] = id;
 	return id;
 }
 
-/* Pack pk's gradient on replica rep is final (its chain and all-reduce): the
+/* Pack [i]'s gradient of this step is final (its chain and all-reduce): the
  * dependency a reader of it takes. */
 static int final_grad(const struct mstate *st, int i)
 {
-	return st->lastAR[i] >= 0 ? st->lastAR[i] : st->lastBacc[i];
+	int g = gv(st, i);
+	return st->lastAR[g] >= 0 && st->lastAR[g] > st->lastBacc[g] ? st->lastAR[g]
+	                                                             : st->lastBacc[g];
 }
 
 /* The packs tied to pk hold its tied gradients: s reads them after their
@@ -396,7 +456,7 @@ static void read_tied_grads(struct tspec *s, const struct mstate *st, int pk, in
 		int j = rep * st->P + q;
 		if (q == pk || st->mo->tie_pack[q] != pk)
 			continue;
-		s->r[s->nr++] = st->G[j];
+		s->r[s->nr++] = tg_g_of(st->mo, j, st->step);
 		s->d[s->nd++] = final_grad(st, j);
 	}
 }
@@ -410,39 +470,63 @@ static int emit_norm(struct bld *b, struct mstate *st, const struct tg_plan *p, 
 	                  .rep = rep,
 	                  .dev = p->upd_cpu ? -1 : dev,
 	                  .constrained = 1,
-	                  .work = -1};
-	int P = st->P, i = rep * P + pk, n = st->mo->N[rep];
-	s.r[s.nr++] = st->G[i];
-	s.w[s.nw++] = st->G[i];
+	                  .work = -1,
+	                  .step = st->step};
+	int P = st->P, i = rep * P + pk, n = tg_n_of(st->mo, rep, st->step);
+	int G = tg_g_of(st->mo, i, st->step), c = st->nnorm[nv(st, rep)], first = c % P == 0;
+	/* a step's norms are one chain: those of the last step of its version are
+	 * done (steps of both versions may interleave) */
+	if (c / P != (st->mo->N2[rep] >= 0 ? st->step / 2 : st->step))
+		return sp_error(-EINVAL,
+		                "taskgraph: norm of pack %d, step %d, among those of another "
+		                "step (emission order)",
+		                pk, st->step);
+	s.r[s.nr++] = G;
+	s.w[s.nw++] = G;
 	s.d[s.nd++] = final_grad(st, i);
 	read_tied_grads(&s, st, pk, rep);
-	if (st->lastN[rep] >= 0) {
+	if (!first) {
 		s.r[s.nr++] = n;
-		s.d[s.nd++] = st->lastN[rep];
+		s.d[s.nd++] = st->lastN[nv(st, rep)];
+	} else {
+		/* the first write of this norm version since the step whose updates
+		 * read it: after all of them */
+		int lag = st->mo->N2[rep] >= 0 ? 2 : 1, j = st->step - lag;
+		for (int q = 0; q < P && j >= 0; q++) {
+			if (!updated_since(st, rep * P + q, lag))
+				return sp_error(-EINVAL,
+				                "taskgraph: norm of step %d before the update of "
+				                "pack %d, step %d (emission order)",
+				                st->step, q, j);
+			s.d[s.nd++] = st->updof[j * st->nrp + rep * P + q];
+		}
 	}
 	s.w[s.nw++] = n;
 	int id = task_add(b, &s);
-	if (id >= 0)
-		st->lastN[rep] = id;
+	if (id >= 0) {
+		st->lastN[nv(st, rep)] = id;
+		st->nnorm[nv(st, rep)]++;
+	}
 	return id;
 }
 
 /* With norms, UPD[rep,pk] becomes NORM[rep,pk] here and the UPD is owed until
- * every NORM of its replica is emitted; then the replica's owed UPDs follow at
- * once (emit_owed_upds), not after every replica's NORMs: a replica's
- * gradients wait for its own norm only (with the update on the CPU, holding
- * back every replica's made them all meet in the host pool). */
+ * every NORM of its replica (this step's) is emitted; then the replica's owed
+ * UPDs follow at once (emit_owed_upds), not after every replica's NORMs: a
+ * replica's gradients wait for its own norm only (with the update on the CPU,
+ * holding back every replica's made them all meet in the host pool). */
 static int emit_upd_now(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int rep,
                         int dev);
 
 static int emit_owed_upds(struct bld *b, struct mstate *st, const struct tg_plan *p, int rep)
 {
-	int kept = 0;
+	int kept = 0, step = st->step;
 	for (int n = 0; n < st->nupd; n++) {
-		if (st->upd_rep[n] != rep) {
+		if (st->upd_rep[n] != rep || st->upd_step[n] != step) {
 			st->upd_pk[kept] = st->upd_pk[n];
 			st->upd_rep[kept] = st->upd_rep[n];
-			st->upd_dev[kept++] = st->upd_dev[n];
+			st->upd_dev[kept] = st->upd_dev[n];
+			st->upd_step[kept++] = st->upd_step[n];
 			continue;
 		}
 		int rc = emit_upd_now(b, st, p, st->upd_pk[n], rep, st->upd_dev[n]);
@@ -462,8 +546,9 @@ static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	st->upd_pk[n] = pk;
 	st->upd_rep[n] = rep;
 	st->upd_dev[n] = dev;
+	st->upd_step[n] = st->step;
 	int id = emit_norm(b, st, p, pk, rep, dev);
-	if (id >= 0 && ++st->nnorm[rep] == st->P) {
+	if (id >= 0 && st->nnorm[nv(st, rep)] % st->P == 0) {
 		int rc = emit_owed_upds(b, st, p, rep);
 		if (rc < 0)
 			return rc;
@@ -474,11 +559,11 @@ static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 /* ZeRO-1: after pack pk's UPD (the owner's update; a no-op elsewhere) its
  * weights go from the owner to every other node, one member per replica. */
 static int emit_wbcast(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int rep,
-                       int dev)
+                       int dev, int w)
 {
+	int i = rep * st->P + pk, v = st->mo->nstep > 1 ? wv(st, i) : i;
 	if (!p->zero || p->nodes <= 1)
-		return st->lastU[rep * st->P + pk];
-	int i = rep * st->P + pk;
+		return st->lastU[v];
 	struct tspec s = {.kind = TG_ALLREDUCE,
 	                  .model = st->m->id,
 	                  .pack = pk,
@@ -486,14 +571,14 @@ static int emit_wbcast(struct bld *b, struct mstate *st, const struct tg_plan *p
 	                  .dev = dev < 0 ? rep : dev,
 	                  .constrained = 1,
 	                  .work = -1,
-	                  .root = tg_pack_owner(p, pk)};
-	int w = st->Wnew[i] >= 0 ? st->Wnew[i] : st->W[i]; /* the newest version */
-	s.r[s.nr++] = w;
+	                  .root = tg_pack_owner(p, pk),
+	                  .step = st->step};
+	s.r[s.nr++] = w; /* the newest version */
 	s.w[s.nw++] = w;
-	s.d[s.nd++] = st->lastU[i];
+	s.d[s.nd++] = st->lastU[v];
 	int id = task_add(b, &s);
 	if (id >= 0)
-		st->lastU[i] = id; /* the weights' last writer this iteration */
+		st->lastU[v] = id; /* the weights' last writer */
 	return id;
 }
 
@@ -506,40 +591,49 @@ static int emit_upd_now(struct bld *b, struct mstate *st, const struct tg_plan *
 	                  .rep = rep,
 	                  .dev = p->upd_cpu ? -1 : dev,
 	                  .constrained = 1,
-	                  .work = -1};
-	int P = st->P, i = rep * P + pk;
+	                  .work = -1,
+	                  .step = st->step};
+	int P = st->P, i = rep * P + pk, G = tg_g_of(st->mo, i, st->step);
 	s.flops = 0;
 	for (int l = pk ? p->pack_end[pk - 1] : 0; l < p->pack_end[pk]; l++)
 		s.flops += st->m->layers[l].upd_flops;
-	/* 2BW: the step is Wnew's; W, the version the passes read, becomes a copy
-	 * of Wnew before it. W is read too, though the copy overwrites it: as a
-	 * pure write it was dead after the last BWD and discarded, so a step that
-	 * failed at its UPD left the next try's passes no weights to read */
-	int w = st->Wnew[i] >= 0 ? st->Wnew[i] : st->W[i];
+	/* 2BW, one step a program: the step is Wnew's; W, the version the passes
+	 * read, becomes a copy of Wnew before it. W is read too, though the copy
+	 * overwrites it: as a pure write it was dead after the last BWD and
+	 * discarded, so a step that failed at its UPD left the next try's passes
+	 * no weights to read. Several steps a program: the step is this step's
+	 * version's (which the next step but one reads), made from a copy of the
+	 * other version (the newest, which the next step reads): read, not
+	 * written. */
+	int par = st->mo->nstep > 1;
+	int w = par ? tg_w_of(st->mo, i, st->step) : st->Wnew[i] >= 0 ? st->Wnew[i] : st->W[i];
+	int other = par ? tg_w_of(st->mo, i, st->step + 1) : st->W[i];
 	s.r[s.nr++] = w;
-	s.r[s.nr++] = st->G[i];
+	s.r[s.nr++] = G;
 	s.r[s.nr++] = st->O[i];
-	if (w != st->W[i])
-		s.r[s.nr++] = st->W[i];
+	if (other != w)
+		s.r[s.nr++] = other;
 	s.w[s.nw++] = w;
 	s.w[s.nw++] = st->O[i];
-	if (w != st->W[i])
-		s.w[s.nw++] = st->W[i];
+	if (other != w && !par)
+		s.w[s.nw++] = other;
+	if (par && st->lastU[wv(st, i) == i ? st->nrp + i : i] >= 0) /* made the other */
+		s.d[s.nd++] = st->lastU[wv(st, i) == i ? st->nrp + i : i];
 	if (st->m->norm_bytes) { /* its NORM added the tied gradients */
-		s.r[s.nr++] = st->mo->N[rep];
-		s.d[s.nd++] = st->lastN[rep];
-		int id = task_add(b, &s);
-		if (id >= 0)
-			st->lastU[i] = id;
-		return id < 0 ? id : emit_wbcast(b, st, p, pk, rep, dev);
+		s.r[s.nr++] = tg_n_of(st->mo, rep, st->step);
+		s.d[s.nd++] = st->lastN[nv(st, rep)];
+	} else {
+		s.d[s.nd++] = final_grad(st, i);
+		read_tied_grads(&s, st, pk, rep);
+		/* every reader of W this step precedes it through the accumulation chain */
 	}
-	s.d[s.nd++] = final_grad(st, i);
-	read_tied_grads(&s, st, pk, rep);
-	/* every reader of W this iteration precedes it through the accumulation chain */
 	int id = task_add(b, &s);
-	if (id >= 0)
-		st->lastU[i] = id;
-	return id < 0 ? id : emit_wbcast(b, st, p, pk, rep, dev);
+	if (id < 0)
+		return id;
+	st->lastU[par ? wv(st, i) : i] = id;
+	st->updof[st->step * st->nrp + i] = id;
+	st->nupdated[i]++;
+	return emit_wbcast(b, st, p, pk, rep, dev, w);
 }
 
 /* Pipeline schedules over units of `unit` microbatches, pack pk on GPU pk mod N.
@@ -548,11 +642,21 @@ static int emit_upd_now(struct bld *b, struct mstate *st, const struct tg_plan *
  * then the cool-down backwards — emitted in a topological interleaving (a sweep
  * over the packs emits each one's next task once its inputs exist), so the
  * per-GPU sequences merge the packs they hold. jit: a pack's UPD right after its
- * last BWD (Harmony); otherwise all UPDs at the flush. */
+ * last BWD (Harmony); otherwise all UPDs at the flush.
+ * 2BW with several steps a program (nstep > 1): one 1F1B order over the
+ * microbatches of every step, each step's UPD of a pack right after its last
+ * BWD of the step; a pass waits, besides its inputs, for the update that made
+ * its weight version (two steps before) and, the first backward of a step,
+ * for the updates that read its gradient version last. The warm-up is at most
+ * a step's microbatches: a forward of step j+1 then follows the backward of
+ * step j-1's last microbatch (and so UPD_{j-1}, which made its weights). */
 static int emit_pipeline(struct bld *b, struct mstate *st, const struct tg_plan *p, int unit,
                          int jit)
 {
-	int P = st->P, nu = st->mo->mper / unit, done = 0, total = 2 * P * nu, rc = 0;
+	int nstep = st->mo->nstep, mper = st->mo->mper;
+	int P = st->P, nu = nstep * mper / unit, done = 0, total = 2 * P * nu, rc = 0;
+	if (nstep > 1)
+		jit = 1; /* unit is 1 */
 	int *pos = calloc((size_t)P, sizeof(int));
 	if (!pos)
 		return sp_error(-ENOMEM, "taskgraph: pipeline state of %d packs", P);
@@ -563,6 +667,8 @@ static int emit_pipeline(struct bld *b, struct mstate *st, const struct tg_plan 
 			if (i >= 2 * nu)
 				continue;
 			int w = p->sched == TG_GPIPE ? nu : (P - 1 - pk < nu ? P - 1 - pk : nu);
+			if (nstep > 1 && w > mper)
+				w = mper;
 			if (i < w) {
 				fwd = 1;
 				u = i;
@@ -579,13 +685,24 @@ static int emit_pipeline(struct bld *b, struct mstate *st, const struct tg_plan 
 			             : (st->lastF[k * P + pk] >= 0 &&
 			                (pk == P - 1 ? st->lastL[k] >= 0
 			                             : st->lastB[k * P + pk + 1] >= 0));
+			st->step = k / mper;
+			int tp = st->mo->tie_pack[pk];
+			if (ok && nstep > 1 && fwd) /* its weight version is made */
+				ok = updated_since(st, pk, 2) &&
+				     (tp < 0 || updated_since(st, tp, 2));
+			if (ok && nstep > 1 && !fwd && k % mper == 0) { /* its gradient is free */
+				int lag = grad_lag(st, pk);
+				ok = updated_since(st, pk, lag) &&
+				     (tp < 0 || updated_since(st, tp, lag));
+			}
 			if (!ok)
 				continue;
 			rc = fwd ? emit_fwd(b, st, p, pk, k, unit, 0, dev, 1)
 			         : emit_bwd(b, st, p, pk, k, unit, 0, dev, 1);
 			if (rc >= 0 && fwd && pk == P - 1)
 				rc = emit_loss(b, st, p, k, unit, 0, dev, 1);
-			if (rc >= 0 && !fwd && jit && i + 1 == 2 * nu)
+			if (rc >= 0 && !fwd && jit &&
+			    (nstep > 1 ? (k + 1) % mper == 0 : i + 1 == 2 * nu))
 				rc = emit_upd(b, st, p, pk, 0, dev);
 			rc = rc < 0 ? rc : 0;
 			pos[pk]++;
@@ -718,6 +835,13 @@ static int validate_input(const struct tg_model *models, int nmodels, const stru
 	SP_CHECK_ARG(p->microbatch > 0, "taskgraph: microbatch = %d, need > 0", p->microbatch);
 	SP_CHECK_ARG(p->npacks > 0 && p->npacks <= TG_MAX_PACKS,
 	             "taskgraph: npacks = %d, need 1..%d", p->npacks, TG_MAX_PACKS);
+	SP_CHECK_ARG(p->flush_every >= 0 && p->flush_every <= TG_MAX_FLUSH_EVERY,
+	             "taskgraph: flush every %d steps, need 1..%d", p->flush_every,
+	             TG_MAX_FLUSH_EVERY);
+	SP_CHECK_ARG(p->flush_every <= 1 || p->sched == TG_2BW,
+	             "taskgraph: flush every %d steps: only 2bw runs steps without a flush "
+	             "between them (%s flushes every step)",
+	             p->flush_every, tg_sched_name(p->sched));
 	for (int i = 0; i < nmodels; i++) {
 		const struct tg_model *m = &models[i];
 		SP_CHECK_ARG(m->nlayers > 0, "taskgraph: model %d has zero layers", m->id);
@@ -762,23 +886,29 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	int nrep = dp ? N : 1;
 	int mper = m->batch / (dp ? N * p->microbatch : p->microbatch);
 	int nmb = mper * nrep;
-	*mo = (struct tg_model_objs){.id = m->id, .P = P, .nrep = nrep, .nmb = nmb, .mper = mper};
+	int nstep = p->sched == TG_2BW && p->flush_every > 1 ? p->flush_every : 1;
+	*mo = (struct tg_model_objs){
+	    .id = m->id, .P = P, .nrep = nrep, .nmb = nmb, .mper = mper, .nstep = nstep};
 	b->g->m = mper;
 	b->g->npacks = P;
-	int nrp = nrep * P, nkp = nmb * P;
+	/* per microbatch of every step */
+	int nrp = nrep * P, nk = nmb * nstep, nkp = nk * P;
+	st.nrp = nrp;
+	st.nrep = nrep;
 	/* the table is the graph's (freed with it from here on); lastX are ours */
 	int *blk = malloc(
-	    ((size_t)P + (size_t)nrp * 4 + (size_t)nkp * 3 + (size_t)nmb * 3 + (size_t)nrep) *
+	    ((size_t)P + (size_t)nrp * 5 + (size_t)nkp * 3 + (size_t)nk * 3 + (size_t)nrep * 2) *
 	    sizeof(int));
-	st.lastF =
-	    malloc(((size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3 + (size_t)nrep) * sizeof(int));
-	st.upd_pk = malloc(((size_t)nrp * 3 + (size_t)nrep) * sizeof(int));
-	st.nbwd = calloc((size_t)nrp, sizeof(int));
+	size_t nlast =
+	    (size_t)nkp * 2 + (size_t)nk + (size_t)nrp * 6 + (size_t)nrep * 2 + (size_t)nstep * nrp;
+	st.lastF = malloc(nlast * sizeof(int));
+	st.upd_pk = malloc(((size_t)nrp * 8 + (size_t)nrep * 2) * sizeof(int));
+	st.nbwd = calloc((size_t)nrp * 2, sizeof(int));
 	/* DP schedules place their own ALLREDUCEs (one member per replica) */
 	st.cross_ar = p->nodes > 1 && !dp;
 	if (!blk || !st.lastF || !st.upd_pk || !st.nbwd) {
 		free(blk);
-		rc = sp_error(-ENOMEM, "taskgraph: state for %d packs x %d microbatches", P, nmb);
+		rc = sp_error(-ENOMEM, "taskgraph: state for %d packs x %d microbatches", P, nk);
 		goto out;
 	}
 	mo->tie_pack = blk;
@@ -789,15 +919,19 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	mo->B = mo->S + nkp;
 	mo->D = mo->B + nkp;
 	mo->X = mo->D + nkp;
-	mo->Y = mo->X + nmb;
-	mo->L = mo->Y + nmb;
-	mo->N = mo->L + nmb;
+	mo->Y = mo->X + nk;
+	mo->L = mo->Y + nk;
+	mo->N = mo->L + nk;
 	mo->Wnew = mo->N + nrep;
+	mo->G2 = mo->Wnew + nrp;
+	mo->N2 = mo->G2 + nrp;
 	b->g->nmodels++;
-	st.upd_rep = st.upd_pk + nrp;
-	st.upd_dev = st.upd_rep + nrp;
-	st.nnorm = st.upd_dev + nrp;
-	memset(st.nnorm, 0, (size_t)nrep * sizeof(int));
+	st.upd_rep = st.upd_pk + nrp * 2;
+	st.upd_dev = st.upd_rep + nrp * 2;
+	st.upd_step = st.upd_dev + nrp * 2;
+	st.nnorm = st.upd_step + nrp * 2;
+	memset(st.nnorm, 0, (size_t)nrep * 2 * sizeof(int));
+	st.nupdated = st.nbwd + nrp;
 	st.W = mo->W;
 	st.G = mo->G;
 	st.O = mo->O;
@@ -810,11 +944,12 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 	st.L = mo->L;
 	st.lastB = st.lastF + nkp;
 	st.lastL = st.lastB + nkp;
-	st.lastBacc = st.lastL + nmb;
-	st.lastAR = st.lastBacc + nrp;
-	st.lastU = st.lastAR + nrp;
-	st.lastN = st.lastU + nrp;
-	for (size_t i = 0; i < (size_t)nkp * 2 + (size_t)nmb + (size_t)nrp * 3 + (size_t)nrep; i++)
+	st.lastBacc = st.lastL + nk;
+	st.lastAR = st.lastBacc + nrp * 2;
+	st.lastU = st.lastAR + nrp * 2;
+	st.lastN = st.lastU + nrp * 2;
+	st.updof = st.lastN + nrep * 2;
+	for (size_t i = 0; i < nlast; i++)
 		st.lastF[i] = -1;
 	for (int pk = 0, lo = 0; pk < P; lo = p->pack_end[pk++]) {
 		mo->tie_pack[pk] = -1;
@@ -850,14 +985,21 @@ static int build_model(struct bld *b, const struct tg_model *m, const struct tg_
 		st.Wnew[i] = -1;
 		if (p->sched == TG_2BW)
 			OBJ(st.Wnew[i], TG_O_WEIGHT, pack_sum(m, p, pk, 0));
+		/* read by another pack's update (a tie) or by a norm: by parity */
+		int tied_to = mo->tie_pack[pk] >= 0;
+		mo->G2[i] = -1;
+		if (nstep > 1 && (tied_to || m->norm_bytes))
+			OBJ(mo->G2[i], TG_O_GRAD, pack_sum(m, p, pk, 1));
 	}
 	for (int r = 0; r < nrep; r++) {
-		mo->N[r] = -1;
+		mo->N[r] = mo->N2[r] = -1;
 		if (m->norm_bytes)
 			OBJ(mo->N[r], TG_O_GRAD, m->norm_bytes);
+		if (m->norm_bytes && nstep > 1)
+			OBJ(mo->N2[r], TG_O_GRAD, m->norm_bytes);
 	}
 	uint64_t mb = (uint64_t)p->microbatch;
-	for (int k = 0; k < nmb; k++) {
+	for (int k = 0; k < nk; k++) {
 		OBJ(st.X[k], TG_O_INPUT, m->in_bytes_per_sample * mb);
 		OBJ(st.Y[k], TG_O_INPUT, m->target_bytes_per_sample * mb);
 		OBJ(st.L[k], TG_O_WORK, m->loss_bytes_per_sample * mb);
@@ -1081,6 +1223,19 @@ uint64_t tg_graph_state_bytes(const struct tg_graph *g)
 	for (int i = 0; i < g->nobj; i++)
 		if (g->obj[i].kind != TG_O_WORK)
 			s += g->obj[i].bytes;
+	/* a program of several steps: one step's microbatches (the objects of a
+	 * microbatch live from its forward to its backward, within one pipeline
+	 * of steps) */
+	for (int m = 0; m < g->nmodels; m++) {
+		const struct tg_model_objs *mo = &g->mobj[m];
+		for (int k = mo->nmb; k < mo->nmb * mo->nstep; k++) {
+			s -= g->obj[mo->X[k]].bytes + g->obj[mo->Y[k]].bytes;
+			for (int pk = 0; pk < mo->P; pk++)
+				s -= g->obj[mo->S[k * mo->P + pk]].bytes +
+				     g->obj[mo->B[k * mo->P + pk]].bytes +
+				     g->obj[mo->D[k * mo->P + pk]].bytes;
+		}
+	}
 	return s;
 }
 
@@ -1101,6 +1256,82 @@ uint64_t tg_graph_min_capacity(const struct tg_graph *g, int *task)
 	if (task)
 		*task = arg;
 	return best;
+}
+
+/* Every two tasks touching one object, one of them writing it, are ordered by
+ * dependencies (transitively): whatever the executor's timing, they meet in
+ * the same order. Ancestor sets as bitsets, built in the global order; graphs
+ * above 20000 tasks are not checked (quadratic memory). */
+static int check_hazards(const struct tg_graph *g)
+{
+	int T = g->ntask, rc = 0;
+	if (T > 20000)
+		return 0;
+	size_t words = ((size_t)T + 63) / 64;
+	uint64_t *anc = calloc((size_t)T * words + 1, sizeof(uint64_t));
+	int *lastw = malloc(((size_t)g->nobj + 1) * sizeof(int));
+	int *nread = calloc((size_t)g->nobj + 1, sizeof(int));
+	int **readers = calloc((size_t)g->nobj + 1, sizeof(int *));
+	if (!anc || !lastw || !nread || !readers) {
+		rc = sp_error(-ENOMEM, "taskgraph: validate %d tasks", T);
+		goto out;
+	}
+	for (int o = 0; o < g->nobj; o++)
+		lastw[o] = -1;
+	for (int n = 0; n < T && !rc; n++) {
+		const struct tg_task *t = &g->task[g->order[n]];
+		uint64_t *a = anc + (size_t)t->id * words;
+		for (int i = 0; i < t->ndep; i++) {
+			const uint64_t *d = anc + (size_t)t->dep[i] * words;
+			for (size_t w = 0; w < words; w++)
+				a[w] |= d[w];
+			a[t->dep[i] / 64] |= 1ull << (t->dep[i] % 64);
+		}
+#define ANC(x) ((a[(x) / 64] >> ((x) % 64)) & 1)
+		/* reads after the last write; writes after it and after its readers */
+		for (int i = 0; i < t->nread + t->nwrite && !rc; i++) {
+			int o = t->read[i], wr = i >= t->nread; /* write follows read */
+			if (lastw[o] >= 0 && lastw[o] != t->id && !ANC(lastw[o]))
+				rc = sp_error(-EINVAL,
+				              "taskgraph: task %d (kind %d, pack %d, step %d) uses "
+				              "object %d (%s) written by task %d without depending "
+				              "on it",
+				              t->id, t->kind, t->pack, t->step, o,
+				              tg_okind_name(g->obj[o].kind), lastw[o]);
+			for (int r = 0; wr && r < nread[o] && !rc; r++)
+				if (readers[o][r] != t->id && !ANC(readers[o][r]))
+					rc = sp_error(-EINVAL,
+					              "taskgraph: task %d (kind %d, pack %d, step "
+					              "%d) overwrites object %d (%s) that task %d "
+					              "reads, without depending on it",
+					              t->id, t->kind, t->pack, t->step, o,
+					              tg_okind_name(g->obj[o].kind), readers[o][r]);
+		}
+#undef ANC
+		for (int i = 0; i < t->nread + t->nwrite && !rc; i++) {
+			int o = t->read[i];
+			if (i >= t->nread) {
+				lastw[o] = t->id;
+				nread[o] = 0;
+				continue;
+			}
+			int *nr = realloc(readers[o], ((size_t)nread[o] + 1) * sizeof(int));
+			if (!nr) {
+				rc = sp_error(-ENOMEM, "taskgraph: validate readers");
+				break;
+			}
+			readers[o] = nr;
+			readers[o][nread[o]++] = t->id;
+		}
+	}
+out:
+	for (int o = 0; readers && o < g->nobj; o++)
+		free(readers[o]);
+	free(readers);
+	free(nread);
+	free(lastw);
+	free(anc);
+	return rc;
 }
 
 int tg_graph_validate(const struct tg_graph *g)
@@ -1142,8 +1373,14 @@ int tg_graph_validate(const struct tg_graph *g)
 			for (int i = 0; i < t->nwrite; i++)
 				if (t->write[i] != w && g->obj[t->write[i]].kind == TG_O_WEIGHT)
 					w2 = t->write[i];
-			if (++updc[w] > 1 || (w2 >= 0 && ++updc[w2] > 1))
-				rc = sp_error(-EINVAL, "taskgraph: pack %d updated twice", t->pack);
+			/* once a step: updc holds the last step + 1 that wrote it */
+			if (updc[w] > t->step || (w2 >= 0 && updc[w2] > t->step))
+				rc =
+				    sp_error(-EINVAL, "taskgraph: pack %d updated twice in step %d",
+				             t->pack, t->step);
+			updc[w] = t->step + 1;
+			if (w2 >= 0)
+				updc[w2] = t->step + 1;
 			/* the executor runs by dependencies, not by this order: every other
 			 * user of W and writer of G must be an ancestor of the UPD (this
 			 * covers a tied pack's FWD/BWD, which use W and G of this pack at
@@ -1165,6 +1402,10 @@ int tg_graph_validate(const struct tg_graph *g)
 			for (int x = 0; x < g->ntask && !rc; x++) {
 				const struct tg_task *u = &g->task[x];
 				int uses = 0;
+				if (u->step != t->step) /* other steps' versions: by the emission */
+					continue;
+				if (u->kind == TG_ALLREDUCE && u->root >= 0)
+					continue; /* ZeRO-1: the update's weights sent on, after it */
 				for (int i = 0; i < u->nread; i++)
 					uses |= u->read[i] == w || (w2 >= 0 && u->read[i] == w2);
 				for (int i = 0; i < u->nwrite; i++)
@@ -1179,10 +1420,10 @@ int tg_graph_validate(const struct tg_graph *g)
 		}
 	}
 	for (int i = 0; i < g->nobj && !rc; i++)
-		if (g->obj[i].kind == TG_O_WEIGHT && updc[i] != 1)
-			rc = sp_error(-EINVAL,
-			              "taskgraph: weight object %d updated %d times, expected 1", i,
-			              updc[i]);
+		if (g->obj[i].kind == TG_O_WEIGHT && !updc[i])
+			rc = sp_error(-EINVAL, "taskgraph: weight object %d never updated", i);
+	if (!rc)
+		rc = check_hazards(g);
 out:
 	free(at);
 	free(written);

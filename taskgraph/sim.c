@@ -584,7 +584,8 @@ static int host_init(struct simst *s)
 	return 0;
 }
 
-/* A new iteration: each microbatch's input and target, written on the host. */
+/* A new iteration (a program: every step's): each microbatch's input and
+ * target, written on the host. */
 static int host_inputs(struct simst *s)
 {
 	const struct tg_graph *g = s->g;
@@ -593,7 +594,7 @@ static int host_inputs(struct simst *s)
 			SP_CHECK(host_write(s, o));
 	for (int m = 0; m < g->nmodels; m++) {
 		const struct tg_model_objs *mo = &g->mobj[m];
-		for (int k = 0; k < mo->nmb; k++) {
+		for (int k = 0; k < mo->nmb * mo->nstep; k++) {
 			int x = mo->X[k], rc = 0;
 			if (x >= 0)
 				SP_CHECK(host_write(s, x));
@@ -1291,7 +1292,8 @@ int tg_sim_time(const struct tg_graph *g, const struct tg_plan *p, const struct 
 	if (rc == 0) {
 		struct tg_time t;
 		SP_CHECK_GOTO(tg_time_predict(g, p, hw, sw, &t), rc, out);
-		t.iter_s = m.iter_end[1] - m.iter_end[0]; /* the middle iteration */
+		/* the middle iteration, per step of it */
+		t.iter_s = (m.iter_end[1] - m.iter_end[0]) / tg_graph_steps(g);
 		*out = t;
 	}
 out:
@@ -1344,14 +1346,18 @@ int tg_time_predict(const struct tg_graph *g, const struct tg_plan *p, const str
 			if (g->mobj[mi].Wnew[i] >= 0)
 				upd -= 6.0 * (double)g->obj[g->mobj[mi].W[i]].bytes /
 				       (hw->mem_bw > 0 ? hw->mem_bw / 20 : 1e10);
-	struct tg_time t = {.compute_s = comp + upd, .transfer_s = tr, .bubble = g->bubble};
+	/* per step: the program's makespan and transfers over its steps, the
+	 * update once a step */
+	double ns = tg_graph_steps(g);
+	struct tg_time t = {
+	    .compute_s = comp / ns + upd, .transfer_s = tr / ns, .bubble = g->bubble};
 	/* Transfers add to compute. The executor prefetches, but measured on the
 	 * model backend (make bench-schedules) it hides little of them: swapped
 	 * stashes are needed by the very backward that follows, the host link is
 	 * shared, and an all-reduce waits for every replica. max(compute,
 	 * transfers) underestimated transfer-bound plans by up to 60%; the sum is
 	 * within about 30% on those and exact where transfers are small. */
-	t.iter_s = t.compute_s + tr;
+	t.iter_s = t.compute_s + t.transfer_s;
 	*out = t;
 	return 0;
 }

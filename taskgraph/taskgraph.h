@@ -93,9 +93,16 @@ struct tg_hw {
  * weight versions per pack, W (the one every forward and backward of the
  * iteration reads) and Wnew (the newest): the UPD copies Wnew into W, then
  * steps Wnew with the gradient, so W(t+1) = W(t) - step(grad f(W(t-1)))
- * (rt_reference_set_2bw's rule). Each iteration ends with a flush, as 1F1B's:
- * its bubble is 1F1B's (p-1)/m, not 2BW's 0 (that needs iterations that
- * overlap; docs/taskgraph.md). */
+ * (rt_reference_set_2bw's rule). With plan.flush_every = 1 each iteration
+ * ends with a flush, as 1F1B's: its bubble is 1F1B's (p-1)/m. With
+ * flush_every = K > 1 one program runs K iterations (steps) as one endless
+ * 1F1B order, flushing only at its end: step j's passes read version
+ * V[j mod 2] (V0 = W, V1 = Wnew) and UPD_j copies V[(j+1) mod 2] into
+ * V[j mod 2] and steps it, so step j+1's forwards wait for UPD_{j-1} only
+ * and the steady state has no bubble (thesis Table 7.1's 0). Packs whose
+ * gradient is read by another pack's update (ties) or by a norm take their
+ * gradient by step parity too (G2; norms N2), so that the next step's
+ * backwards need not wait for this step's updates. */
 enum tg_sched {
 	TG_DP_SWAP,
 	TG_GPIPE,
@@ -153,7 +160,14 @@ struct tg_plan {
 	int zero;
 	int node_rank;
 	unsigned char owner[TG_MAX_PACKS]; /* zero: the node updating each pack */
+	/* TG_2BW: steps one program runs without a flush between them (0 or 1:
+	 * each step flushes; at most TG_MAX_FLUSH_EVERY); other schedules 0 or 1 */
+	int flush_every;
 };
+
+#define TG_MAX_FLUSH_EVERY 64
+/* 2bw's default: a flush every 8 steps (the fill and drain once in 8) */
+#define TG_2BW_FLUSH_EVERY 8
 
 /* ZeRO-1: the node that updates pack pk (0 without sharding: every node does). */
 static inline int tg_pack_owner(const struct tg_plan *p, int pk)
@@ -198,8 +212,11 @@ static inline int tg_recomputes(const struct tg_plan *p, int pk)
  *              writes W[r,pk], O[r,pk]
  *              (norm_bytes > 0: reads W[r,pk], G[r,pk], O[r,pk], N[r], after the
  *              replica's last NORM)
- *              (2BW: Wnew[r,pk] in W's place in both lists, and W[r,pk] written
- *              last: a copy of Wnew before the step)
+ *              (2BW: Wnew[r,pk] in W's place in both lists, W[r,pk] read after
+ *              O and written last: a copy of Wnew before the step; 2BW with
+ *              nstep > 1: W, G, N are step j's versions (tg_w_of...), and the
+ *              other version, the copy's source, is read after O; nothing
+ *              else is written)
  *   NORM       (norm_bytes > 0 only) reads G[r,pk], then G[r,q] of every pack q
  *              tied to pk; N[r] unless it is the replica's first NORM
  *              writes G[r,pk] (the tied gradients added, as UPD does without
@@ -207,7 +224,8 @@ static inline int tg_recomputes(const struct tg_plan *p, int pk)
  *              where UPD[r,pk] would be, on its device, each after the
  *              replica's previous NORM
  * read[0] is always the W (FWD, BWD; UPD: Wnew in 2BW) or G (ALLREDUCE) of the
- * task's own pack. */
+ * task's own pack. Under 2BW with nstep > 1, W, G and N above stand for the
+ * task's step's versions (tg_w_of, tg_g_of, tg_n_of). */
 struct tg_task {
 	int id, model, kind, pack, mb0, nmb;
 	int rep;         /* replica (DP modes: the device whose W/G/O it uses), 0 otherwise */
@@ -219,6 +237,8 @@ struct tg_task {
 	int *read, *write, *dep; /* into the graph's pool */
 	double flops;
 	int root; /* ALLREDUCE: -1 sums G; >= 0 broadcasts W from that node (ZeRO-1) */
+	int step; /* the step of the program it belongs to (0..nstep-1; TG_2BW with
+	             flush_every > 1, else 0): its objects are that step's versions */
 };
 
 struct tg_obj {
@@ -235,17 +255,42 @@ struct tg_model_objs {
 	int id;         /* model id */
 	int P;          /* packs */
 	int nrep;       /* replicas: devices in DP modes, 1 otherwise */
-	int nmb;        /* microbatches per iteration in all: nrep * mper */
+	int nmb;        /* microbatches per iteration (step) in all: nrep * mper */
 	int mper;       /* microbatches per replica per iteration */
+	int nstep;      /* steps one program runs (plan.flush_every under 2BW, else 1):
+	                   the per-microbatch objects number nstep * nmb, step j's
+	                   microbatch k at j * nmb + k */
 	int *tie_pack;  /* [pk]: the earlier pack whose weights pack pk also uses, -1 none */
 	int *W, *G, *O; /* [rep*P + pk] weights, gradients, optimizer state */
 	int *S, *B, *D; /* [k*P + pk] stash, boundary output, input gradient */
 	int *X, *Y, *L; /* [k] input, target, loss workspace */
 	int *N;         /* [rep] the gradient norm object (norm_bytes > 0), else -1 */
 	/* [rep*P + pk] 2BW: the newest weights, which only the UPD reads (W holds
-	 * the version before them, which the passes read); -1 in other schedules */
+	 * the version before them, which the passes read); -1 in other schedules.
+	 * Between programs this holds always; inside one of nstep > 1 steps, step
+	 * j's passes read W for even j and Wnew for odd j (tg_w_of), and after an
+	 * odd number of steps the runtime swaps what the two name. */
 	int *Wnew;
+	/* nstep > 1: [rep*P + pk] the gradient of odd steps where a pack's
+	 * gradient is read by another pack's update or by a norm (ties, norms),
+	 * else -1; [rep] the norm object of odd steps (norm_bytes > 0), else -1 */
+	int *G2, *N2;
 };
+
+/* The objects step `step` of a program uses: its weight version, its gradient,
+ * its norm (index [rep*P + pk], [rep]). */
+static inline int tg_w_of(const struct tg_model_objs *mo, int i, int step)
+{
+	return (step & 1) && mo->Wnew[i] >= 0 ? mo->Wnew[i] : mo->W[i];
+}
+static inline int tg_g_of(const struct tg_model_objs *mo, int i, int step)
+{
+	return (step & 1) && mo->G2[i] >= 0 ? mo->G2[i] : mo->G[i];
+}
+static inline int tg_n_of(const struct tg_model_objs *mo, int rep, int step)
+{
+	return (step & 1) && mo->N2[rep] >= 0 ? mo->N2[rep] : mo->N[rep];
+}
 
 struct tg_graph {
 	int ntask, nobj, ndev;
@@ -304,9 +349,11 @@ void tg_graph_free(struct tg_graph *g);
 uint64_t tg_graph_min_capacity(const struct tg_graph *g, int *task);
 
 /* Checks acyclicity (deps point backwards in the order), write-before-read, one UPD
- * per pack that depends (transitively) on every other task reading its W or
- * writing its G (its BWDs, and those of a pack tied to it). Returns 0 or -EINVAL
- * with the first violation. */
+ * per pack and step that depends (transitively) on every other task of its step
+ * reading its W or writing its G (its BWDs, and those of a pack tied to it), and
+ * that every two tasks touching one object, one of them writing it, are ordered
+ * by dependencies (graphs up to 20000 tasks). Returns 0 or -EINVAL with the
+ * first violation. */
 int tg_graph_validate(const struct tg_graph *g) SP_MUST_CHECK;
 
 struct tg_swap {
@@ -365,7 +412,16 @@ struct tg_swap {
 int tg_sim_swap(const struct tg_graph *g, uint64_t capacity, int writeback_clean,
                 struct tg_swap *out) SP_MUST_CHECK;
 
-/* Analytical iteration time (seconds) and pipeline bubble fraction. */
+/* Steps one run of g's program makes (tg_model_objs.nstep; 1 without models). */
+static inline int tg_graph_steps(const struct tg_graph *g)
+{
+	return g->nmodels && g->mobj[0].nstep > 1 ? g->mobj[0].nstep : 1;
+}
+
+/* Analytical time (seconds) of one step (iteration; a program of several
+ * steps, 2BW's, counts its span over its steps) and pipeline bubble fraction
+ * (of the whole program). tg_sim_swap's bytes are those of one run of the
+ * program: all of its steps. */
 struct tg_time {
 	double iter_s, compute_s, transfer_s, bubble;
 };

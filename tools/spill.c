@@ -425,7 +425,8 @@ static const char train_help[] =
     "model:   --model tiny|gpt2|gpt2-medium|gpt2-xl|10b|40b  (default tiny)\n"
     "         --layers N --channels N --heads N --seq N --vocab N --batch N\n"
     "plan:    --schedule auto|dp-swap|gpipe|1f1b|harmony-dp|harmony-pp|interleaved|2bw\n"
-    "         (default auto; interleaved: packs round-robin, --chunks V per device)\n"
+    "         (default auto; interleaved: packs round-robin, --chunks V per device;\n"
+    "         2bw: --flush-every K, the pipeline drained once in K steps, default 8)\n"
     "         --microbatch N --group N --packs N --recompute --update-on-cpu\n"
     "         --plan-profile NAME (the devices the planner assumes) --no-tune\n"
     "         --tune-after N (steps the tuner measures first, default 3)\n"
@@ -471,7 +472,8 @@ static const char sim_help[] =
     "         --layers N --channels N --heads N --seq N --vocab N --batch N\n"
     "         --optim adamw|sgd --momentum X --precision fp32|bf16 --total-batch TOKENS\n"
     "plan:    --schedule auto|dp-swap|gpipe|1f1b|harmony-dp|harmony-pp|interleaved|2bw\n"
-    "         (default auto; interleaved: packs round-robin, --chunks V per device)\n"
+    "         (default auto; interleaved: packs round-robin, --chunks V per device;\n"
+    "         2bw: --flush-every K, the pipeline drained once in K steps, default 8)\n"
     "         --microbatch N --group N --packs N --recompute --update-on-cpu\n"
     "         --plan-profile NAME\n"
     "devices: --profile NAME (default SPILL_PROFILE, else gtx1080ti-x4) --devices N\n"
@@ -628,6 +630,7 @@ static int train_parse(const char *cmd, int sim, int argc, char **argv, struct t
 	    {"--group", &c.group, NULL, NULL, 0},
 	    {"--packs", &c.packs, NULL, NULL, 0},
 	    {"--chunks", &c.chunks, NULL, NULL, 0},
+	    {"--flush-every", &c.flush_every, NULL, NULL, 0},
 	    {"--recompute", &c.recompute, NULL, NULL, 1},
 	    {"--update-on-cpu", &c.upd_cpu, NULL, NULL, 1},
 	    {"--backend", NULL, &c.backend, NULL, 0},

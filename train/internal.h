@@ -77,6 +77,7 @@ struct run {
 	 * (the cold one): the report's "measured" is the steps after it, as the
 	 * taskgraph's "predicted" is the steady state */
 	double cold[TR_LINKS][TR_KINDS], cold_collective, cold_internode, cold_drive[16];
+	int cold_steps;           /* steps the cold figures cover (the first program run) */
 	double *losses, *times;   /* [steps]: each step's loss and seconds */
 	int switch_step;          /* the tuner switched after this step (0: never) */
 	struct tg_plan prev_plan; /* the plan before the switch */
@@ -122,9 +123,9 @@ int tr_data_val(const struct rt_model *m, void *arg, int iter, int sample0, int 
  * text auto simulates, NULL: the context's). */
 int tr_choose_plan(struct run *r, struct tg_plan *plan, const char *twin) SP_MUST_CHECK;
 /* report.c: per-step accounting, the end-of-run report, the JSON file. */
-void tr_account_step(struct run *r, double t0, double t1);
+void tr_account_step(struct run *r, double t0, double t1, int nsteps);
 /* Notes the bytes moved so far, at the end of the run's first (cold) step. */
-void tr_account_cold(struct run *r);
+void tr_account_cold(struct run *r, int nsteps);
 int tr_report(struct run *r) SP_MUST_CHECK;
 /* convert.c: writes the weights into every layer of the run (after
  * rt_run_open; optimizer state untouched). -EINVAL when the shapes differ. */

@@ -17,12 +17,12 @@
 
 /* ---- per step ----------------------------------------------------------------------- */
 
-void tr_account_step(struct run *r, double t0, double t1)
+void tr_account_step(struct run *r, double t0, double t1, int nsteps)
 {
 	double dt = t1 - t0;
 	r->t_total += dt;
-	r->recent[r->nrecent % 8] = dt;
-	r->nrecent++;
+	for (int j = 0; j < nsteps; j++)
+		r->recent[r->nrecent++ % 8] = dt / nsteps;
 	const struct rt_prog *p = &r->run->prog;
 	int nd = r->rt->ndev;
 	double comp = 0, exposed = 0;
@@ -93,8 +93,9 @@ static void link_bytes(struct run *r, double out[TR_LINKS][TR_KINDS])
 	}
 }
 
-void tr_account_cold(struct run *r)
+void tr_account_cold(struct run *r, int nsteps)
 {
+	r->cold_steps = nsteps;
 	link_bytes(r, r->cold);
 	r->cold_collective = (double)r->rt->st.collective_p2p;
 	r->cold_internode = (double)r->rt->st.internode;
@@ -109,28 +110,30 @@ static void measure(struct run *r, struct tr_profile *pr)
 	struct vmm *v = r->rt->vmm;
 	int nd = r->rt->ndev;
 	int steps = r->res.steps ? r->res.steps : 1;
-	/* the steady state: the steps after the first (cold) one, when there are */
-	int warm = r->res.steps >= 2;
+	/* the steady state: the steps after the first (cold) program run (one step;
+	 * 2bw's first block of steps), when there are */
+	int cold = r->cold_steps > 0 ? r->cold_steps : 1;
+	int warm = r->res.steps > cold;
 	double now[TR_LINKS][TR_KINDS];
 	link_bytes(r, now);
 	for (int l = 0; l < TR_LINKS; l++)
 		for (int k = 0; k < TR_KINDS; k++)
 			pr->measured[l][k] =
-			    warm ? (now[l][k] - r->cold[l][k]) / (steps - 1) : now[l][k] / steps;
-	pr->collective = warm
-	                     ? ((double)r->rt->st.collective_p2p - r->cold_collective) / (steps - 1)
-	                     : (double)r->rt->st.collective_p2p / steps;
-	pr->internode = warm ? ((double)r->rt->st.internode - r->cold_internode) / (steps - 1)
+			    warm ? (now[l][k] - r->cold[l][k]) / (steps - cold) : now[l][k] / steps;
+	pr->collective =
+	    warm ? ((double)r->rt->st.collective_p2p - r->cold_collective) / (steps - cold)
+	         : (double)r->rt->st.collective_p2p / steps;
+	pr->internode = warm ? ((double)r->rt->st.internode - r->cold_internode) / (steps - cold)
 	                     : (double)r->rt->st.internode / steps;
 	pr->nodes = tr_run_nodes(r);
-	pr->warm_steps = warm ? steps - 1 : steps;
+	pr->warm_steps = warm ? steps - cold : steps;
 	struct vmm_disk_stats_snapshot ds;
 	vmm_disk_stats_get(v, &ds);
 	pr->ndrives = ds.ndrives < 16 ? ds.ndrives : 16;
 	for (int k = 0; k < pr->ndrives; k++)
 		pr->drive_bytes[k] =
 		    warm ? ((double)(ds.drive_written[k] + ds.drive_read[k]) - r->cold_drive[k]) /
-		               (steps - 1)
+		               (steps - cold)
 		         : (double)(ds.drive_written[k] + ds.drive_read[k]) / steps;
 	/* the taskgraph's steady-state prediction for this plan and budget */
 	struct tg_hw hw;
@@ -142,7 +145,7 @@ static void measure(struct run *r, struct tr_profile *pr)
 	_Static_assert(TR_LINKS == TG_NLINK, "the report's links are the taskgraph's");
 	for (int l = 0; l < TR_LINKS && pr->has_predicted; l++)
 		for (int k = 0; k < TR_KINDS; k++)
-			pr->predicted[l][k] = (double)sw.bytes[l][k];
+			pr->predicted[l][k] = (double)sw.bytes[l][k] / tg_graph_steps(g);
 	if (pr->has_predicted) /* the ring's share is counted as collective traffic */
 		pr->predicted[2][1] = 0;
 	/* Harmony's closed forms count the weights' swaps only */

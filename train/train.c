@@ -363,9 +363,20 @@ int tr_choose_plan(struct run *r, struct tg_plan *plan, const char *twin)
 			                "model has %d layers",
 			                c->chunks, c->chunks, r->rt->ndev, packs, r->m.nlayers);
 	}
+	if (c->flush_every && (!c->schedule || strcasecmp(c->schedule, "2bw") ||
+	                       c->flush_every < 0 || c->flush_every > TG_MAX_FLUSH_EVERY)) {
+		if (c->schedule && !strcasecmp(c->schedule, "2bw"))
+			return sp_error(-EINVAL, "--flush-every %d: 1..%d steps", c->flush_every,
+			                TG_MAX_FLUSH_EVERY);
+		return sp_error(-EINVAL,
+		                "--flush-every %d: only with --schedule 2bw (the other schedules "
+		                "drain the pipeline every step)",
+		                c->flush_every);
+	}
 	struct rt_plan_request q = {.schedule = c->schedule,
 	                            .microbatch = c->microbatch,
 	                            .group = c->group,
+	                            .flush_every = c->flush_every,
 	                            .packs = packs,
 	                            .upd_cpu = c->upd_cpu,
 	                            .recompute = c->recompute,
@@ -841,6 +852,85 @@ static int same_on_every_node(struct run *r, int rc)
 	                bad, rank == 0 ? what : "(see node 0)");
 }
 
+/* What follows step `step` (0-based) of the loop: its loss and progress, the
+ * evaluation, checkpoint, tuning and stop it is due. Returns 0 to go on, 1 to
+ * end the loop (*rc: 0 or the error), 2 to end the run at once (stopped). */
+static int after_step(struct run *r, int step, double loss, double t1, double dt, int caught,
+                      int block_end, int *rc)
+{
+	if (isnan(r->res.first_loss))
+		r->res.first_loss = loss;
+	r->losses[step] = loss;
+	r->times[step] = dt;
+	r->res.last_loss = loss;
+	r->res.steps++;
+	/* the model backend moves no data: its loss is always NaN */
+	int diverged = !isfinite(loss) && dev_backend(r->rt->dev) != DEV_BACKEND_MODEL;
+	if (block_end || diverged) /* the block's steps end together */
+		progress(r, step + 1, loss, t1, step + 1 == r->steps || diverged);
+	if (diverged) {
+		r->diverged = 1;
+		*rc = sp_error(-ERANGE, "diverged at step %d: the loss is %s (lower --lr?); %s%s",
+		               step + 1, isnan(loss) ? "nan" : "inf",
+		               r->last_ckpt[0] ? "the last good checkpoint is "
+		                               : "no checkpoint was written",
+		               r->last_ckpt);
+		return 1;
+	}
+	if (r->c.eval_every && (step + 1) % r->c.eval_every == 0 && r->m.eval_data) {
+		double el;
+		if ((*rc = evaluate(r, &el)) < 0)
+			return 1;
+		r->res.last_eval = el;
+		fprintf(r->out, "%seval at step %d: validation loss %.4f\n", r->c.tty ? "\n" : "",
+		        step + 1, el);
+	}
+	if (r->c.checkpoint_dir &&
+	    ((r->c.checkpoint_every && (step + 1) % r->c.checkpoint_every == 0) ||
+	     step + 1 == r->steps) &&
+	    (*rc = tr_checkpoint(r, step + 1)) < 0)
+		return 1;
+	int ta = r->c.tune_after > 0 ? r->c.tune_after : 3;
+	if (r->c.tune && step + 1 == r->start + ta && step + 1 < r->steps && (*rc = tr_tune(r)) < 0)
+		return 1;
+	if (r->switch_step && !r->verified && step + 1 == r->switch_step + 1 + ta &&
+	    step + 1 < r->steps && (*rc = tr_tune_verify(r)) < 0)
+		return 1;
+	/* every node stops after the same step (node 0 writes its checkpoint),
+	 * the last of a block: the state is there */
+	if (!block_end)
+		return 0;
+	int stop = caught && stop_signal;
+	if (r->c.nodes && step + 1 < r->steps)
+		stop = tr_nodes_any(r->c.nodes, stop);
+	if (stop && step + 1 < r->steps) {
+		*rc = stop_interrupted(r, step + 1);
+		return 2;
+	}
+	return 0;
+}
+
+/* The steps the next run of the program makes from `step`: 1, or under 2bw
+ * with --flush-every K up to K, ending at the next step after which the loop
+ * does something (an evaluation, a checkpoint, the tuner, the last step) or
+ * may stop (a signal is looked at after each block). */
+static int block_steps(const struct run *r, int step)
+{
+	int most = r->run->mo->nstep, n = 1;
+	int ta = r->c.tune_after > 0 ? r->c.tune_after : 3;
+	while (n < most && step + n < r->steps) {
+		int s = step + n; /* steps done after the block so far */
+		if ((r->c.eval_every && s % r->c.eval_every == 0 && r->m.eval_data) ||
+		    (r->c.checkpoint_dir && r->c.checkpoint_every &&
+		     s % r->c.checkpoint_every == 0) ||
+		    (r->c.tune && s == r->start + ta) ||
+		    (r->switch_step && !r->verified && s == r->switch_step + 1 + ta))
+			break;
+		n++;
+	}
+	return n;
+}
+
 int tr_train(const struct tr_config *cfg, struct tr_result *res)
 {
 	SP_CHECK_ARG(cfg, "tr_train: NULL config");
@@ -890,67 +980,35 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 		rc = sp_error(-ENOMEM, "train: out of memory");
 		goto out;
 	}
-	for (int step = r->start; step < r->steps; step++) {
-		double t0 = dev_now(r->rt->dev), loss;
-		r->m.opt.lr = tr_lr_at(r, step);
-		rc = rt_run_step(r->run, &loss);
+	for (int step = r->start, n = 1, end = 0; step < r->steps && !end; step += n) {
+		/* a block of n steps, one run of the program (2bw: up to
+		 * --flush-every; it ends where something is done between steps) */
+		n = block_steps(r, step);
+		float lr[TG_MAX_FLUSH_EVERY];
+		double losses[TG_MAX_FLUSH_EVERY];
+		for (int j = 0; j < n; j++)
+			lr[j] = tr_lr_at(r, step + j);
+		double t0 = dev_now(r->rt->dev);
+		r->m.opt.lr = lr[0];
+		rc = rt_run_steps(r->run, n, lr, losses);
+		r->m.opt.lr = lr[n - 1];
 		if (rc < 0) {
-			rc = sp_error(rc, "step %d: %s", step + 1, sp_last_error());
+			rc = n > 1 ? sp_error(rc, "steps %d..%d: %s", step + 1, step + n,
+			                      sp_last_error())
+			           : sp_error(rc, "step %d: %s", step + 1, sp_last_error());
 			break;
 		}
 		double t1 = dev_now(r->rt->dev);
-		tr_account_step(r, t0, t1);
+		tr_account_step(r, t0, t1, n);
 		if (step == r->start)
-			tr_account_cold(r);
+			tr_account_cold(r, n);
 		if (r->c.trace_file)
 			tr_trace_step(&r->trace, r, t0);
-		if (isnan(r->res.first_loss))
-			r->res.first_loss = loss;
-		r->losses[step] = loss;
-		r->times[step] = t1 - t0;
-		r->res.last_loss = loss;
-		r->res.steps++;
-		/* the model backend moves no data: its loss is always NaN */
-		int diverged = !isfinite(loss) && dev_backend(r->rt->dev) != DEV_BACKEND_MODEL;
-		progress(r, step + 1, loss, t1, step + 1 == r->steps || diverged);
-		if (diverged) {
-			r->diverged = 1;
-			rc = sp_error(-ERANGE,
-			              "diverged at step %d: the loss is %s (lower --lr?); %s%s",
-			              step + 1, isnan(loss) ? "nan" : "inf",
-			              r->last_ckpt[0] ? "the last good checkpoint is "
-			                              : "no checkpoint was written",
-			              r->last_ckpt);
-			break;
-		}
-		if (r->c.eval_every && (step + 1) % r->c.eval_every == 0 && r->m.eval_data) {
-			double el;
-			if ((rc = evaluate(r, &el)) < 0)
-				break;
-			r->res.last_eval = el;
-			fprintf(r->out, "%seval at step %d: validation loss %.4f\n",
-			        r->c.tty ? "\n" : "", step + 1, el);
-		}
-		if (r->c.checkpoint_dir &&
-		    ((r->c.checkpoint_every && (step + 1) % r->c.checkpoint_every == 0) ||
-		     step + 1 == r->steps) &&
-		    (rc = tr_checkpoint(r, step + 1)) < 0)
-			break;
-		int ta = r->c.tune_after > 0 ? r->c.tune_after : 3;
-		if (r->c.tune && step + 1 == r->start + ta && step + 1 < r->steps &&
-		    (rc = tr_tune(r)) < 0)
-			break;
-		if (r->switch_step && !r->verified && step + 1 == r->switch_step + 1 + ta &&
-		    step + 1 < r->steps && (rc = tr_tune_verify(r)) < 0)
-			break;
-		/* every node stops after the same step (node 0 writes its checkpoint) */
-		int stop = caught && stop_signal;
-		if (r->c.nodes && step + 1 < r->steps)
-			stop = tr_nodes_any(r->c.nodes, stop);
-		if (stop && step + 1 < r->steps) {
-			rc = stop_interrupted(r, step + 1);
+		for (int j = 0; j < n && !end; j++)
+			end = after_step(r, step + j, losses[j], t1, (t1 - t0) / n, caught,
+			                 j == n - 1, &rc);
+		if (end > 1)
 			goto out;
-		}
 	}
 	if (rc == 0) {
 		rc = tr_report(r);

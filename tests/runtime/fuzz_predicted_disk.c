@@ -13,7 +13,8 @@
  * host copies).
  *
  * Each case draws a schedule, 1..4 devices, 2..10 layers cut into packs, the
- * microbatches, group, CPU update, recompute and keep_stash, which packs stash,
+ * microbatches, group, CPU update, recompute and keep_stash, 2bw's steps a
+ * program (an iteration is then one run of the program: all of them), which packs stash,
  * boundaries and workspaces (each U or 0 bytes, drawn so that every object is
  * U or 0), a device budget from the minimum (tg_graph_min_capacity, sometimes
  * one U below it) and a host pool from one U below the smallest the predictor
@@ -67,6 +68,7 @@ struct fcase {
 	int y;                     /* targets U, else 0 */
 	int extra;                 /* budget: tg_graph_min_capacity + extra U */
 	int host;                  /* host pool, U */
+	int flush;                 /* 2bw: steps a program (flush_every; 2 or 4 drawn) */
 };
 
 struct vol {
@@ -132,11 +134,14 @@ static void spec_format(const struct fcase *c, char *s, size_t n)
 			szs[o++] = (char)('0' + (c->sz[i] > 1 ? c->sz[i] : 1));
 		szs[o] = 0;
 	}
+	char fl[24] = "";
+	if (c->flush > 1)
+		snprintf(fl, sizeof(fl), " flush=%d", c->flush);
 	snprintf(s, n,
 	         "sched=%s dev=%d packs=%s mb=%d m=%d group=%d cpu=%d recompute=%d keep=%s "
-	         "stash=%s work=%s out=%s y=%d budget=%+d host=%d%s",
+	         "stash=%s work=%s out=%s y=%d budget=%+d host=%d%s%s",
 	         tg_sched_name(c->sched), c->ndev, packs, c->mb, c->mper, c->group, c->upd_cpu,
-	         c->recompute, k, st, w, ou, c->y, c->extra, c->host, szs);
+	         c->recompute, k, st, w, ou, c->y, c->extra, c->host, szs, fl);
 }
 
 static int parse_bits(const char *v, unsigned char *b)
@@ -199,6 +204,8 @@ static int spec_parse(const char *s, struct fcase *c)
 			c->extra = atoi(v);
 		else if (!strcmp(t, "host"))
 			c->host = atoi(v);
+		else if (!strcmp(t, "flush"))
+			c->flush = atoi(v);
 		else if (!strcmp(t, "size"))
 			for (int i = 0; i < MAXL && v[i] >= '1' && v[i] <= '9'; i++)
 				c->sz[i] = (unsigned char)(v[i] - '0');
@@ -280,6 +287,7 @@ static void plan(const struct fcase *c, struct tg_plan *p)
 	p->group = c->group;
 	p->upd_cpu = c->upd_cpu;
 	p->recompute = c->recompute;
+	p->flush_every = c->flush;
 	for (int i = 0; i < c->np; i++) {
 		p->pack_end[i] = c->pack_end[i];
 		p->keep_stash[i] = c->keep[i];
@@ -294,6 +302,8 @@ static void normalize(struct fcase *c)
 	if (!harmony || c->group < 1 || c->mper % c->group)
 		c->group = 1;
 	c->out[c->np - 1] = 1;
+	if (c->sched != TG_2BW)
+		c->flush = 0;
 	for (int pk = 0; pk < c->np; pk++) {
 		if (!c->recompute)
 			c->keep[pk] = 0;
@@ -347,6 +357,11 @@ static void draw(struct fcase *c)
 	}
 	int b = rnd_in(0, 19);
 	c->extra = b == 0 ? -1 : b < 8 ? 0 : b < 12 ? 1 : rnd_in(2, 6);
+	/* even: the replay repeats one program, whose weight versions are back
+	 * in place after an even number of steps (after an odd one the runtime
+	 * swaps what W and Wnew name, which the replay does not) */
+	if (c->sched == TG_2BW && chance(60))
+		c->flush = 2 * rnd_in(1, 2);
 	normalize(c);
 }
 
@@ -432,7 +447,7 @@ static int executor(const struct fcase *c, struct rt_model *m, const struct tg_p
 	for (int it = 0; it < 3; it++) {
 		static const char *st[] = {"iteration 1", "iteration 2", "iteration 3"};
 		o->stage = st[it];
-		if ((rc = rt_run_step(run, NULL)) < 0)
+		if ((rc = rt_run_steps(run, run->mo->nstep, NULL, NULL)) < 0)
 			goto out;
 		if (tracing)
 			trace(rt, it);

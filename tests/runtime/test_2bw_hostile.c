@@ -5,8 +5,11 @@
  * Each case draws a small GPT-2 (tied head; fp32 or bf16), an optimizer and
  * a clipping threshold, and a 2bw plan: 1, 2 or 4 emulated devices, random
  * contiguous packs, microbatch, recompute, the CPU update, jitter, the disk
- * tier, a budget from the working set up. The executor and the reference
- * step in lockstep for STEPS steps; before each step one hostile action:
+ * tier, a budget from the working set up, and the steps a program runs
+ * without a flush (flush_every 1..4). The executor and the reference step in
+ * lockstep for STEPS steps, the executor in blocks of 1..flush_every steps
+ * (rt_run_steps, each step its own learning rate); before each block one
+ * hostile action:
  *   1 the learning rate changes (both read m->opt.lr)
  *   2 every layer's RT_PARAMS / RT_PARAMS_PREV / RT_OPTIM read mid-run and
  *     compared with the reference's params / shadow / optim
@@ -42,7 +45,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define STEPS 6
+#define STEPS 8
 
 static uint64_t rng;
 static uint32_t rnd(uint32_t n)
@@ -189,6 +192,7 @@ static double eval_newest(const struct rt_model *m, const struct tg_plan *p2,
 {
 	struct tg_plan q = *p2;
 	q.sched = TG_1F1B;
+	q.flush_every = 0;
 	char save[64];
 	memcpy(save, jitter, sizeof(save));
 	jitter[0] = 0;
@@ -245,6 +249,8 @@ static int one_case(uint64_t seed)
 	rand_packs(&p, L);
 	p.recompute = rnd(3) == 0;
 	p.upd_cpu = rnd(3) == 0;
+	if (p.sched == TG_2BW)
+		p.flush_every = 1 + (int)rnd(4);
 	int jit = rnd(3) == 0 && p.ndev > 1;
 	if (jit)
 		snprintf(jitter, sizeof(jitter), "%d:800:%d", (int)rnd((uint32_t)p.ndev),
@@ -278,12 +284,13 @@ static int one_case(uint64_t seed)
 	char what[320];
 	snprintf(what, sizeof(what),
 	         "seed %" PRIu64 ": L %d C %d V %d %s batch %d, %s%s wd %g clip %g; 2bw %d dev, %d "
-	         "packs (first ends %d), mb %d%s%s%s%s, budget %.2fx",
+	         "packs (first ends %d), mb %d%s%s%s%s, flush every %d, budget %.2fx",
 	         seed, cfg.L, cfg.C, cfg.V, cfg.dtype == KN_BF16 ? "bf16" : "fp32", batch,
 	         opt ? "sgd" : "adamw", opt == 2 ? "+mom" : "", (double)m.opt.weight_decay,
 	         (double)m.opt.grad_clip, p.ndev, p.npacks, p.pack_end[0], p.microbatch,
 	         p.recompute ? " recompute" : "", p.upd_cpu ? " cpu-update" : "",
-	         jit ? " jitter" : "", disk ? " disk" : "", (double)budget / (double)ws);
+	         jit ? " jitter" : "", disk ? " disk" : "", p.flush_every,
+	         (double)budget / (double)ws);
 
 	struct rt_reference *ref;
 	CHECK_OK(rt_reference_open(&m, 1, p.microbatch, 42, &ref));
@@ -315,7 +322,7 @@ static int one_case(uint64_t seed)
 	int ran = 1, bad = 0;
 	char log[256] = "";
 	void **saved = NULL;
-	for (int s = 0; s < STEPS && !bad; s++) {
+	for (int s = 0, n = 1; s < STEPS && !bad; s += n) {
 		int act = force >= 0 ? force : (s ? (int)rnd(8) : 0);
 		if (twin && act > 3)
 			act = 0;
@@ -383,9 +390,23 @@ static int one_case(uint64_t seed)
 		}
 		if (bad)
 			break;
-		double rl, loss;
-		CHECK_OK(rt_reference_step(ref, s, &rl));
-		rc = rt_run_step(run, &loss);
+		/* a block of n steps, each with its own learning rate */
+		int most = p.flush_every > 1 ? p.flush_every : 1;
+		n = 1 + (int)rnd((uint32_t)(most < STEPS - s ? most : STEPS - s));
+		float lr[TG_MAX_FLUSH_EVERY];
+		double rls[TG_MAX_FLUSH_EVERY], losses[TG_MAX_FLUSH_EVERY];
+		static const float lr_scale[] = {1, 1, 3, 0.25f};
+		for (int j = 0; j < n; j++)
+			lr[j] = m.opt.lr * (n > 1 ? lr_scale[rnd(4)] : 1);
+		float lr0 = m.opt.lr;
+		for (int j = 0; j < n; j++) {
+			m.opt.lr = lr[j];
+			CHECK_OK(rt_reference_step(ref, s + j, &rls[j]));
+		}
+		m.opt.lr = lr0;
+		snprintf(a, sizeof(a), "x%d", n);
+		strncat(log, a, sizeof(log) - strlen(log) - 1);
+		rc = n > 1 ? rt_run_steps(run, n, lr, losses) : rt_run_step(run, &losses[0]);
 		if (rc == -ENOMEM && s == 0) {
 			if (getenv("HOSTILE_VERBOSE"))
 				printf("  -ENOMEM: %s\n", sp_last_error());
@@ -393,11 +414,26 @@ static int one_case(uint64_t seed)
 			break;
 		}
 		CHECK_MSG(rc == 0, "%s: step %d: %s", what, s, sp_last_error());
-		if (loss != rl) {
-			printf("  %s: step %d loss %.9g, reference %.9g\n", what, s, loss, rl);
-			bad++;
-		}
-		if (twin) {
+		for (int j = 0; j < n; j++)
+			if (losses[j] != rls[j]) {
+				printf("  %s: step %d loss %.9g, reference %.9g\n", what, s + j,
+				       losses[j], rls[j]);
+				bad++;
+			}
+		double rl = rls[0];
+		if (twin && n > 1) { /* the twin runs the block step by step */
+			for (int j = 0; j < n && !bad; j++) {
+				double lt;
+				m.opt.lr = lr[j];
+				CHECK_OK(rt_run_step(twin, &lt));
+				m.opt.lr = lr0;
+				if (lt != rls[j]) {
+					printf("  %s: twin step %d loss %.9g, reference %.9g\n",
+					       what, s + j, lt, rls[j]);
+					bad++;
+				}
+			}
+		} else if (twin) {
 			double lt;
 			rc = rt_run_step(twin, &lt);
 			if (rc == -ENOMEM && s == 0) { /* both do not fit together */

@@ -26,7 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define STEPS 3
+#define STEPS 4
 #define MAXN  3
 
 /* ---- the mailbox: blocking, tagged, FIFO per (from, to, tag) ---- */
@@ -137,8 +137,12 @@ static void *node_main(void *arg)
 	rt_set_nodes(rt, &n->nodes);
 	struct rt_run *run;
 	n->rc = rt_run_open(rt, m, &n->plan, 42, &run);
-	for (int s = 0; s < STEPS && n->rc == 0; s++)
-		n->rc = rt_run_step(run, &n->loss[s]);
+	/* 2bw without a flush: blocks of its steps a program, the same on every
+	 * node (each step's all-reduces meet) */
+	for (int s = 0, k = 1; s < STEPS && n->rc == 0; s += k) {
+		k = run->mo->nstep < STEPS - s ? run->mo->nstep : STEPS - s;
+		n->rc = rt_run_steps(run, k, NULL, &n->loss[s]);
+	}
 	if (n->rc < 0) { /* the other nodes would wait for this one forever */
 		fprintf(stderr, "FAIL node %d (%s): %s\n", n->rank, tg_sched_name(n->plan.sched),
 		        sp_last_error());
@@ -198,6 +202,8 @@ static int one_case(uint64_t seed, int verbose)
 	p.recompute = rnd(3) == 0;
 	p.upd_cpu = rnd(3) == 0;
 	p.zero = rnd(3) == 0;
+	if (sched == TG_2BW) /* steps a program: 1 (a flush each), 2, 3 */
+		p.flush_every = 1 + (int)rnd(3);
 
 	struct rt_model ref_m; /* the whole batch, N * rep_node replicas */
 	CHECK_OK(rt_model_gpt(&proto.cfg, proto.T, proto.total, &ref_m));
@@ -234,14 +240,14 @@ static int one_case(uint64_t seed, int verbose)
 	char what[256];
 	snprintf(what, sizeof(what),
 	         "seed %" PRIu64 ": %d nodes of %d dev, %s, L %d C %d V %d %s, %s, batch %d/node, "
-	         "mb %d, %d packs%s%s%s%s%s, budget %s",
+	         "mb %d, %d packs%s%s%s%s%s, flush every %d, budget %s",
 	         seed, N, p.ndev, tg_sched_name(sched), proto.cfg.L, proto.cfg.C, proto.cfg.V,
 	         proto.cfg.dtype == KN_BF16 ? "bf16" : "fp32",
 	         proto.opt ? (proto.opt == 2 ? "sgd+mom" : "sgd") : "adamw", proto.per,
 	         p.microbatch, p.npacks, p.recompute ? ", recompute" : "",
 	         p.upd_cpu ? ", cpu update" : "", p.zero ? ", zero1" : "",
 	         proto.clip < 1 ? ", clip" : "", jit ? ", jitter" : "",
-	         proto.budget > 32 * ws ? "ample" : "1.5x");
+	         p.flush_every > 1 ? p.flush_every : 1, proto.budget > 32 * ws ? "ample" : "1.5x");
 
 	/* the reference: one replica per node (per device of a node, data parallel) */
 	struct rt_reference *ref;
@@ -251,6 +257,8 @@ static int one_case(uint64_t seed, int verbose)
 	double rl[STEPS];
 	for (int s = 0; s < STEPS; s++)
 		CHECK_OK(rt_reference_step(ref, s, &rl[s]));
+	if (getenv("NODES_VERBOSE"))
+		fprintf(stderr, "  %s\n", what);
 
 	struct node nodes[MAXN];
 	int ranks[MAXN];

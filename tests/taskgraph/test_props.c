@@ -1,8 +1,10 @@
 /* tests/taskgraph/test_props.c — property test: random models and plans give valid
  * graphs for every schedule (acyclic order, written before read, one UPD per pack
- * that depends on every user of its W and G), with ties of the last layer to an
- * earlier one, including two models in one graph; the simulator runs on them.
- * Deterministic seed. */
+ * and step that depends on every user of its W and G, any two tasks touching one
+ * object, one writing it, ordered by dependencies), with ties of the last layer
+ * to an earlier one, clipping's norms, several nodes (ZeRO-1 too), 2bw running
+ * 1..5 steps a program, including two models in one graph; the simulator runs on
+ * them. Deterministic seed; argv[1]: graphs (default 3000). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -18,11 +20,11 @@ static int rnd(int n)
 	return (int)(rs % (unsigned long long)n);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	struct tg_layer L[2][12];
-	int ngraphs = 0;
-	for (int it = 0; it < 400; it++) {
+	int ngraphs = 0, nwindow = 0, count = argc > 1 ? atoi(argv[1]) : 3000;
+	for (int it = 0; it < count; it++) {
 		int nl = 1 + rnd(12), nmod = 1 + rnd(2);
 		for (int k = 0; k < nmod; k++)
 			for (int i = 0; i < nl; i++)
@@ -52,6 +54,18 @@ int main(void)
 				p.pack_end[p.npacks++] = i;
 		int dp = p.sched == TG_DP_SWAP || p.sched == TG_HARMONY_DP;
 		int m = 1 + rnd(6);
+		if (p.sched == TG_2BW)
+			p.flush_every = rnd(6);
+		int K = p.sched == TG_2BW && p.flush_every > 1 ? p.flush_every : 1;
+		nwindow += K > 1;
+		if (rnd(3) == 0) { /* data parallel over nodes, ZeRO-1 half the time */
+			p.nodes = 2 + rnd(2);
+			p.node_rank = rnd(p.nodes);
+			p.zero = rnd(2);
+			for (int k = 0; k < TG_MAX_PACKS; k++)
+				p.owner[k] = (unsigned char)rnd(p.nodes);
+		}
+		uint64_t norm = rnd(2) ? 8 * (uint64_t)(nl + 1) : 0;
 		p.group = 1;
 		if (p.sched == TG_HARMONY_DP || p.sched == TG_HARMONY_PP) {
 			int divs[6], nd = 0;
@@ -67,14 +81,19 @@ int main(void)
 			                          .layers = L[k],
 			                          .batch = m * p.microbatch * (dp ? p.ndev : 1),
 			                          .in_bytes_per_sample = (uint64_t)rnd(10),
-			                          .loss_bytes_per_sample = (uint64_t)rnd(10)};
+			                          .loss_bytes_per_sample = (uint64_t)rnd(10),
+			                          .norm_bytes = norm};
 		struct tg_graph g;
 		CHECK_OK(tg_graph_build(md, nmod, &p, &g));
 		CHECK_OK(tg_graph_validate(&g));
 		int upd = 0;
 		for (int t = 0; t < g.ntask; t++)
 			upd += g.task[t].kind == TG_UPD;
-		CHECK_MSG(upd == nmod * p.npacks * (dp ? p.ndev : 1), "%d UPDs", upd);
+		CHECK_MSG(upd == nmod * p.npacks * (dp ? p.ndev : 1) * K, "%d UPDs", upd);
+		CHECK(tg_graph_steps(&g) == K);
+		/* every task of a window's step j, none of steps >= K */
+		for (int t = 0; t < g.ntask; t++)
+			CHECK(g.task[t].step >= 0 && g.task[t].step < K);
 		struct tg_swap sw;
 		CHECK_OK(tg_sim_swap(&g, 1ull << 40, 0, &sw));
 		/* unlimited memory, GPU update: nothing moves but collectives and P2P flow */
@@ -84,6 +103,7 @@ int main(void)
 		tg_graph_free(&g);
 		ngraphs++;
 	}
-	printf("%d random graphs valid\n", ngraphs);
+	printf("%d random graphs valid, %d of them 2bw programs of several steps\n", ngraphs,
+	       nwindow);
 	TEST_PASS();
 }

@@ -26,7 +26,9 @@
 #    profile the planner assumed; the tuner switches plans and the steps after
 #    the switch are faster than those before;
 #  - `spill sim --model 10b --profile gtx1080ti-x8` reports in under 30 s;
-#    `spill sim --schedule 2bw` runs, its step within 5% of 1f1b's;
+#    `spill sim --schedule 2bw --flush-every 1` runs, its step within 5% of
+#    1f1b's, and without the flush (the default, 8) at least 5% faster;
+#    --flush-every with another schedule or out of 1..64 is one line;
 #  - bad input: one line on stderr, a non-zero exit, nothing overwritten; a
 #    plan whose state fits nowhere is refused before its first step.
 set -u
@@ -457,17 +459,29 @@ limit=30
 case "$O" in *san*) limit=300 ;; esac # sanitizers: 10-20x slower
 awk -v t="$took" -v l="$limit" 'BEGIN { exit !(t < l) }' || fail "spill sim took ${took} s (limit $limit)"
 grep -q "swap volume per step" "$work/sim.out" || fail "sim printed no profile"
-# 2bw in a what-if: its step (the flush kept) within 5% of 1f1b's
-for s in 1f1b 2bw; do
-	"$spill" sim --model gpt2 --schedule "$s" --steps 3 >"$work/sim$s.out" 2>&1 ||
-		{ cat "$work/sim$s.out"; fail "spill sim --schedule $s"; }
-	grep -q "^plan: $s," "$work/sim$s.out" || fail "spill sim --schedule $s: plan line"
+# 2bw in a what-if: flushing every step, its step within 5% of 1f1b's;
+# without the flush (once in 8 steps, the default), faster
+for s in 1f1b "2bw --flush-every 1" 2bw; do
+	f="$work/sim${s// /}.out"
+	"$spill" sim --model gpt2 --schedule $s --steps 3 >"$f" 2>&1 ||
+		{ cat "$f"; fail "spill sim --schedule $s"; }
+	grep -q "^plan: ${s%% *}," "$f" || fail "spill sim --schedule $s: plan line"
 done
+grep -q "flush every 8 steps" "$work/sim2bw.out" || fail "2bw's plan line names no flush"
 t1=$(awk '/s\/step/ { print $3 }' "$work/sim1f1b.out")
+tf=$(awk '/s\/step/ { print $3 }' "$work/sim2bw--flush-every1.out")
 t2=$(awk '/s\/step/ { print $3 }' "$work/sim2bw.out")
-echo "spill sim --model gpt2: 1f1b $t1 s/step, 2bw $t2 s/step"
-awk -v a="$t1" -v b="$t2" 'BEGIN { exit !(a > 0 && b > 0 && b < a * 1.05 && b > a * 0.95) }' ||
-	fail "spill sim: 2bw $t2 s/step against 1f1b's $t1"
+echo "spill sim --model gpt2: 1f1b $t1 s/step, 2bw flushing every step $tf, every 8 $t2"
+awk -v a="$t1" -v b="$tf" 'BEGIN { exit !(b < 1.05 * a && b > 0.95 * a) }' ||
+	fail "spill sim: 2bw flushing every step $tf s/step against 1f1b's $t1"
+awk -v a="$t1" -v b="$t2" 'BEGIN { exit !(b < 0.95 * a) }' ||
+	fail "spill sim: 2bw without a flush $t2 s/step against 1f1b's $t1"
+for bad in "--schedule 1f1b --flush-every 4" "--schedule 2bw --flush-every 65"; do
+	"$spill" sim --model gpt2 $bad --steps 1 >"$work/badflush.out" 2>&1 &&
+		fail "spill sim $bad ran"
+	grep -q -- "--flush-every" "$work/badflush.out" ||
+		{ cat "$work/badflush.out"; fail "spill sim $bad: no line naming --flush-every"; }
+done
 
 # 6. the disk in a what-if: GPT-2 10B on one H100 with 64G of host memory and
 # three simulated drives (model backend: nothing is written to the directory)
