@@ -30,6 +30,9 @@
 #          machine (GPU, 3/4 of host memory, 3/4 of free disk) trained 5 steps
 #          on cuda, and a 7B-class GPT in bf16 with batch 64; each beside its
 #          spill sim prediction; 360 s at most
+#   twobw  tools/gpu/twobw.sh: 2bw on cuda flushing every step and once in 4
+#          steps, the same bits, and against the host backend (fp32, bf16);
+#          GPT-2 tokens/s of 2bw against 1f1b; 150 s at most
 #   mpi    tools/gpu/mpi.sh: mpirun -np 1 spill train on cuda (NCCL made through
 #          MPI) against the run without mpirun: the same losses; 120 s at most
 #   train  make bench-train (4x oversubscribed GPT-2 against unlimited)
@@ -78,6 +81,7 @@ for s in ${STEPS:-env build gpu demo block train vmm}; do
 		PYTHON=python3 step bf16-bench 120 make bench-block-gpu && tail -12 "$L/bf16-bench.log" ;;
 	bf16train) step bf16train 200 bash tools/gpu/bf16_train.sh && tail -6 "$L/bf16train.log" ;;
 	mpi) step mpi 120 bash tools/gpu/mpi.sh && tail -4 "$L/mpi.log" ;;
+	twobw) step twobw 150 bash tools/gpu/twobw.sh && tail -8 "$L/twobw.log" ;;
 	big) step big 360 bash tools/gpu/big.sh && tail -12 "$L/big.log" ;;
 	train) step train 300 make bench-train && tail -5 "$L/train.log" ;;
 	vmm) step vmm 200 make bench-vmm && tail -8 "$L/vmm.log" ;;
