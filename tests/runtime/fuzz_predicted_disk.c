@@ -362,6 +362,13 @@ static void draw(struct fcase *c)
 	 * swaps what W and Wnew name, which the replay does not) */
 	if (c->sched == TG_2BW && chance(60))
 		c->flush = 2 * rnd_in(1, 2);
+	/* FUZZ_2BW=N (an adversary's knob): 2bw always, K even from 2..2N */
+	if (getenv("FUZZ_2BW")) {
+		c->sched = TG_2BW;
+		if (is_dp(TG_2BW) == 0 && c->group != 1)
+			c->group = 1;
+		c->flush = 2 * rnd_in(1, atoi(getenv("FUZZ_2BW")) > 0 ? atoi(getenv("FUZZ_2BW")) : 4);
+	}
 	normalize(c);
 }
 

@@ -1,0 +1,420 @@
+/* tests/runtime/test_2bw_adv_nodes.c — test_nodes_ref's harness (several
+ * nodes in one process, in-memory mailboxes) on 2bw alone, harder: K in
+ * {2,3,4,5,7,8}, up to 11 steps in a random block partition (the same on every
+ * node), each step its own learning rate, clipping and ZeRO-1 more often, and
+ * between blocks (the same on every node) an evaluation or a rollback (save,
+ * the block, restore, set_step, the block again). An adversary's test.
+ * Rollbacks are left out under ZeRO-1: rt_run_save fails there on every node
+ * that does not own a layer's optimizer state (rt_run_read_state's -ENODATA),
+ * so a failed block cannot be retried from a save; ADV_ZERO_SAVE=1 keeps
+ * them (seed 2 then fails: "rt_run_read_state: layer 0's fp32 master weights
+ * is on node 1 (ZeRO-1), not here (node 0)").
+ *
+ * Below, test_nodes_ref's description:
+ *
+ * runtime.h's contract for nodes: "N nodes give the bits of one process with
+ * the same replicas (N*d devices of a data-parallel plan; N for pipelines, a
+ * replica per node)". Here each node is a thread with its own context (host
+ * backend, 1 or 2 emulated GPUs, a budget that swaps, optional kernel
+ * jitter), its share of the batch (rt_model.sample0, batch_total) and
+ * rt_nodes whose send/recv are an in-memory mailbox; random small GPTs and
+ * plans of every schedule, 2bw included (its delayed update against the
+ * reference's 2BW mode, one replica per node), with ZeRO-1, recompute, the
+ * CPU update and bf16. Every node's every loss, and its final parameters
+ * (under 2bw in fp32 the older version too) and optimizer state (under
+ * ZeRO-1 on the pack's owner alone, and bf16's masters with it), must be the
+ * bits of rt_reference_* with those replicas.
+ *
+ * argv[1]: cases (default 60); argv[2]: the first case's seed (default 1). */
+#include "kernels/kernels.h"
+#include "runtime/runtime.h"
+#include "tests/test.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define STEPS 11
+#define MAXN  3
+
+/* ---- the mailbox: blocking, tagged, FIFO per (from, to, tag) ---- */
+struct msg {
+	int from, to, tag;
+	size_t bytes;
+	struct msg *next;
+	unsigned char buf[];
+};
+static pthread_mutex_t mb_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t mb_cond = PTHREAD_COND_INITIALIZER;
+static struct msg *mb_head, **mb_tail = &mb_head;
+
+static int mb_send(void *arg, int to, int tag, const void *buf, size_t bytes)
+{
+	struct msg *m = malloc(sizeof(*m) + bytes + 1);
+	CHECK(m != NULL);
+	*m = (struct msg){*(int *)arg, to, tag, bytes, NULL};
+	memcpy(m->buf, buf, bytes);
+	pthread_mutex_lock(&mb_lock);
+	*mb_tail = m;
+	mb_tail = &m->next;
+	pthread_cond_broadcast(&mb_cond);
+	pthread_mutex_unlock(&mb_lock);
+	return 0;
+}
+
+static int mb_recv(void *arg, int from, int tag, void *buf, size_t bytes)
+{
+	int me = *(int *)arg;
+	pthread_mutex_lock(&mb_lock);
+	for (;;) {
+		for (struct msg **pp = &mb_head; *pp; pp = &(*pp)->next) {
+			struct msg *m = *pp;
+			if (m->to != me || m->from != from || m->tag != tag)
+				continue;
+			CHECK_MSG(m->bytes == bytes,
+			          "node %d: tag %d from %d: %zu bytes sent, %zu asked", me, tag,
+			          from, m->bytes, bytes);
+			*pp = m->next;
+			if (mb_tail == &m->next)
+				mb_tail = pp;
+			pthread_mutex_unlock(&mb_lock);
+			memcpy(buf, m->buf, bytes);
+			free(m);
+			return 0;
+		}
+		pthread_cond_wait(&mb_cond, &mb_lock);
+	}
+}
+
+/* ---- one case ---- */
+static uint64_t rng;
+static uint32_t rnd(uint32_t n)
+{
+	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (uint32_t)((rng >> 33) % n);
+}
+
+static uint64_t mix(uint64_t z) /* splitmix64: seeds far apart */
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+struct node {
+	int rank;
+	struct rt_nodes nodes;
+	struct kn_model_config cfg;
+	int T, per, total, opt;
+	float lr, wd, clip;
+	uint64_t dseed;
+	struct tg_plan plan;
+	uint64_t budget;
+	char jitter[64];
+	int nblk, blk[STEPS], act[STEPS];
+	float lrs[STEPS];
+	/* results */
+	int rc;
+	double loss[STEPS];
+	struct rt_model m;
+	void **params, **prev, **optim; /* per layer */
+};
+
+static void set_model(struct rt_model *m, const struct node *n)
+{
+	CHECK_OK(rt_model_set_optimizer(m, n->opt ? KN_SGD : KN_ADAMW, n->opt == 2 ? 0.9f : 0));
+	m->opt.lr = n->lr;
+	m->opt.weight_decay = n->wd;
+	m->opt.grad_clip = n->clip;
+}
+
+static void *node_main(void *arg)
+{
+	struct node *n = arg;
+	struct rt_model *m = &n->m;
+	CHECK_OK(rt_model_gpt(&n->cfg, n->T, n->per, m));
+	m->batch_total = n->total;
+	m->sample0 = n->rank * n->per;
+	m->data_arg = &n->dseed;
+	m->eval_data = rt_gpt_synthetic_data;
+	set_model(m, n);
+	struct sp_params sp;
+	sp_params_defaults(&sp);
+	sp.host_jitter = n->jitter;
+	struct rt_config c;
+	CHECK_OK(rt_config_from_params(&sp, &c));
+	c.dev.backend = DEV_BACKEND_HOST;
+	c.dev.ndevices = n->plan.ndev;
+	c.dev.device_mem = 64 << 20;
+	c.vmm.device_mem = n->budget;
+	c.vmm.host_mem = 64 << 20;
+	c.vmm.max_objects = 4096;
+	c.threads = 1;
+	struct rt_ctx *rt;
+	CHECK_OK(rt_open(&c, &rt));
+	rt_set_nodes(rt, &n->nodes);
+	struct rt_run *run;
+	n->rc = rt_run_open(rt, m, &n->plan, 42, &run);
+	/* the blocks and actions drawn for every node */
+	void **saved = NULL;
+	for (int b = 0, s = 0; b < n->nblk && n->rc == 0; s += n->blk[b++]) {
+		int k = n->blk[b];
+		if (n->act[b] == 1) { /* an evaluation on every node */
+			double el;
+			n->rc = rt_run_eval(run, b, &el);
+			if (n->rc < 0)
+				break;
+		}
+		if (n->act[b] == 2 && (n->rc = rt_run_save(run, &saved)) < 0)
+			break;
+		n->rc = rt_run_steps(run, k, n->lrs + s, &n->loss[s]);
+		if (n->rc == 0 && n->act[b] == 2) {
+			double again[STEPS];
+			n->rc = rt_run_restore(run, saved);
+			rt_run_set_step(run, s);
+			if (n->rc == 0)
+				n->rc = rt_run_steps(run, k, n->lrs + s, again);
+			for (int j = 0; j < k && n->rc == 0; j++)
+				if (again[j] != n->loss[s + j]) {
+					fprintf(
+					    stderr,
+					    "FAIL node %d: rerun step %d loss %.9g, first %.9g\n",
+					    n->rank, s + j, again[j], n->loss[s + j]);
+					_exit(1);
+				}
+		}
+	}
+	if (saved)
+		rt_run_save_free(run, saved);
+	if (n->rc < 0) { /* the other nodes would wait for this one forever */
+		fprintf(stderr, "FAIL node %d (%s): %s\n", n->rank, tg_sched_name(n->plan.sched),
+		        sp_last_error());
+		fflush(stderr);
+		_exit(1);
+	}
+	n->params = calloc((size_t)m->nlayers, sizeof(void *));
+	n->prev = calloc((size_t)m->nlayers, sizeof(void *));
+	n->optim = calloc((size_t)m->nlayers, sizeof(void *));
+	for (int l = 0; l < m->nlayers; l++) {
+		static const enum rt_state which[3] = {RT_PARAMS, RT_PARAMS_PREV, RT_OPTIM};
+		void **dst[3] = {&n->params[l], &n->prev[l], &n->optim[l]};
+		for (int k = 0; k < 3; k++) {
+			uint64_t b = rt_run_state_bytes(run, l, which[k]);
+			*dst[k] = b ? malloc(b) : NULL;
+			int rc = b ? rt_run_read_state(run, l, which[k], *dst[k]) : 0;
+			if (rc == -ENODATA && n->plan.zero) { /* another node's (ZeRO-1) */
+				free(*dst[k]);
+				*dst[k] = NULL;
+			} else
+				CHECK_OK(rc);
+		}
+	}
+	rt_run_close(run);
+	rt_close(rt);
+	return NULL;
+}
+
+static int one_case(uint64_t seed, int verbose)
+{
+	rng = mix(seed);
+	int N = 2 + (int)rnd(MAXN - 1);
+	struct node proto = {.T = 8};
+	proto.cfg = (struct kn_model_config){
+	    .maxT = 8, .V = 32 << rnd(2), .L = 1 + (int)rnd(3), .NH = 2, .C = 16 << rnd(2)};
+	proto.cfg.dtype = rnd(4) == 0 ? KN_BF16 : KN_F32;
+	proto.opt = (int)rnd(3);
+	proto.lr = proto.opt ? 0.05f : 3e-3f;
+	proto.wd = rnd(2) ? 0.1f : 0;
+	static const float clips[] = {0, 1e-3f, 0.05f, 1e30f};
+	proto.clip = clips[rnd(4)];
+	proto.dseed = seed;
+	/* 2bw most often: the schedule this test was written for */
+	enum tg_sched sched = TG_2BW;
+	struct tg_plan p = {.sched = sched};
+	p.ndev = 1 + (int)rnd(2);
+	int dp = sched == TG_DP_SWAP || sched == TG_HARMONY_DP;
+	int rep_node = dp ? p.ndev : 1; /* replicas on one node */
+	proto.per = rep_node * (1 << rnd(3)) * (dp ? 1 : 2);
+	proto.total = N * proto.per;
+	int per_rep = proto.per / rep_node, mbs[4], nm = 0;
+	for (int mb = 1; mb <= per_rep; mb *= 2)
+		if (per_rep % mb == 0)
+			mbs[nm++] = mb;
+	p.microbatch = mbs[rnd((uint32_t)nm)];
+	p.group = 1 + (int)rnd(2);
+	p.recompute = rnd(3) == 0;
+	p.upd_cpu = rnd(3) == 0;
+	p.zero = rnd(2) == 0;
+	static const int Ks[] = {2, 3, 4, 5, 7, 8};
+	p.flush_every = Ks[rnd(6)];
+	proto.nblk = 0;
+	for (int s = 0; s < STEPS;) {
+		int most = p.flush_every < STEPS - s ? p.flush_every : STEPS - s;
+		int k = rnd(2) ? most : 1 + (int)rnd((uint32_t)most);
+		/* 1 eval, 2 rollback (not under ZeRO-1: rt_run_save reads every
+		 * layer's state, -ENODATA on the nodes that do not own it) */
+		proto.act[proto.nblk] = s ? (int)rnd(4) : 0;
+		if (p.zero && proto.act[proto.nblk] == 2 && !getenv("ADV_ZERO_SAVE"))
+			proto.act[proto.nblk] = 0;
+		proto.blk[proto.nblk++] = k;
+		s += k;
+	}
+	for (int s = 0; s < STEPS; s++)
+		proto.lrs[s] = proto.lr * (rnd(3) ? 1.0f : (rnd(2) ? 0.5f : 2.0f));
+
+	struct rt_model ref_m; /* the whole batch, N * rep_node replicas */
+	CHECK_OK(rt_model_gpt(&proto.cfg, proto.T, proto.total, &ref_m));
+	ref_m.data_arg = &proto.dseed;
+	set_model(&ref_m, &proto);
+	int L = ref_m.nlayers;
+	p.npacks = 0;
+	for (int l = 0; l < L;) {
+		int len = 1 + (int)rnd(2);
+		l = l + len > L ? L : l + len;
+		p.pack_end[p.npacks++] = l;
+	}
+	struct rt_model node_m; /* one node's share: the plan must take it */
+	CHECK_OK(rt_model_gpt(&proto.cfg, proto.T, proto.per, &node_m));
+	struct tg_layer tl[16];
+	struct tg_model tm;
+	rt_model_tg(&node_m, tl, &tm);
+	struct tg_graph g;
+	struct tg_plan p1 = p;
+	p1.zero = 0;
+	int built = tg_graph_build(&tm, 1, &p1, &g);
+	uint64_t ws = built == 0 ? tg_graph_min_capacity(&g, NULL) : 0;
+	if (built == 0)
+		tg_graph_free(&g);
+	rt_model_free(&node_m);
+	if (built < 0) { /* a plan this model cannot take */
+		rt_model_free(&ref_m);
+		return 0;
+	}
+	proto.plan = p;
+	proto.budget = (uint64_t)((double)ws * (rnd(2) ? 1.5 : 64));
+	int jit = rnd(2);
+
+	char blks[128] = "";
+	for (int b = 0; b < proto.nblk; b++) {
+		char t[16];
+		snprintf(t, sizeof(t), "%s%d%s", b ? "," : "", proto.blk[b],
+		         proto.act[b] == 1   ? "e"
+		         : proto.act[b] == 2 ? "r"
+		                             : "");
+		strncat(blks, t, sizeof(blks) - strlen(blks) - 1);
+	}
+	char what[512];
+	snprintf(
+	    what, sizeof(what),
+	    "seed %" PRIu64 ": %d nodes of %d dev, %s, L %d C %d V %d %s, %s, batch %d/node, "
+	    "mb %d, %d packs%s%s%s%s%s, flush every %d, budget %s, blocks %s",
+	    seed, N, p.ndev, tg_sched_name(sched), proto.cfg.L, proto.cfg.C, proto.cfg.V,
+	    proto.cfg.dtype == KN_BF16 ? "bf16" : "fp32",
+	    proto.opt ? (proto.opt == 2 ? "sgd+mom" : "sgd") : "adamw", proto.per, p.microbatch,
+	    p.npacks, p.recompute ? ", recompute" : "", p.upd_cpu ? ", cpu update" : "",
+	    p.zero ? ", zero1" : "", proto.clip < 1 ? ", clip" : "", jit ? ", jitter" : "",
+	    p.flush_every > 1 ? p.flush_every : 1, proto.budget > 32 * ws ? "ample" : "1.5x", blks);
+
+	/* the reference: one replica per node (per device of a node, data parallel) */
+	struct rt_reference *ref;
+	CHECK_OK(rt_reference_open(&ref_m, N * rep_node, p.microbatch, 42, &ref));
+	CHECK_OK(rt_reference_set_2bw(ref));
+	double rl[STEPS];
+	for (int s = 0; s < STEPS; s++) {
+		ref_m.opt.lr = proto.lrs[s];
+		CHECK_OK(rt_reference_step(ref, s, &rl[s]));
+	}
+	ref_m.opt.lr = proto.lr;
+	if (getenv("NODES_VERBOSE"))
+		fprintf(stderr, "  %s\n", what);
+
+	struct node nodes[MAXN];
+	int ranks[MAXN];
+	pthread_t th[MAXN];
+	for (int r = 0; r < N; r++) {
+		nodes[r] = proto;
+		nodes[r].rank = ranks[r] = r;
+		nodes[r].nodes = (struct rt_nodes){r, N, mb_send, mb_recv, &ranks[r]};
+		if (jit)
+			snprintf(nodes[r].jitter, sizeof(nodes[r].jitter), "%d:600:%d",
+			         (int)rnd((uint32_t)p.ndev), (int)(seed + (uint64_t)r));
+		CHECK(pthread_create(&th[r], NULL, node_main, &nodes[r]) == 0);
+	}
+	for (int r = 0; r < N; r++)
+		CHECK(pthread_join(th[r], NULL) == 0);
+	CHECK_MSG(mb_head == NULL, "%s: messages sent and never received", what);
+
+	int held[16] = {0}, held_o[16] = {0}; /* nodes that could read each layer's */
+	for (int r = 0; r < N; r++) {
+		struct node *n = &nodes[r];
+		for (int s = 0; s < STEPS; s++)
+			CHECK_MSG(n->loss[s] == rl[s],
+			          "%s: node %d step %d loss %.9g, reference %.9g", what, r, s,
+			          n->loss[s], rl[s]);
+		for (int l = 0; l < L; l++) {
+			const struct rt_layer *ly = &ref_m.layers[l];
+			const void *w = ly->master_bytes ? ref->optim[l] : ref->params[l];
+			uint64_t pb = ly->master_bytes ? ly->master_bytes : ly->param_bytes;
+			held[l] += n->params[l] != NULL;
+			CHECK_MSG(!n->params[l] || !memcmp(n->params[l], w, pb),
+			          "%s: node %d: layer %s's parameters", what, r, ly->name);
+			if (sched == TG_2BW &&
+			    !ly->master_bytes) /* the version the next passes read */
+				CHECK_MSG(n->prev[l] &&
+				              !memcmp(n->prev[l], ref->shadow[l], ly->param_bytes),
+				          "%s: node %d: layer %s's older version", what, r,
+				          ly->name);
+			held_o[l] += n->optim[l] != NULL;
+			if (n->optim[l])
+				CHECK_MSG(!memcmp(n->optim[l],
+				                  (const char *)ref->optim[l] + ly->master_bytes,
+				                  ly->optim_bytes - ly->master_bytes),
+				          "%s: node %d: layer %s's optimizer state", what, r,
+				          ly->name);
+			free(n->params[l]);
+			free(n->prev[l]);
+			free(n->optim[l]);
+		}
+		free(n->params);
+		free(n->prev);
+		free(n->optim);
+		rt_model_free(&n->m);
+	}
+	for (int l = 0; l < L; l++) { /* ZeRO-1: its owner; else every node */
+		const struct rt_layer *ly = &ref_m.layers[l];
+		CHECK_MSG(held[l] == (p.zero && ly->master_bytes ? 1 : N),
+		          "%s: layer %s's parameters read on %d nodes", what, ly->name, held[l]);
+		CHECK_MSG(ly->optim_bytes == ly->master_bytes || held_o[l] == (p.zero ? 1 : N),
+		          "%s: layer %s's optimizer state read on %d nodes", what, ly->name,
+		          held_o[l]);
+	}
+	if (verbose)
+		printf("  %s\n", what);
+	rt_reference_close(ref);
+	rt_model_free(&ref_m);
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	int n = argc > 1 ? atoi(argv[1]) : 30;
+	uint64_t first = argc > 2 ? strtoull(argv[2], NULL, 10) : 1;
+	CHECK_OK(kn_cpu_set_threads(1));
+	int ran = 0;
+	for (int i = 0; i < n; i++) {
+		uint64_t seed = first + (uint64_t)i;
+		rng = seed * 0x9e3779b97f4a7c15ull + 7;
+		int r = one_case(seed, getenv("NODES_VERBOSE") != NULL);
+		ran += r;
+	}
+	printf("nodes: %d of %d random cases ran on 2-3 in-process nodes, bit-identical to the "
+	       "reference\n",
+	       ran, n);
+	CHECK(ran >= n / 2);
+	printf("ok\n");
+	return 0;
+}
