@@ -239,7 +239,10 @@ struct spill_gpt_config {
 struct spill_plan {
 	const char *schedule; /* "auto" (NULL), "dp-swap", "gpipe", "1f1b", "harmony-dp",
 	                         "harmony-pp", "interleaved", "2bw" (PipeDream-2BW: two
-	                         weight versions, the update delayed by one step) */
+	                         weight versions, the update delayed by one step; a
+	                         flush every step here, as spill_model_step steps
+	                         one at a time: spill train --flush-every overlaps
+	                         steps) */
 	int devices;          /* 0: all of the context */
 	int microbatch;       /* samples per microbatch (0: auto) */
 	int group;            /* microbatches per group, harmony modes (0: 1) */

@@ -597,7 +597,11 @@ SPILL_API int spill_model_plan(struct spill_model *m, const struct spill_plan *p
 	                              .group = p ? p->group : 0,
 	                              .packs = p ? p->packs : 0,
 	                              .upd_cpu = p ? p->update_on_cpu : 0,
-	                              .recompute = p ? p->recompute : 0};
+	                              .recompute = p ? p->recompute : 0,
+	                              /* spill_model_step runs one step at a time:
+	                               * 2bw's program is one step too (a program
+	                               * of 8 would run 1/8 of its tasks a call) */
+	                              .flush_every = 1};
 	SP_CHECK_ARG(req.devices >= 0 && req.microbatch >= 0 && req.group >= 0 && req.packs >= 0,
 	             "spill_model_plan: negative devices, microbatch, group or packs");
 	SP_CHECK(rt_plan_choose(m->ctx->rt, &m->m, &req, &plan));

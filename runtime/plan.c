@@ -272,6 +272,74 @@ out:
 	return rc;
 }
 
+/* Greedy packing estimates a pack's working set from its layers; the graph's
+ * tasks may hold more (2bw's update: both weight versions; the update of a
+ * tied pack: the other pack's gradient too). Packs until the largest task fits
+ * the budget, smaller each time; -ENOMEM naming that task and its size when
+ * one layer a pack does not fit. (2bw, 2 layers of GPT-2 C 64 at 1792 KiB:
+ * the plan was taken, and its first step failed at the update of pack 0,
+ * which needs 1.88 MiB.) */
+static uint64_t device_need(const struct vmm *v, const struct tg_graph *g, int *worst)
+{
+	uint64_t most = 0;
+	*worst = -1;
+	for (int i = 0; i < g->ntask; i++) {
+		const struct tg_task *t = &g->task[i];
+		uint64_t need = 0;
+		int n = t->nread + t->nwrite; /* write follows read */
+		for (int k = 0; k < n && t->dev >= 0; k++) {
+			int o = t->read[k], seen = 0;
+			for (int j = 0; j < k && !seen; j++)
+				seen = t->read[j] == o;
+			if (!seen && g->obj[o].bytes)
+				need += vmm_device_footprint(v, g->obj[o].bytes);
+		}
+		if (need > most) {
+			most = need;
+			*worst = i;
+		}
+	}
+	return most;
+}
+
+static int fit_packs(const struct rt_ctx *rt, const struct tg_model *tm, const struct tg_hw *hw,
+                     struct tg_plan *p, const char *name)
+{
+	uint64_t cap = hw->capacity / 2;
+	for (;;) {
+		struct tg_graph g;
+		SP_CHECK(tg_graph_build(tm, 1, p, &g));
+		int task;
+		uint64_t need = device_need(rt->vmm, &g, &task);
+		static const char *const kn[] = {"forward",    "backward", "update",
+		                                 "all-reduce", "loss",     "norm"};
+		char what[64] = "";
+		if (task >= 0)
+			snprintf(what, sizeof(what), "the %s of pack %d", kn[g.task[task].kind],
+			         g.task[task].pack);
+		tg_graph_free(&g);
+		if (need <= hw->capacity)
+			return 0;
+		struct tg_plan q = *p;
+		cap = cap / 4 * 3;
+		int single = p->npacks == tm->nlayers;
+		if (single || tg_pack_greedy(tm, p->microbatch, cap, 0.15, &q) < 0) {
+			char b[32], n[32];
+			return sp_error(-ENOMEM,
+			                "plan: %s, microbatch %d: %s needs %s on a device, more "
+			                "than the device budget of %s, and smaller packs do not "
+			                "help (SPILL_VMM_DEVICE_MEM, or a smaller microbatch)",
+			                name, p->microbatch, what,
+			                sp_format_size(need, n, sizeof(n)),
+			                sp_format_size(hw->capacity, b, sizeof(b)));
+		}
+		if (q.npacks == p->npacks)
+			continue; /* the same cut: smaller still */
+		p->npacks = q.npacks;
+		memcpy(p->pack_end, q.pack_end, sizeof(p->pack_end));
+	}
+}
+
 /* One step's predicted time of plan p (tg_sim_time), or INFINITY. */
 static double predicted_step(const struct tg_model *tm, const struct tg_hw *hw,
                              const struct tg_plan *p)
@@ -377,6 +445,8 @@ int rt_plan_choose(const struct rt_ctx *rt, struct rt_model *m, const struct rt_
 	if (rc < 0)
 		goto out;
 	p.ndev = ndev;
+	if (!req->packs && (rc = fit_packs(rt, &tm, &hw, &p, name)) < 0)
+		goto out;
 	if (p.sched == TG_2BW && !req->flush_every)
 		p.flush_every = flush_choice(&tm, &hw, &p);
 out:

@@ -367,7 +367,8 @@ static void draw(struct fcase *c)
 		c->sched = TG_2BW;
 		if (is_dp(TG_2BW) == 0 && c->group != 1)
 			c->group = 1;
-		c->flush = 2 * rnd_in(1, atoi(getenv("FUZZ_2BW")) > 0 ? atoi(getenv("FUZZ_2BW")) : 4);
+		c->flush =
+		    2 * rnd_in(1, atoi(getenv("FUZZ_2BW")) > 0 ? atoi(getenv("FUZZ_2BW")) : 4);
 	}
 	normalize(c);
 }

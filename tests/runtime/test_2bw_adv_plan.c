@@ -2,11 +2,11 @@
  * (an adversary's test). rt_plan_choose: "-ENOMEM naming the layer that does
  * not fit and the smallest budget that would" — a plan it returns is one the
  * executor can run at that budget. For GPT-2s (fp32 and bf16, clipping on and
- * off) over a sweep of device budgets, 2bw with flush_every 1, 3 and 8 (the
- * default, which spill_model_plan always gets) is chosen, opened and run for
- * K steps in one program and then 1 step; 1f1b is the control. A plan that
- * is chosen and then fails with -ENOMEM is a failure.
- * argv[1]: budgets, 1 MiB + 128 KiB steps (default 12). ADV_VERBOSE=1 prints every plan. */
+ * off) over a sweep of device budgets, 2bw with flush_every 1, 3 and 8 is
+ * chosen, opened and run for K steps in one program and then 1 step; 1f1b is
+ * the control. A plan that is chosen and then fails with -ENOMEM is a failure
+ * (9 of 168 did, before rt_plan_choose checked its graph's largest task).
+ * argv[1]: budgets, 1 MiB + 128 KiB steps (default 7: the failures were at 3..6). ADV_VERBOSE=1 prints every plan. */
 #include "kernels/kernels.h"
 #include "runtime/runtime.h"
 #include "tests/test.h"
@@ -70,7 +70,7 @@ static int one(const struct kn_model_config *cfg, float clip, const char *sched,
 
 int main(int argc, char **argv)
 {
-	int nb = argc > 1 ? atoi(argv[1]) : 12;
+	int nb = argc > 1 ? atoi(argv[1]) : 7;
 	verbose = getenv("ADV_VERBOSE") != NULL;
 	CHECK_OK(kn_cpu_set_threads(1));
 	int fails = 0, chosen = 0, fails_ctl = 0;
