@@ -897,6 +897,25 @@ static int run_on(struct rt_ctx *rt, struct rt_prog *p, int iter, int dev)
 	return e;
 }
 
+static int read_obj(struct rt_run *r, const struct rt_obj *o, uint64_t off, uint64_t bytes,
+                    void *out);
+
+/* Layer l's newest bf16 weights (replica 0), widened to fp32 into out. */
+static int read_weights_widened(struct rt_run *r, int l, float *out)
+{
+	int i = r->pack_of[l];
+	const struct rt_obj *o = &r->prog.obj[r->mo->Wnew[i] >= 0 ? r->mo->Wnew[i] : r->mo->W[i]];
+	uint64_t n = rt_layer_nparams(&r->m->layers[l]);
+	uint16_t *h = malloc(n * sizeof(uint16_t) + 1);
+	if (!h)
+		return sp_error(-ENOMEM, "state of model %s: out of memory", r->m->name);
+	int rc = read_obj(r, o, r->poff[l], n * sizeof(uint16_t), h);
+	for (uint64_t k = 0; k < n && !rc; k++)
+		out[k] = kn_bf16_to_f32(h[k]);
+	free(h);
+	return rc;
+}
+
 int rt_run_save(struct rt_run *r, void ***bufs)
 {
 	SP_CHECK_ARG(r && bufs, "rt_run_save: NULL argument");
@@ -909,10 +928,21 @@ int rt_run_save(struct rt_run *r, void ***bufs)
 			uint64_t bytes = rt_run_state_bytes(r, l, (enum rt_state)w);
 			if (!bytes)
 				continue;
+			int owner = rt_run_state_owner(r, l, (enum rt_state)w);
+			int elsewhere = owner >= 0 && owner != r->plan.node_rank;
+			/* ZeRO-1, another node's state: its optimizer state is not
+			 * here, nothing to save; in bf16 its fp32 masters are not
+			 * either, but the bf16 weights are, saved widened (writing
+			 * them back rounds them to the same bits) */
+			if (elsewhere && w != RT_PARAMS)
+				continue;
 			if (!*b && !(*b = malloc(bytes)))
 				return sp_error(-ENOMEM, "state of model %s: %llu bytes",
 				                r->m->name, (unsigned long long)bytes);
-			SP_CHECK(rt_run_read_state(r, l, (enum rt_state)w, *b));
+			if (elsewhere)
+				SP_CHECK(read_weights_widened(r, l, *b));
+			else
+				SP_CHECK(rt_run_read_state(r, l, (enum rt_state)w, *b));
 		}
 	return 0;
 }
@@ -1103,9 +1133,6 @@ int rt_run_read_params(struct rt_run *r, int l, void *out)
 {
 	return rt_run_read_state(r, l, RT_PARAMS, out);
 }
-
-static int read_obj(struct rt_run *r, const struct rt_obj *o, uint64_t off, uint64_t bytes,
-                    void *out);
 
 int rt_run_read_state(struct rt_run *r, int l, enum rt_state which, void *out)
 {

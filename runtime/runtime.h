@@ -575,7 +575,9 @@ int rt_run_state_owner(const struct rt_run *r, int l, enum rt_state which);
 void rt_run_set_step(struct rt_run *r, int step);
 /* Recovery: the training state (every layer's parameters and optimizer
  * state, and 2BW's older weight version) copied into plain host buffers, off
- * every device and the vmm.
+ * every device and the vmm. Under ZeRO-1 a node saves what it holds: another
+ * node's layers have no optimizer state here (NULL buffers), and in bf16
+ * their weights are saved widened instead of the fp32 masters.
  * *bufs: NULL, or an earlier save's buffers to reuse; rt_run_save_free
  * frees them. rt_run_restore drops every object's contents (lost copies
  * too) and writes the saved state into the host pool. */

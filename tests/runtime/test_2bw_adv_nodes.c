@@ -4,11 +4,10 @@
  * node), each step its own learning rate, clipping and ZeRO-1 more often, and
  * between blocks (the same on every node) an evaluation or a rollback (save,
  * the block, restore, set_step, the block again). An adversary's test.
- * Rollbacks are left out under ZeRO-1: rt_run_save fails there on every node
- * that does not own a layer's optimizer state (rt_run_read_state's -ENODATA),
- * so a failed block cannot be retried from a save; ADV_ZERO_SAVE=1 keeps
- * them (seed 2 then fails: "rt_run_read_state: layer 0's fp32 master weights
- * is on node 1 (ZeRO-1), not here (node 0)").
+ * Under ZeRO-1 too: rt_run_save once failed there on every node that does not
+ * own a layer's state (seed 2: "rt_run_read_state: layer 0's fp32 master
+ * weights is on node 1 (ZeRO-1), not here (node 0)"); it now saves what the
+ * node holds (NODES_NO_ZERO_SAVE=1 leaves those rollbacks out).
  *
  * Below, test_nodes_ref's description:
  *
@@ -255,10 +254,9 @@ static int one_case(uint64_t seed, int verbose)
 	for (int s = 0; s < STEPS;) {
 		int most = p.flush_every < STEPS - s ? p.flush_every : STEPS - s;
 		int k = rnd(2) ? most : 1 + (int)rnd((uint32_t)most);
-		/* 1 eval, 2 rollback (not under ZeRO-1: rt_run_save reads every
-		 * layer's state, -ENODATA on the nodes that do not own it) */
+		/* 1 eval, 2 rollback */
 		proto.act[proto.nblk] = s ? (int)rnd(4) : 0;
-		if (p.zero && proto.act[proto.nblk] == 2 && !getenv("ADV_ZERO_SAVE"))
+		if (p.zero && proto.act[proto.nblk] == 2 && getenv("NODES_NO_ZERO_SAVE"))
 			proto.act[proto.nblk] = 0;
 		proto.blk[proto.nblk++] = k;
 		s += k;
