@@ -33,6 +33,7 @@ void tr_config_defaults(struct tr_config *c)
 	c->warmup = -1;
 	c->lr_min = 0.1f;
 	c->grad_clip = 1.0f;
+	c->flush_every = -1; /* not given */
 }
 
 const char *tr_lr_schedule_name(int sched)
@@ -363,8 +364,8 @@ int tr_choose_plan(struct run *r, struct tg_plan *plan, const char *twin)
 			                "model has %d layers",
 			                c->chunks, c->chunks, r->rt->ndev, packs, r->m.nlayers);
 	}
-	if (c->flush_every && (!c->schedule || strcasecmp(c->schedule, "2bw") ||
-	                       c->flush_every < 0 || c->flush_every > TG_MAX_FLUSH_EVERY)) {
+	if (c->flush_every >= 0 && (!c->schedule || strcasecmp(c->schedule, "2bw") ||
+	                            c->flush_every < 1 || c->flush_every > TG_MAX_FLUSH_EVERY)) {
 		if (c->schedule && !strcasecmp(c->schedule, "2bw"))
 			return sp_error(-EINVAL, "--flush-every %d: 1..%d steps", c->flush_every,
 			                TG_MAX_FLUSH_EVERY);
@@ -376,7 +377,7 @@ int tr_choose_plan(struct run *r, struct tg_plan *plan, const char *twin)
 	struct rt_plan_request q = {.schedule = c->schedule,
 	                            .microbatch = c->microbatch,
 	                            .group = c->group,
-	                            .flush_every = c->flush_every,
+	                            .flush_every = c->flush_every > 0 ? c->flush_every : 0,
 	                            .packs = packs,
 	                            .upd_cpu = c->upd_cpu,
 	                            .recompute = c->recompute,
