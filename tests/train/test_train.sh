@@ -28,7 +28,7 @@
 #  - `spill sim --model 10b --profile gtx1080ti-x8` reports in under 30 s;
 #    `spill sim --schedule 2bw --flush-every 1` runs, its step within 5% of
 #    1f1b's, and without the flush (the default, 8) at least 5% faster;
-#    --flush-every with another schedule or out of 1..64 is one line;
+#    --flush-every with another schedule or out of 1..64 (0 too) is one line;
 #  - bad input: one line on stderr, a non-zero exit, nothing overwritten; a
 #    plan whose state fits nowhere is refused before its first step.
 set -u
@@ -476,7 +476,8 @@ awk -v a="$t1" -v b="$tf" 'BEGIN { exit !(b < 1.05 * a && b > 0.95 * a) }' ||
 	fail "spill sim: 2bw flushing every step $tf s/step against 1f1b's $t1"
 awk -v a="$t1" -v b="$t2" 'BEGIN { exit !(b < 0.95 * a) }' ||
 	fail "spill sim: 2bw without a flush $t2 s/step against 1f1b's $t1"
-for bad in "--schedule 1f1b --flush-every 4" "--schedule 2bw --flush-every 65"; do
+for bad in "--schedule 1f1b --flush-every 4" "--schedule 2bw --flush-every 65" \
+	"--schedule 2bw --flush-every 0"; do
 	"$spill" sim --model gpt2 $bad --steps 1 >"$work/badflush.out" 2>&1 &&
 		fail "spill sim $bad ran"
 	grep -q -- "--flush-every" "$work/badflush.out" ||
