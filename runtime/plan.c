@@ -308,15 +308,16 @@ static int fit_packs(const struct rt_ctx *rt, const struct tg_model *tm, const s
 	uint64_t cap = hw->capacity / 2;
 	for (;;) {
 		struct tg_graph g;
-		SP_CHECK(tg_graph_build(tm, 1, p, &g));
+		struct tg_plan two = *p; /* 2bw: two steps have every task's largest set */
+		if (two.flush_every > 2)
+			two.flush_every = 2;
+		SP_CHECK(tg_graph_build(tm, 1, &two, &g));
 		int task;
 		uint64_t need = device_need(rt->vmm, &g, &task);
-		static const char *const kn[] = {"forward",    "backward", "update",
-		                                 "all-reduce", "loss",     "norm"};
 		char what[64] = "";
 		if (task >= 0)
-			snprintf(what, sizeof(what), "the %s of pack %d", kn[g.task[task].kind],
-			         g.task[task].pack);
+			snprintf(what, sizeof(what), "the %s of pack %d",
+			         tg_kind_name(g.task[task].kind), g.task[task].pack);
 		tg_graph_free(&g);
 		if (need <= hw->capacity)
 			return 0;
@@ -333,7 +334,8 @@ static int fit_packs(const struct rt_ctx *rt, const struct tg_model *tm, const s
 			                sp_format_size(need, n, sizeof(n)),
 			                sp_format_size(hw->capacity, b, sizeof(b)));
 		}
-		if (q.npacks == p->npacks)
+		if (q.npacks == p->npacks &&
+		    !memcmp(q.pack_end, p->pack_end, (size_t)q.npacks * sizeof(int)))
 			continue; /* the same cut: smaller still */
 		p->npacks = q.npacks;
 		memcpy(p->pack_end, q.pack_end, sizeof(p->pack_end));
@@ -356,10 +358,10 @@ static double predicted_step(const struct tg_model *tm, const struct tg_hw *hw,
 }
 
 /* 2bw without a --flush-every: no flush in 8 steps where the prediction has it
- * faster, else a flush every step. Steps that overlap hold both weight
- * versions and two steps' stashes at once: where the devices swap (GPT-2 10B
- * on 4 GTX 1080 Ti) that moved 1483 GB a step against 803 and took 107.7 s
- * against 74.9 with the flush (make bench-schedules). */
+ * faster, else a flush every step. Steps that overlap read both weight
+ * versions at once: where the devices swap (GPT-2 10B on 4 GTX 1080 Ti) that
+ * moved 1483 GB a step against 803 and took 107.7 s against 74.9 with the
+ * flush (make bench-schedules). */
 static int flush_choice(const struct tg_model *tm, const struct tg_hw *hw, const struct tg_plan *p)
 {
 	struct tg_plan a = *p, b = *p;
@@ -367,7 +369,7 @@ static int flush_choice(const struct tg_model *tm, const struct tg_hw *hw, const
 	b.flush_every = 1;
 	double ta = predicted_step(tm, hw, &a), tb = predicted_step(tm, hw, &b);
 	sp_error_clear();
-	return tb < ta ? 1 : TG_2BW_FLUSH_EVERY;
+	return ta < tb ? TG_2BW_FLUSH_EVERY : 1; /* neither predicted: the flush */
 }
 
 int rt_plan_choose(const struct rt_ctx *rt, struct rt_model *m, const struct rt_plan_request *req,

@@ -321,7 +321,10 @@ static int upd_task(const struct rt_launch *L, void *arg)
 	const struct rt_model *m = r->m;
 	int P = mo->P, pk = t->pack, rep = t->rep, i = rep * P + pk, j = t->step;
 	char *W = ptr_of(L, mo->W[i]);
-	if (mo->Wnew[i] >= 0) {
+	/* ZeRO-1 elsewhere, several steps a program: the owner's broadcast after
+	 * this task writes the whole version, so no copy here */
+	int bcast_only = mo->nstep > 1 && !tg_owns_pack(&r->plan, pk);
+	if (mo->Wnew[i] >= 0 && !bcast_only) {
 		/* 2BW, one step a program: the passes of the next iteration read W(t)
 		 * (Wnew's copy), and the step makes W(t+1) from Wnew. Several: this
 		 * step's version (which the next step but one reads) becomes a copy
@@ -900,16 +903,14 @@ static int run_on(struct rt_ctx *rt, struct rt_prog *p, int iter, int dev)
 static int read_obj(struct rt_run *r, const struct rt_obj *o, uint64_t off, uint64_t bytes,
                     void *out);
 
-/* Layer l's newest bf16 weights (replica 0), widened to fp32 into out. */
-static int read_weights_widened(struct rt_run *r, int l, float *out)
+/* Layer l's bf16 weights at off of object o, widened to fp32 into out. */
+static int read_widened(struct rt_run *r, int l, const struct rt_obj *o, uint64_t off, float *out)
 {
-	int i = r->pack_of[l];
-	const struct rt_obj *o = &r->prog.obj[r->mo->Wnew[i] >= 0 ? r->mo->Wnew[i] : r->mo->W[i]];
 	uint64_t n = rt_layer_nparams(&r->m->layers[l]);
 	uint16_t *h = malloc(n * sizeof(uint16_t) + 1);
 	if (!h)
 		return sp_error(-ENOMEM, "state of model %s: out of memory", r->m->name);
-	int rc = read_obj(r, o, r->poff[l], n * sizeof(uint16_t), h);
+	int rc = read_obj(r, o, off, n * sizeof(uint16_t), h);
 	for (uint64_t k = 0; k < n && !rc; k++)
 		out[k] = kn_bf16_to_f32(h[k]);
 	free(h);
@@ -939,8 +940,11 @@ int rt_run_save(struct rt_run *r, void ***bufs)
 			if (!*b && !(*b = malloc(bytes)))
 				return sp_error(-ENOMEM, "state of model %s: %llu bytes",
 				                r->m->name, (unsigned long long)bytes);
+			int i = r->pack_of[l]; /* replica 0; its newest version (not O's masters) */
+			const struct rt_obj *newest =
+			    &r->prog.obj[r->mo->Wnew[i] >= 0 ? r->mo->Wnew[i] : r->mo->W[i]];
 			if (elsewhere)
-				SP_CHECK(read_weights_widened(r, l, *b));
+				SP_CHECK(read_widened(r, l, newest, r->poff[l], *b));
 			else
 				SP_CHECK(rt_run_read_state(r, l, (enum rt_state)w, *b));
 		}
@@ -1149,18 +1153,8 @@ int rt_run_read_state(struct rt_run *r, int l, enum rt_state which, void *out)
 	const struct rt_obj *o = state_obj(r, l, which, 0, &off);
 	if (!bytes)
 		return 0;
-	if (which == RT_PARAMS_PREV && rt_layer_dtype(&r->m->layers[l]) == KN_BF16) {
-		/* the bf16 weights, widened */
-		uint64_t n = rt_layer_nparams(&r->m->layers[l]);
-		uint16_t *h = malloc(n * sizeof(uint16_t) + 1);
-		if (!h)
-			return sp_error(-ENOMEM, "rt_run_read_state: out of memory");
-		int rc = read_obj(r, o, off, n * sizeof(uint16_t), h);
-		for (uint64_t i = 0; i < n && !rc; i++)
-			((float *)out)[i] = kn_bf16_to_f32(h[i]);
-		free(h);
-		return rc;
-	}
+	if (which == RT_PARAMS_PREV && rt_layer_dtype(&r->m->layers[l]) == KN_BF16)
+		return read_widened(r, l, o, off, out); /* the bf16 weights, widened */
 	return read_obj(r, o, off, bytes, out);
 }
 

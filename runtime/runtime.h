@@ -600,7 +600,8 @@ struct rt_plan_request {
 	int group;            /* 0: 1 (harmony modes: microbatches per group) */
 	int packs;            /* 0: greedy packing to half the budget (15% reserve) */
 	int upd_cpu, recompute;
-	int flush_every; /* 2bw: steps without a flush (0: TG_2BW_FLUSH_EVERY) */
+	int flush_every; /* 2bw: steps without a flush (0: TG_2BW_FLUSH_EVERY where
+	                    the prediction has it faster, else 1) */
 	/* auto: the profile text its twin simulates (NULL: the context's own,
 	 * dev_profile_text); the trainer's tuner passes measured figures */
 	const char *twin_profile;

@@ -19,6 +19,12 @@ const char *tg_sched_name(enum tg_sched s)
 	return s < TG_NSCHED ? n[s] : "?";
 }
 
+const char *tg_kind_name(int k)
+{
+	static const char *n[] = {"forward", "backward", "update", "all-reduce", "loss", "norm"};
+	return k >= 0 && k <= TG_NORM ? n[k] : "?";
+}
+
 const char *tg_okind_name(int k)
 {
 	static const char *n[] = {"weight", "grad", "opt", "stash", "boundary", "input", "work"};
@@ -561,7 +567,7 @@ static int emit_upd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 static int emit_wbcast(struct bld *b, struct mstate *st, const struct tg_plan *p, int pk, int rep,
                        int dev, int w)
 {
-	int i = rep * st->P + pk, v = st->mo->nstep > 1 ? wv(st, i) : i;
+	int i = rep * st->P + pk, v = wv(st, i);
 	if (!p->zero || p->nodes <= 1)
 		return st->lastU[v];
 	struct tspec s = {.kind = TG_ALLREDUCE,
@@ -617,8 +623,9 @@ static int emit_upd_now(struct bld *b, struct mstate *st, const struct tg_plan *
 	s.w[s.nw++] = st->O[i];
 	if (other != w && !par)
 		s.w[s.nw++] = other;
-	if (par && st->lastU[wv(st, i) == i ? st->nrp + i : i] >= 0) /* made the other */
-		s.d[s.nd++] = st->lastU[wv(st, i) == i ? st->nrp + i : i];
+	int ov = wv(st, i) == i ? st->nrp + i : i; /* the other version's entry */
+	if (par && st->lastU[ov] >= 0)             /* the update that made it */
+		s.d[s.nd++] = st->lastU[ov];
 	if (st->m->norm_bytes) { /* its NORM added the tied gradients */
 		s.r[s.nr++] = tg_n_of(st->mo, rep, st->step);
 		s.d[s.nd++] = st->lastN[nv(st, rep)];
@@ -630,7 +637,7 @@ static int emit_upd_now(struct bld *b, struct mstate *st, const struct tg_plan *
 	int id = task_add(b, &s);
 	if (id < 0)
 		return id;
-	st->lastU[par ? wv(st, i) : i] = id;
+	st->lastU[wv(st, i)] = id;
 	st->updof[st->step * st->nrp + i] = id;
 	st->nupdated[i]++;
 	return emit_wbcast(b, st, p, pk, rep, dev, w);
@@ -836,8 +843,8 @@ static int validate_input(const struct tg_model *models, int nmodels, const stru
 	SP_CHECK_ARG(p->npacks > 0 && p->npacks <= TG_MAX_PACKS,
 	             "taskgraph: npacks = %d, need 1..%d", p->npacks, TG_MAX_PACKS);
 	SP_CHECK_ARG(p->flush_every >= 0 && p->flush_every <= TG_MAX_FLUSH_EVERY,
-	             "taskgraph: flush every %d steps, need 1..%d", p->flush_every,
-	             TG_MAX_FLUSH_EVERY);
+	             "taskgraph: flush every %d steps, need 0..%d (0, 1: every step)",
+	             p->flush_every, TG_MAX_FLUSH_EVERY);
 	SP_CHECK_ARG(p->flush_every <= 1 || p->sched == TG_2BW,
 	             "taskgraph: flush every %d steps: only 2bw runs steps without a flush "
 	             "between them (%s flushes every step)",
@@ -1422,6 +1429,22 @@ int tg_graph_validate(const struct tg_graph *g)
 	for (int i = 0; i < g->nobj && !rc; i++)
 		if (g->obj[i].kind == TG_O_WEIGHT && !updc[i])
 			rc = sp_error(-EINVAL, "taskgraph: weight object %d never updated", i);
+	/* every step updates every pack of every replica once */
+	for (int mi = 0; mi < g->nmodels && !rc; mi++) {
+		const struct tg_model_objs *mo = &g->mobj[mi];
+		for (int j = 0; j < mo->nstep && !rc; j++) {
+			int n = 0;
+			for (int t = 0; t < g->ntask; t++)
+				n += g->task[t].kind == TG_UPD && g->task[t].model == mo->id &&
+				     g->task[t].step == j;
+			if (n != mo->nrep * mo->P)
+				rc = sp_error(
+				    -EINVAL,
+				    "taskgraph: model %d, step %d: %d updates, expected %d "
+				    "(a pack per replica)",
+				    mo->id, j, n, mo->nrep * mo->P);
+		}
+	}
 	if (!rc)
 		rc = check_hazards(g);
 out:

@@ -229,9 +229,8 @@ int tg_plan_candidates(const struct tg_model *m, const struct tg_hw *hw, int max
 	SP_CHECK_ARG(hw->ndev > 0, "taskgraph: devices = %d, need at least 1", hw->ndev);
 	SP_CHECK_ARG(m->nlayers > 0, "taskgraph: model %d has zero layers", m->id);
 	static const int mbs[] = {1, 2, 4, 8};
-	/* not TG_2BW: its delayed update trains other numbers (a user asks for it),
-	 * and with a flush per iteration it is 1F1B's time with a second weight
-	 * version, never faster in prediction */
+	/* not TG_2BW: its delayed update trains other numbers (a user asks for it;
+	 * rt_plan_choose then picks its flush) */
 	static const int scheds[] = {TG_DP_SWAP,    TG_GPIPE,      TG_1F1B,
 	                             TG_HARMONY_DP, TG_HARMONY_PP, TG_INTERLEAVED};
 	*n = 0;

@@ -335,6 +335,8 @@ uint64_t tg_graph_state_bytes(const struct tg_graph *g);
 
 const char *tg_sched_name(enum tg_sched s);
 const char *tg_okind_name(int k);
+/* "forward", "backward", "update", "all-reduce", "loss", "norm" */
+const char *tg_kind_name(int k);
 
 /* Builds the graph of `nmodels` models under `plan` (same plan for every model).
  * Returns 0, -EINVAL naming the bad parameter, or -ENOMEM. Caller frees with
@@ -349,11 +351,11 @@ void tg_graph_free(struct tg_graph *g);
 uint64_t tg_graph_min_capacity(const struct tg_graph *g, int *task);
 
 /* Checks acyclicity (deps point backwards in the order), write-before-read, one UPD
- * per pack and step that depends (transitively) on every other task of its step
- * reading its W or writing its G (its BWDs, and those of a pack tied to it), and
- * that every two tasks touching one object, one of them writing it, are ordered
- * by dependencies (graphs up to 20000 tasks). Returns 0 or -EINVAL with the
- * first violation. */
+ * per pack, replica and step that depends (transitively) on every other task of
+ * its step reading its W or writing its G (its BWDs, and those of a pack tied to
+ * it), and that every two tasks touching one object, one of them writing it, are
+ * ordered by dependencies (graphs up to 20000 tasks; above, not checked: the
+ * ancestor sets are quadratic). Returns 0 or -EINVAL with the first violation. */
 int tg_graph_validate(const struct tg_graph *g) SP_MUST_CHECK;
 
 struct tg_swap {

@@ -146,7 +146,7 @@ int tr_tune(struct run *r) SP_MUST_CHECK;
 int tr_tune_verify(struct run *r) SP_MUST_CHECK;
 /* trace.c */
 int tr_trace_init(struct tr_trace *t, struct rt_ctx *rt) SP_MUST_CHECK;
-void tr_trace_step(struct tr_trace *t, const struct run *r, double t0);
+void tr_trace_step(struct tr_trace *t, const struct run *r, double t0, int nsteps);
 int tr_trace_write(struct tr_trace *t, const struct run *r, const char *path) SP_MUST_CHECK;
 void tr_trace_free(struct tr_trace *t);
 

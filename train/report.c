@@ -34,8 +34,10 @@ void tr_account_step(struct run *r, double t0, double t1, int nsteps)
 		for (;;) {
 			int next = -1;
 			for (int t = 0; t < p->ntask; t++) {
+				int tg = p->task[t].tg_task; /* a step the block skipped: not run */
 				if (p->ran_on[t] != d || (p->task[t].flags & RT_TASK_COLLECTIVE) ||
-				    r->t_start[t] < last - 1e-12 || r->t_end[t] < t0)
+				    r->t_start[t] < last - 1e-12 || r->t_end[t] < t0 ||
+				    (tg >= 0 && r->run->g.task[tg].step >= nsteps))
 					continue;
 				if (next < 0 || r->t_start[t] < r->t_start[next])
 					next = t;

@@ -29,13 +29,14 @@ void tr_trace_free(struct tr_trace *t)
 	memset(t, 0, sizeof(*t));
 }
 
-void tr_trace_step(struct tr_trace *t, const struct run *r, double t0)
+void tr_trace_step(struct tr_trace *t, const struct run *r, double t0, int nsteps)
 {
 	const struct rt_prog *p = &r->run->prog;
 	int nd = r->rt->ndev;
 	for (int i = 0; i < p->ntask; i++) {
-		if (r->t_end[i] < t0 || t->n >= MAX_EVENTS)
-			continue;
+		int tg = p->task[i].tg_task, step = tg >= 0 ? r->run->g.task[tg].step : 0;
+		if (r->t_end[i] < t0 || step >= nsteps || t->n >= MAX_EVENTS)
+			continue; /* before the block, or of a step it skipped */
 		if (t->n == t->cap) {
 			size_t nc = t->cap ? 2 * t->cap : 4096;
 			struct tr_trace_ev *ne = realloc(t->ev, nc * sizeof(*ne));
@@ -51,7 +52,8 @@ void tr_trace_step(struct tr_trace *t, const struct run *r, double t0)
 		e->lane = q >= nd || q < 0 ? 2 * DEV_MAX
 		                           : 2 * q + !!(p->task[i].flags & RT_TASK_COLLECTIVE);
 		e->task = i;
-		e->step = r->run->iter;
+		/* the block's steps end at iter: task i's is its step of the program */
+		e->step = r->run->iter - nsteps + 1 + step;
 		snprintf(e->name, sizeof(e->name), "%s", p->task[i].name);
 	}
 }

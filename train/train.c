@@ -853,6 +853,23 @@ static int same_on_every_node(struct run *r, int rc)
 	                bad, rank == 0 ? what : "(see node 0)");
 }
 
+/* What the loop does after `done` steps, besides the progress line. */
+enum { DUE_EVAL = 1, DUE_CKPT = 2, DUE_TUNE = 4, DUE_VERIFY = 8 };
+static int due_after(const struct run *r, int done)
+{
+	int ta = r->c.tune_after > 0 ? r->c.tune_after : 3, d = 0;
+	if (r->c.eval_every && done % r->c.eval_every == 0 && r->m.eval_data)
+		d |= DUE_EVAL;
+	if (r->c.checkpoint_dir &&
+	    ((r->c.checkpoint_every && done % r->c.checkpoint_every == 0) || done == r->steps))
+		d |= DUE_CKPT;
+	if (r->c.tune && done == r->start + ta && done < r->steps)
+		d |= DUE_TUNE;
+	if (r->switch_step && !r->verified && done == r->switch_step + 1 + ta && done < r->steps)
+		d |= DUE_VERIFY;
+	return d;
+}
+
 /* What follows step `step` (0-based) of the loop: its loss and progress, the
  * evaluation, checkpoint, tuning and stop it is due. Returns 0 to go on, 1 to
  * end the loop (*rc: 0 or the error), 2 to end the run at once (stopped). */
@@ -878,7 +895,8 @@ static int after_step(struct run *r, int step, double loss, double t1, double dt
 		               r->last_ckpt);
 		return 1;
 	}
-	if (r->c.eval_every && (step + 1) % r->c.eval_every == 0 && r->m.eval_data) {
+	int due = due_after(r, step + 1);
+	if (due & DUE_EVAL) {
 		double el;
 		if ((*rc = evaluate(r, &el)) < 0)
 			return 1;
@@ -886,16 +904,12 @@ static int after_step(struct run *r, int step, double loss, double t1, double dt
 		fprintf(r->out, "%seval at step %d: validation loss %.4f\n", r->c.tty ? "\n" : "",
 		        step + 1, el);
 	}
-	if (r->c.checkpoint_dir &&
-	    ((r->c.checkpoint_every && (step + 1) % r->c.checkpoint_every == 0) ||
-	     step + 1 == r->steps) &&
-	    (*rc = tr_checkpoint(r, step + 1)) < 0)
+	if ((due & DUE_CKPT) && (*rc = tr_checkpoint(r, step + 1)) < 0)
 		return 1;
-	int ta = r->c.tune_after > 0 ? r->c.tune_after : 3;
-	if (r->c.tune && step + 1 == r->start + ta && step + 1 < r->steps && (*rc = tr_tune(r)) < 0)
+	if ((due & DUE_TUNE) && (*rc = tr_tune(r)) < 0)
 		return 1;
-	if (r->switch_step && !r->verified && step + 1 == r->switch_step + 1 + ta &&
-	    step + 1 < r->steps && (*rc = tr_tune_verify(r)) < 0)
+	/* after the tuner: a switch it just made sets what verifies it */
+	if ((due_after(r, step + 1) & DUE_VERIFY) && (*rc = tr_tune_verify(r)) < 0)
 		return 1;
 	/* every node stops after the same step (node 0 writes its checkpoint),
 	 * the last of a block: the state is there */
@@ -918,17 +932,8 @@ static int after_step(struct run *r, int step, double loss, double t1, double dt
 static int block_steps(const struct run *r, int step)
 {
 	int most = r->run->mo->nstep, n = 1;
-	int ta = r->c.tune_after > 0 ? r->c.tune_after : 3;
-	while (n < most && step + n < r->steps) {
-		int s = step + n; /* steps done after the block so far */
-		if ((r->c.eval_every && s % r->c.eval_every == 0 && r->m.eval_data) ||
-		    (r->c.checkpoint_dir && r->c.checkpoint_every &&
-		     s % r->c.checkpoint_every == 0) ||
-		    (r->c.tune && s == r->start + ta) ||
-		    (r->switch_step && !r->verified && s == r->switch_step + 1 + ta))
-			break;
+	while (n < most && step + n < r->steps && !due_after(r, step + n))
 		n++;
-	}
 	return n;
 }
 
@@ -990,9 +995,8 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 		for (int j = 0; j < n; j++)
 			lr[j] = tr_lr_at(r, step + j);
 		double t0 = dev_now(r->rt->dev);
-		r->m.opt.lr = lr[0];
 		rc = rt_run_steps(r->run, n, lr, losses);
-		r->m.opt.lr = lr[n - 1];
+		r->m.opt.lr = lr[n - 1]; /* the last step's, as a step by step loop leaves it */
 		if (rc < 0) {
 			rc = n > 1 ? sp_error(rc, "steps %d..%d: %s", step + 1, step + n,
 			                      sp_last_error())
@@ -1004,7 +1008,7 @@ int tr_train(const struct tr_config *cfg, struct tr_result *res)
 		if (step == r->start)
 			tr_account_cold(r, n);
 		if (r->c.trace_file)
-			tr_trace_step(&r->trace, r, t0);
+			tr_trace_step(&r->trace, r, t0, n);
 		for (int j = 0; j < n && !end; j++)
 			end = after_step(r, step + j, losses[j], t1, (t1 - t0) / n, caught,
 			                 j == n - 1, &rc);
