@@ -27,6 +27,7 @@
  * argv[1]: cases (default 60); argv[2]: the first case's seed (default 1). */
 #include "kernels/kernels.h"
 #include "runtime/runtime.h"
+#include "tests/runtime/nodes_harness.h"
 #include "tests/test.h"
 
 #include <errno.h>
@@ -38,55 +39,6 @@
 
 #define STEPS 11
 #define MAXN  3
-
-/* ---- the mailbox: blocking, tagged, FIFO per (from, to, tag) ---- */
-struct msg {
-	int from, to, tag;
-	size_t bytes;
-	struct msg *next;
-	unsigned char buf[];
-};
-static pthread_mutex_t mb_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t mb_cond = PTHREAD_COND_INITIALIZER;
-static struct msg *mb_head, **mb_tail = &mb_head;
-
-static int mb_send(void *arg, int to, int tag, const void *buf, size_t bytes)
-{
-	struct msg *m = malloc(sizeof(*m) + bytes + 1);
-	CHECK(m != NULL);
-	*m = (struct msg){*(int *)arg, to, tag, bytes, NULL};
-	memcpy(m->buf, buf, bytes);
-	pthread_mutex_lock(&mb_lock);
-	*mb_tail = m;
-	mb_tail = &m->next;
-	pthread_cond_broadcast(&mb_cond);
-	pthread_mutex_unlock(&mb_lock);
-	return 0;
-}
-
-static int mb_recv(void *arg, int from, int tag, void *buf, size_t bytes)
-{
-	int me = *(int *)arg;
-	pthread_mutex_lock(&mb_lock);
-	for (;;) {
-		for (struct msg **pp = &mb_head; *pp; pp = &(*pp)->next) {
-			struct msg *m = *pp;
-			if (m->to != me || m->from != from || m->tag != tag)
-				continue;
-			CHECK_MSG(m->bytes == bytes,
-			          "node %d: tag %d from %d: %zu bytes sent, %zu asked", me, tag,
-			          from, m->bytes, bytes);
-			*pp = m->next;
-			if (mb_tail == &m->next)
-				mb_tail = pp;
-			pthread_mutex_unlock(&mb_lock);
-			memcpy(buf, m->buf, bytes);
-			free(m);
-			return 0;
-		}
-		pthread_cond_wait(&mb_cond, &mb_lock);
-	}
-}
 
 /* ---- one case ---- */
 static uint64_t rng;
@@ -120,7 +72,7 @@ struct node {
 	int rc;
 	double loss[STEPS];
 	struct rt_model m;
-	void **params, **prev, **optim; /* per layer */
+	struct nodes_state st;
 };
 
 static void set_model(struct rt_model *m, const struct node *n)
@@ -195,23 +147,7 @@ static void *node_main(void *arg)
 		fflush(stderr);
 		_exit(1);
 	}
-	n->params = calloc((size_t)m->nlayers, sizeof(void *));
-	n->prev = calloc((size_t)m->nlayers, sizeof(void *));
-	n->optim = calloc((size_t)m->nlayers, sizeof(void *));
-	for (int l = 0; l < m->nlayers; l++) {
-		static const enum rt_state which[3] = {RT_PARAMS, RT_PARAMS_PREV, RT_OPTIM};
-		void **dst[3] = {&n->params[l], &n->prev[l], &n->optim[l]};
-		for (int k = 0; k < 3; k++) {
-			uint64_t b = rt_run_state_bytes(run, l, which[k]);
-			*dst[k] = b ? malloc(b) : NULL;
-			int rc = b ? rt_run_read_state(run, l, which[k], *dst[k]) : 0;
-			if (rc == -ENODATA && n->plan.zero) { /* another node's (ZeRO-1) */
-				free(*dst[k]);
-				*dst[k] = NULL;
-			} else
-				CHECK_OK(rc);
-		}
-	}
+	nodes_read_state(run, m->nlayers, n->plan.zero, &n->st);
 	rt_run_close(run);
 	rt_close(rt);
 	return NULL;
@@ -344,52 +280,15 @@ static int one_case(uint64_t seed, int verbose)
 	}
 	for (int r = 0; r < N; r++)
 		CHECK(pthread_join(th[r], NULL) == 0);
-	CHECK_MSG(mb_head == NULL, "%s: messages sent and never received", what);
-
-	int held[16] = {0}, held_o[16] = {0}; /* nodes that could read each layer's */
+	struct nodes_state st[MAXN];
+	double *loss[MAXN];
 	for (int r = 0; r < N; r++) {
-		struct node *n = &nodes[r];
-		for (int s = 0; s < STEPS; s++)
-			CHECK_MSG(n->loss[s] == rl[s],
-			          "%s: node %d step %d loss %.9g, reference %.9g", what, r, s,
-			          n->loss[s], rl[s]);
-		for (int l = 0; l < L; l++) {
-			const struct rt_layer *ly = &ref_m.layers[l];
-			const void *w = ly->master_bytes ? ref->optim[l] : ref->params[l];
-			uint64_t pb = ly->master_bytes ? ly->master_bytes : ly->param_bytes;
-			held[l] += n->params[l] != NULL;
-			CHECK_MSG(!n->params[l] || !memcmp(n->params[l], w, pb),
-			          "%s: node %d: layer %s's parameters", what, r, ly->name);
-			if (sched == TG_2BW &&
-			    !ly->master_bytes) /* the version the next passes read */
-				CHECK_MSG(n->prev[l] &&
-				              !memcmp(n->prev[l], ref->shadow[l], ly->param_bytes),
-				          "%s: node %d: layer %s's older version", what, r,
-				          ly->name);
-			held_o[l] += n->optim[l] != NULL;
-			if (n->optim[l])
-				CHECK_MSG(!memcmp(n->optim[l],
-				                  (const char *)ref->optim[l] + ly->master_bytes,
-				                  ly->optim_bytes - ly->master_bytes),
-				          "%s: node %d: layer %s's optimizer state", what, r,
-				          ly->name);
-			free(n->params[l]);
-			free(n->prev[l]);
-			free(n->optim[l]);
-		}
-		free(n->params);
-		free(n->prev);
-		free(n->optim);
-		rt_model_free(&n->m);
+		st[r] = nodes[r].st;
+		loss[r] = nodes[r].loss;
 	}
-	for (int l = 0; l < L; l++) { /* ZeRO-1: its owner; else every node */
-		const struct rt_layer *ly = &ref_m.layers[l];
-		CHECK_MSG(held[l] == (p.zero && ly->master_bytes ? 1 : N),
-		          "%s: layer %s's parameters read on %d nodes", what, ly->name, held[l]);
-		CHECK_MSG(ly->optim_bytes == ly->master_bytes || held_o[l] == (p.zero ? 1 : N),
-		          "%s: layer %s's optimizer state read on %d nodes", what, ly->name,
-		          held_o[l]);
-	}
+	nodes_check(ref, &ref_m, sched == TG_2BW, p.zero, N, st, loss, STEPS, rl, what);
+	for (int r = 0; r < N; r++)
+		rt_model_free(&nodes[r].m);
 	if (verbose)
 		printf("  %s\n", what);
 	rt_reference_close(ref);
