@@ -27,7 +27,8 @@
  * A spec with size=... (FUZZ_SIZES) replays with its sizes.
  * FUZZ_TRACE=1 (with -c) prints the objects, the order and the vmm's transfers
  * of each iteration; FUZZ_LOG=1 the library's log at INFO; FUZZ_TALLY=1 the
- * kinds of refusals both made. Returns 0 when every case agreed, 1 otherwise.
+ * kinds of refusals both made; FUZZ_2BW=N makes every case 2bw, its steps a
+ * program even, 2..2N. Returns 0 when every case agreed, 1 otherwise.
  *
  * Known disagreement (the executor, not the prediction): in its check mode the
  * executor passes over an all-reduce one of whose devices still runs a task
