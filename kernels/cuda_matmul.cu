@@ -10,7 +10,7 @@
 #include <math.h>
 
 /* out[c] += sum over rows r of in[r*C + c]; block (32, 32), grid ceil(C/32). */
-__global__ void kn_colsum_kernel(float *out, const float *in, int R, int C)
+__global__ void kn_bias_colsum_kernel(float *out, const float *in, int R, int C)
 {
 	__shared__ float part[32][33];
 	int c = blockIdx.x * 32 + threadIdx.x;
@@ -71,8 +71,8 @@ extern "C" void kn_matmul_backward_cuda(const struct kn_matmul_bwd_args *a, void
 		kn_cuda_gemm(s, true, false, OC, C, BT, 1.0f, dout, OC, 0, (const float *)a->inp, C,
 		             0, 1.0f, (float *)a->dweight, C, 0, 1);
 	if (a->dbias) {
-		kn_colsum_kernel<<<(OC + 31) / 32, dim3(32, 32), 0, s>>>((float *)a->dbias, dout,
-		                                                         BT, OC);
+		kn_bias_colsum_kernel<<<(OC + 31) / 32, dim3(32, 32), 0, s>>>((float *)a->dbias,
+		                                                              dout, BT, OC);
 		kn_cuda_check_launch("matmul_backward bias");
 	}
 }

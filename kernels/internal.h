@@ -10,6 +10,8 @@
 
 #include "kernels/kernels.h"
 
+#include <string.h>
+
 /* Row-major GEMM: op(A) is M x K, op(B) is K x N, C is M x N. */
 void kn_gemm_f32(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                  int lda, const float *B, int ldb, float beta, float *C, int ldc);
@@ -33,6 +35,12 @@ int kn_layer_update_run(const struct kn_runner *r, const struct kn_model_config 
 int kn_layer_update_mixed_run(const struct kn_runner *r, const struct kn_model_config *cfg,
                               enum kn_layer_kind kind, const struct kn_layer_mem *mem,
                               const struct kn_optim_hparams *h);
+int kn_block_tp_forward_run(const struct kn_runner *r, const struct kn_model_config *cfg, int t,
+                            int rank, int seg, int B, int T, const struct kn_layer_mem *mem,
+                            const struct kn_layer_io *io);
+int kn_block_tp_backward_run(const struct kn_runner *r, const struct kn_model_config *cfg, int t,
+                             int rank, int seg, int B, int T, const struct kn_layer_mem *mem,
+                             const struct kn_layer_io *io);
 int kn_layer_zero_grad_run(const struct kn_runner *r, const struct kn_model_config *cfg,
                            enum kn_layer_kind kind, const struct kn_layer_mem *mem);
 

@@ -334,6 +334,34 @@ struct kn_grad_sumsq_args {
 	double *out;
 };
 
+/* ---- strided products and sums (fp32; the tensor-parallel block form) ----------
+ * gemm: row-major C (M,N) = op(A) @ op(B) + beta * C with beta 0 or 1, then
+ * C[m,n] += bias[n] when bias is set; A, B and C have row strides lda, ldb,
+ * ldc (op(A) is M x K, op(B) K x N; trans_a/trans_b 1 transposes). */
+struct kn_gemm_args {
+	float *c;
+	const float *a, *b;
+	const float *bias; /* (N) or NULL */
+	int trans_a, trans_b, M, N, K, lda, ldb, ldc;
+	float beta;
+};
+/* colsum: out[n] += the sum over rows m of in[m * ld + n], n < N. */
+struct kn_colsum_args {
+	float *out;
+	const float *in;
+	int M, N, ld;
+};
+/* tree_sum: out[i] = the sum of n pieces (n = 1, 2 or 4) in[p * stride + i]
+ * in one fixed tree: in0; in0 + in1; (in0 + in1) + (in2 + in3); then
+ * + bias[i % OC] when bias is set. out may not overlap the pieces. */
+struct kn_tree_sum_args {
+	float *out;
+	const float *in;
+	const float *bias; /* (OC) or NULL */
+	long stride, N;
+	int n, OC;
+};
+
 /* The operation list, X(name, args struct). One line each gives, per op:
  *   void kn_<name>_cpu(const struct <args> *a);                 direct CPU call
  *   void kn_<name>_cuda(const struct <args> *a, void *stream);  SPILL_HAVE_CUDA only
@@ -367,7 +395,10 @@ struct kn_grad_sumsq_args {
 	X(grad_zero, kn_grad_zero_args)                    \
 	X(grad_accumulate, kn_grad_accumulate_args)        \
 	X(grad_scale, kn_grad_scale_args)                  \
-	X(grad_sumsq, kn_grad_sumsq_args)
+	X(grad_sumsq, kn_grad_sumsq_args)                  \
+	X(gemm, kn_gemm_args)                              \
+	X(colsum, kn_colsum_args)                          \
+	X(tree_sum, kn_tree_sum_args)
 
 #define KN_DECLARE_OP_(name, args)                                 \
 	struct args;                                               \
@@ -436,6 +467,9 @@ struct kn_model_config {
 	int NH;   /* heads */
 	int C;    /* channels */
 	enum kn_dtype dtype;
+	/* 1: blocks compute in the tensor-parallel form (below), the numerics
+	 * every --tensor-parallel t shares; 0: llm.c's one GEMM per product */
+	int tp_form;
 };
 
 /* Fills *out for a layer of this kind at microbatch (B,T). The embedding's
@@ -565,5 +599,66 @@ int kn_layer_update_cuda(void *stream, const struct kn_model_config *cfg, enum k
                          const struct kn_optim_hparams *h) SP_MUST_CHECK;
 int kn_layer_zero_grad_cuda(void *stream, const struct kn_model_config *cfg,
                             enum kn_layer_kind kind, const struct kn_layer_mem *mem) SP_MUST_CHECK;
+
+/* ---- tensor parallelism: a block split over t devices (Megatron) -----------------
+ * With cfg->tp_form, a block computes every product in KN_TP_CHUNKS fixed
+ * chunks (NH/4 heads; C of the MLP's 4C columns), whatever t:
+ *   column-parallel QKV and FC: per chunk its own GEMMs (QKV: q, k and v
+ *   apiece), its bias, then attention over the chunk's heads and GELU;
+ *   row-parallel projections (attention's and the MLP's): one partial product
+ *   per chunk, summed ((c0 + c1) + (c2 + c3)) (kn_tree_sum), then the bias;
+ *   backward the same way: the QKV and FC input gradients are chunk partials in
+ *   that tree; every parameter gradient is the chunk's own.
+ * Shard r of t (t = 1, 2, 4) holds chunks r*4/t .. (r+1)*4/t - 1 and runs the
+ * same GEMMs on them. A pass runs in KN_TP_SEGS segments: segments 0 and 1 end
+ * with the member's partial (its chunks' tree level) in slot r of the work's
+ * t slots (kn_block_tp_slots); between segments the caller copies slot r of
+ * every member into slot r of every other member (t = 1: nothing to copy);
+ * segments 1 and 2 begin with the tree over the t slots. So the t members give
+ * the full block's bits in tp form, on every t (the one assumption: a GEMM's
+ * result does not depend on its operands' row strides or addresses).
+ * LayerNorms, residuals and the projections' biases are replicated: every
+ * member computes them and their gradients, equal on all members.
+ * A shard's parameters are the block's 12 tensors in their order, cut:
+ *   qkvw: q, k and v rows of its heads (3 x C/t rows), qkvb likewise;
+ *   attprojw: its C/t input columns (C x C/t); fcw, fcb: its 4C/t rows;
+ *   fcprojw: its 4C/t input columns (C x 4C/t); ln1, ln2, attprojb, fcprojb:
+ *   whole. t = 1's shard is llm.c's layout.
+ * fp32 only (bf16 returns -ENOTSUP). */
+#define KN_TP_CHUNKS 4
+#define KN_TP_SEGS   3
+/* 0, or -EINVAL naming what t needs (t in 1, 2, 4; NH and C divisible by 4)
+ * or -ENOTSUP for bf16. */
+int kn_block_tp_check(const struct kn_model_config *cfg, int t) SP_MUST_CHECK;
+/* Element counts of a shard's 12 tensors (t = 1: kn_block_param_sizes). */
+void kn_block_shard_param_sizes(int C, int t, size_t out[KN_BLOCK_NPARAMS]);
+/* A shard's descriptor: params, grads, optim, stash and work of one member
+ * (work includes the t slots), FLOPs of one member. */
+int kn_block_tp_describe(const struct kn_model_config *cfg, int t, int B, int T,
+                         struct kn_layer_desc *out) SP_MUST_CHECK;
+/* Slot 0 of the t exchange slots in a member's work range; slot i is
+ * B*T*C floats further. */
+float *kn_block_tp_slots(const struct kn_model_config *cfg, int t, int B, int T, void *work);
+/* Copies shard r of t between the full block's tensors (llm.c layout) and the
+ * shard's (elements of esize bytes): to_shard 1 full -> shard, 0 shard -> full
+ * (the replicated tensors too). */
+void kn_block_shard_copy(int C, int t, int r, size_t esize, void *full, void *shard, int to_shard);
+/* Segment seg (0 .. KN_TP_SEGS-1) of member r's forward or backward (mem: the
+ * shard's ranges; io as kn_layer_forward/backward's: in, out, dout, din are
+ * whole (B,T,C) tensors, replicated). Forward writes io->out in segment 2;
+ * backward adds to io->din in segments 1 and 2. Returns 0, -EINVAL/-ENOTSUP
+ * with nothing run, or a launch's error. */
+int kn_block_tp_forward_cpu(const struct kn_model_config *cfg, int t, int r, int seg, int B, int T,
+                            const struct kn_layer_mem *mem,
+                            const struct kn_layer_io *io) SP_MUST_CHECK;
+int kn_block_tp_backward_cpu(const struct kn_model_config *cfg, int t, int r, int seg, int B, int T,
+                             const struct kn_layer_mem *mem,
+                             const struct kn_layer_io *io) SP_MUST_CHECK;
+int kn_block_tp_forward_launch(struct dev_stream *s, const struct kn_model_config *cfg, int t,
+                               int r, int seg, int B, int T, const struct kn_layer_mem *mem,
+                               const struct kn_layer_io *io) SP_MUST_CHECK;
+int kn_block_tp_backward_launch(struct dev_stream *s, const struct kn_model_config *cfg, int t,
+                                int r, int seg, int B, int T, const struct kn_layer_mem *mem,
+                                const struct kn_layer_io *io) SP_MUST_CHECK;
 
 #endif

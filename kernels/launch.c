@@ -64,3 +64,19 @@ int kn_layer_zero_grad_launch(struct dev_stream *s, const struct kn_model_config
 	KN_STREAM_RUNNER(s);
 	return kn_layer_zero_grad_run(&r, cfg, kind, mem);
 }
+
+int kn_block_tp_forward_launch(struct dev_stream *s, const struct kn_model_config *cfg, int t,
+                               int rank, int seg, int B, int T, const struct kn_layer_mem *mem,
+                               const struct kn_layer_io *io)
+{
+	KN_STREAM_RUNNER(s);
+	return kn_block_tp_forward_run(&r, cfg, t, rank, seg, B, T, mem, io);
+}
+
+int kn_block_tp_backward_launch(struct dev_stream *s, const struct kn_model_config *cfg, int t,
+                                int rank, int seg, int B, int T, const struct kn_layer_mem *mem,
+                                const struct kn_layer_io *io)
+{
+	KN_STREAM_RUNNER(s);
+	return kn_block_tp_backward_run(&r, cfg, t, rank, seg, B, T, mem, io);
+}

@@ -399,6 +399,11 @@ int kn_layer_forward_run(const struct kn_runner *r, const struct kn_model_config
 		KN_RUN(r, encoder_forward, en);
 		return 0;
 	}
+	if (kind == KN_LAYER_BLOCK && cfg->tp_form) {
+		for (int seg = 0; seg < KN_TP_SEGS; seg++) /* one member: no exchange */
+			SP_CHECK(kn_block_tp_forward_run(r, cfg, 1, 0, seg, B, T, mem, io));
+		return 0;
+	}
 	if (kind == KN_LAYER_BLOCK)
 		return kn_block_forward(r, cfg, B, T, mem, io);
 	struct kn_head_ptrs h;
@@ -456,6 +461,11 @@ int kn_layer_backward_run(const struct kn_runner *r, const struct kn_model_confi
 		                                 .V = cfg->V,
 		                                 .maxT = cfg->maxT};
 		KN_RUN(r, encoder_backward, en);
+		return 0;
+	}
+	if (kind == KN_LAYER_BLOCK && cfg->tp_form) {
+		for (int seg = 0; seg < KN_TP_SEGS; seg++)
+			SP_CHECK(kn_block_tp_backward_run(r, cfg, 1, 0, seg, B, T, mem, io));
 		return 0;
 	}
 	if (kind == KN_LAYER_BLOCK)
@@ -681,6 +691,18 @@ int kn_layer_backward_cpu(const struct kn_model_config *cfg, enum kn_layer_kind 
                           const struct kn_layer_mem *mem, const struct kn_layer_io *io)
 {
 	return kn_layer_backward_run(&kn_cpu, cfg, kind, B, T, mem, io);
+}
+
+int kn_block_tp_forward_cpu(const struct kn_model_config *cfg, int t, int r, int seg, int B, int T,
+                            const struct kn_layer_mem *mem, const struct kn_layer_io *io)
+{
+	return kn_block_tp_forward_run(&kn_cpu, cfg, t, r, seg, B, T, mem, io);
+}
+
+int kn_block_tp_backward_cpu(const struct kn_model_config *cfg, int t, int r, int seg, int B, int T,
+                             const struct kn_layer_mem *mem, const struct kn_layer_io *io)
+{
+	return kn_block_tp_backward_run(&kn_cpu, cfg, t, r, seg, B, T, mem, io);
 }
 
 int kn_layer_update_cpu(const struct kn_model_config *cfg, enum kn_layer_kind kind,

@@ -569,6 +569,74 @@ struct dev_cost kn_grad_sumsq_cost(const struct kn_grad_sumsq_args *a)
 	return (struct dev_cost){2.0 * a->N, a->N * fsz(a->dtype), 0};
 }
 
+/* ---- strided products and sums ---- */
+int kn_gemm_check(const struct kn_gemm_args *a)
+{
+	const char *op = "gemm";
+	KN_POS(op, a, M);
+	KN_POS(op, a, N);
+	KN_POS(op, a, K);
+	KN_PTR(op, a, a);
+	KN_PTR(op, a, b);
+	KN_PTR(op, a, c);
+	int acols = a->trans_a ? a->M : a->K, bcols = a->trans_b ? a->K : a->N;
+	if (a->lda < acols || a->ldb < bcols || a->ldc < a->N)
+		return sp_error(-EINVAL,
+		                "kn_gemm: row strides lda = %d, ldb = %d, ldc = %d below the "
+		                "rows' %d, %d, %d elements",
+		                a->lda, a->ldb, a->ldc, acols, bcols, a->N);
+	if (a->beta != 0.0f && a->beta != 1.0f)
+		return sp_error(-EINVAL, "kn_gemm: beta = %g must be 0 or 1", (double)a->beta);
+	return 0;
+}
+
+struct dev_cost kn_gemm_cost(const struct kn_gemm_args *a)
+{
+	double m = a->M, n = a->N, k = a->K;
+	return (struct dev_cost){2 * m * n * k, (m * k + k * n + (1 + (a->beta != 0)) * m * n) * 4,
+	                         0};
+}
+
+int kn_colsum_check(const struct kn_colsum_args *a)
+{
+	const char *op = "colsum";
+	KN_POS(op, a, M);
+	KN_POS(op, a, N);
+	KN_PTR(op, a, out);
+	KN_PTR(op, a, in);
+	if (a->ld < a->N)
+		return sp_error(-EINVAL, "kn_colsum: ld = %d below N = %d", a->ld, a->N);
+	return 0;
+}
+
+struct dev_cost kn_colsum_cost(const struct kn_colsum_args *a)
+{
+	double n = (double)a->M * a->N;
+	return (struct dev_cost){n, (n + 2.0 * a->N) * 4, 0};
+}
+
+int kn_tree_sum_check(const struct kn_tree_sum_args *a)
+{
+	const char *op = "tree_sum";
+	KN_POS(op, a, N);
+	KN_PTR(op, a, out);
+	KN_PTR(op, a, in);
+	if (a->n != 1 && a->n != 2 && a->n != 4)
+		return sp_error(-EINVAL, "kn_tree_sum: n = %d pieces (1, 2 or 4)", a->n);
+	if (a->n > 1 && a->stride < a->N)
+		return sp_error(-EINVAL, "kn_tree_sum: stride %ld below N = %ld", a->stride, a->N);
+	if (a->bias && (a->OC <= 0 || a->N % a->OC))
+		return sp_error(-EINVAL, "kn_tree_sum: bias of OC = %d does not tile N = %ld",
+		                a->OC, a->N);
+	return 0;
+}
+
+struct dev_cost kn_tree_sum_cost(const struct kn_tree_sum_args *a)
+{
+	double n = (double)a->N;
+	return (struct dev_cost){n * a->n, n * (a->n + 1) * 4, 0};
+}
+
 /* ---- dev_kernel tables: {name, cpu entry, cuda entry (NULL without CUDA)} ---- */
 #if SPILL_HAVE_CUDA
 #define KN_CUDA_ENTRY_(name, args)                                       \
