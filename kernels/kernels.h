@@ -470,6 +470,10 @@ struct kn_model_config {
 	/* 1: blocks compute in the tensor-parallel form (below), the numerics
 	 * every --tensor-parallel t shares; 0: llm.c's one GEMM per product */
 	int tp_form;
+	/* > 1: a block's ranges are one member's shard of that many (tp form):
+	 * kn_layer_describe, _update and _zero_grad size the shard; its passes
+	 * run through kn_block_tp_forward/backward (kn_layer_forward refuses) */
+	int tp_shards;
 };
 
 /* Fills *out for a layer of this kind at microbatch (B,T). The embedding's

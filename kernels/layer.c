@@ -63,8 +63,9 @@ int kn_layer_describe(const struct kn_model_config *cfg, enum kn_layer_kind kind
 		d.stash_names = "";
 		break;
 	case KN_LAYER_BLOCK: {
-		if (cfg->tp_form) { /* the tensor-parallel form, one member */
-			SP_CHECK(kn_block_tp_describe(cfg, 1, B, T, out));
+		if (cfg->tp_form || cfg->tp_shards > 1) { /* the tensor-parallel form */
+			SP_CHECK(kn_block_tp_describe(cfg, cfg->tp_shards > 1 ? cfg->tp_shards : 1,
+			                              B, T, out));
 			out->stash_names = "ln1,qkv,att,atty,residual2,ln2,fch,fch_gelu,ln1_mean,"
 			                   "ln1_rstd,ln2_mean,ln2_rstd";
 			return 0;

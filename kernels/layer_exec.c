@@ -382,6 +382,11 @@ int kn_layer_forward_run(const struct kn_runner *r, const struct kn_model_config
                          const struct kn_layer_io *io)
 {
 	SP_CHECK(kn_layer_validate("forward", cfg, kind, B, T, mem, io, 0));
+	if (kind == KN_LAYER_BLOCK && cfg->tp_shards > 1)
+		return sp_error(-EINVAL,
+		                "kn_layer_forward: a block shard of %d runs its segments "
+		                "(kn_block_tp_forward)",
+		                cfg->tp_shards);
 	int C = cfg->C;
 	const void *params = mem->params;
 	if (kind == KN_LAYER_EMBEDDING) {
@@ -445,6 +450,11 @@ int kn_layer_backward_run(const struct kn_runner *r, const struct kn_model_confi
                           const struct kn_layer_io *io)
 {
 	SP_CHECK(kn_layer_validate("backward", cfg, kind, B, T, mem, io, 1));
+	if (kind == KN_LAYER_BLOCK && cfg->tp_shards > 1)
+		return sp_error(-EINVAL,
+		                "kn_layer_backward: a block shard of %d runs its segments "
+		                "(kn_block_tp_backward)",
+		                cfg->tp_shards);
 	int C = cfg->C;
 	const void *params = mem->params;
 	void *grads = mem->grads;
@@ -526,7 +536,7 @@ static int kn_layer_tensors(const struct kn_model_config *cfg, enum kn_layer_kin
 		off[1] = C, n[1] = C, decay[1] = 0;
 		return 2;
 	}
-	kn_block_param_sizes(cfg->C, n);
+	kn_block_shard_param_sizes(cfg->C, cfg->tp_shards > 1 ? cfg->tp_shards : 1, n);
 	size_t o = 0;
 	for (int i = 0; i < KN_BLOCK_NPARAMS; i++) {
 		off[i] = o;

@@ -23,14 +23,14 @@ int kn_block_tp_check(const struct kn_model_config *cfg, int t)
 {
 	SP_CHECK(kn_model_config_check(cfg));
 	if (t != 1 && t != 2 && t != 4)
-		return sp_error(-EINVAL, "tensor parallel t = %d: 1, 2 or 4 devices per block", t);
+		return sp_error(-EINVAL, "tensor parallel %d: 1, 2 or 4 devices per block", t);
 	if (cfg->NH % KN_TP_CHUNKS || cfg->C % KN_TP_CHUNKS)
 		return sp_error(-EINVAL,
-		                "tensor parallel: NH = %d heads and C = %d channels must be "
+		                "tensor parallel %d: NH = %d heads and C = %d channels must be "
 		                "multiples of %d (the form's fixed chunks)",
-		                cfg->NH, cfg->C, KN_TP_CHUNKS);
+		                t, cfg->NH, cfg->C, KN_TP_CHUNKS);
 	if (cfg->dtype != KN_F32)
-		return sp_error(-ENOTSUP, "tensor parallel: fp32 only (bf16 is not built)");
+		return sp_error(-ENOTSUP, "tensor parallel %d: fp32 only (bf16 is not built)", t);
 	return 0;
 }
 
@@ -71,7 +71,7 @@ int kn_block_tp_describe(const struct kn_model_config *cfg, int t, int B, int T,
 {
 	SP_CHECK(kn_block_tp_check(cfg, t));
 	struct kn_model_config plain = *cfg;
-	plain.tp_form = 0;
+	plain.tp_form = plain.tp_shards = 0;
 	SP_CHECK(kn_layer_describe(&plain, KN_LAYER_BLOCK, B, T, out));
 	struct kn_tp_sizes z;
 	kn_tp_sizes(cfg, t, B, T, &z);

@@ -53,7 +53,8 @@ struct xs {
 	int next;               /* ordered mode: the first task not issued */
 	int *pd, npd, cappd;    /* discards waiting for a transfer to land: (task, ref) */
 	int ndone, err;
-	void **ptr;      /* scratch: pointers of one task */
+	void **ptr; /* scratch: pointers of one task (a set's: maxref per member) */
+	int maxref;
 	int *coll_first; /* per collective group: its member with the lowest index */
 	int ncoll;
 	int hints; /* Belady hints from this program's order (off for external drivers) */
@@ -217,6 +218,7 @@ static int xs_init(struct xs *x, struct rt_ctx *rt, struct rt_prog *p, int iter,
 			maxcoll = p->task[i].coll_group;
 	}
 	x->ptr = malloc((size_t)maxref * sizeof(void *) * (size_t)(rt->ndev + 1));
+	x->maxref = maxref;
 	x->ncoll = maxcoll + 1;
 	x->coll_first = malloc((size_t)(x->ncoll + 1) * sizeof(int));
 	x->start = calloc((size_t)n, 1);
@@ -804,6 +806,58 @@ fail:
 	return rc;
 }
 
+/* A tensor-parallel set: each member waits for its dependencies and acquires
+ * its objects on its device, then the set's function launches them all
+ * (exchanging between their streams); each member is done when its stream
+ * is. */
+static int issue_set(struct xs *x, const int *members, int n)
+{
+	struct rt_prog *p = x->p;
+	struct rt_launch l[DEV_MAX];
+	int rc = 0, k;
+	for (k = 0; k < n; k++) {
+		int t = members[k], q = task_queue(x, p->task[t].dev);
+		void **ptr = x->ptr + (size_t)k * x->maxref;
+		bind_refs(x, t, q);
+		SP_CHECK_GOTO(wait_deps(x, t, q, 0), rc, fail);
+		SP_CHECK_GOTO(acquire_all(x, t, q, ptr), rc, fail);
+		l[k] = (struct rt_launch){.rt = x->rt,
+		                          .s = queue_stream(x, q),
+		                          .dev = queue_dev(x, q),
+		                          .task = &p->task[t],
+		                          .ptr = ptr,
+		                          .iter = x->iter};
+	}
+	for (int j = 0; j < n && p->t_start && !rc; j++)
+		rc = dev_event_record(p->ev_start[members[j]], l[j].s);
+	if (!rc) {
+		rc = p->task[members[0]].set_fn(l, n);
+		if (rc < 0)
+			sp_error_context("tensor-parallel set of task %d (%s)", members[0],
+			                 p->task[members[0]].name);
+	}
+	for (int j = 0; j < n; j++) {
+		int t = members[j], q = task_queue(x, p->task[t].dev);
+		int e = dev_event_record(p->ev[t], l[j].s);
+		int e2 = release_all(x, t, q, e == 0 ? p->ev[t] : NULL);
+		if (!rc)
+			rc = e < 0 ? e : e2;
+		x->st[t] = T_ISSUED;
+		p->ran_on[t] = q;
+		push_inflight(x, q, t);
+		x->rt->st.tasks++;
+		if (!rc)
+			rc = set_hints(x, t, q);
+		if (!rc)
+			discard_after_issue(x, t);
+	}
+	return rc;
+fail:
+	for (int j = 0; j < k; j++) /* acquired members: released, nothing launched */
+		(void)release_all(x, members[j], task_queue(x, p->task[members[j]].dev), NULL);
+	return rc;
+}
+
 /* The device holding a late-bound task's chain: its stashed or boundary input
  * (the outputs of earlier tasks of the same microbatch), or -1. */
 static int chain_home(struct xs *x, int t)
@@ -1054,7 +1108,10 @@ int rt_exec_run(struct rt_ctx *rt, struct rt_prog *p, int iter)
 				int nm, t = pick(&x, q, members, &nm);
 				if (t < 0)
 					break;
-				int e = nm ? issue_collective(&x, members, nm) : issue(&x, t, q);
+				int e = !nm ? issue(&x, t, q)
+				        : (x.p->task[t].flags & RT_TASK_SET)
+				            ? issue_set(&x, members, nm)
+				            : issue_collective(&x, members, nm);
 				progress = 1;
 				/* the check mode: each task's transfers land before the next
 				 * task's decisions, as in the simulator's replay */

@@ -539,6 +539,68 @@ int rt_layer_init_optim(const struct rt_model *m, int l, void *optim, uint64_t s
 	return gpt_init_f32(ly, optim, seed);
 }
 
+int rt_layer_init_member(const struct rt_model *m, int l, void *params, uint64_t seed, int member)
+{
+	SP_CHECK_ARG(m && params && l >= 0 && l < m->nlayers, "rt_layer_init: bad arguments");
+	const struct rt_layer *ly = &m->layers[l];
+	int t = ly->gpt.tp_shards;
+	if (!(ly->kind == KN_LAYER_BLOCK && ly->ops == &gpt_ops && t > 1))
+		return rt_layer_init(m, l, params, seed);
+	SP_CHECK_ARG(member >= 0 && member < t, "rt_layer_init: member %d of %d", member, t);
+	size_t n[KN_BLOCK_NPARAMS], total = 0; /* the whole block's, then member's cut */
+	kn_block_param_sizes(ly->gpt.C, n);
+	for (int i = 0; i < KN_BLOCK_NPARAMS; i++)
+		total += n[i];
+	float *f = malloc(total * sizeof(float));
+	if (!f)
+		return sp_error(-ENOMEM, "gpt: initial values of %s", ly->name);
+	int rc = gpt_init_f32(ly, f, seed);
+	if (rc == 0)
+		kn_block_shard_copy(ly->gpt.C, t, member, sizeof(float), f, params, 1);
+	free(f);
+	return rc;
+}
+
+int rt_model_gpt_members(const struct rt_model *m, int t, struct rt_model *out)
+{
+	SP_CHECK_ARG(m && out && m->layers, "rt_model_gpt_members: NULL argument");
+	struct rt_model mm = *m;
+	mm.layers = calloc((size_t)m->nlayers, sizeof(*mm.layers));
+	if (!mm.layers)
+		return sp_error(-ENOMEM, "tensor parallel: %d layers", m->nlayers);
+	int rc = 0;
+	for (int i = 0; i < m->nlayers && !rc; i++) {
+		const struct rt_layer *ly = &m->layers[i];
+		mm.layers[i] = *ly; /* embeddings, heads, other layers: every member's whole */
+		if (ly->kind != KN_LAYER_BLOCK || ly->ops != &gpt_ops)
+			continue;
+		if (!ly->gpt.tp_form) {
+			rc = sp_error(-EINVAL,
+			              "tensor parallel %d: block %s is not in the tensor-parallel "
+			              "form (kn_model_config.tp_form)",
+			              t, ly->name);
+			break;
+		}
+		struct kn_model_config cfg = ly->gpt;
+		cfg.tp_shards = t;
+		rc = kn_block_tp_check(&cfg, t);
+		if (!rc)
+			rc = gpt_layer(&cfg, ly->T, KN_LAYER_BLOCK, (int)(uintptr_t)ly->arg,
+			               &mm.layers[i]);
+		struct rt_layer *x = &mm.layers[i];
+		if (!rc && x->std_optim)
+			x->optim_bytes =
+			    x->master_bytes +
+			    kn_optim_state_bytes(m->opt.kind, m->opt.momentum, rt_layer_nparams(x));
+	}
+	if (rc < 0) {
+		free(mm.layers);
+		return rc;
+	}
+	*out = mm;
+	return 0;
+}
+
 int rt_layer_init(const struct rt_model *m, int l, void *params, uint64_t seed)
 {
 	SP_CHECK_ARG(m && params && l >= 0 && l < m->nlayers, "rt_layer_init: bad arguments");

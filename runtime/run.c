@@ -53,10 +53,18 @@ static int rep_of(const struct rt_launch *l, const struct rt_run *r, const struc
 	return r->mo->nrep > 1 && l->dev >= 0 ? l->dev : t->rep;
 }
 
+/* The task's tensor-parallel member (0 without): the objects the model's
+ * tables name are member 0's, member r's are r further (taskgraph's widen). */
+static int member_of(const struct rt_launch *l)
+{
+	return ((const struct rt_run_task *)l->task->arg)->t->member;
+}
+
 /* The access task l got to graph object o (VMM_READ if absent). */
 static enum vmm_access mode_of(const struct rt_launch *l, int o)
 {
 	const struct rt_task *t = l->task;
+	o += member_of(l);
 	for (int i = 0; i < t->nref; i++)
 		if (t->ref[i].obj == o)
 			return t->ref[i].mode;
@@ -64,13 +72,20 @@ static enum vmm_access mode_of(const struct rt_launch *l, int o)
 }
 
 /* The pointer of graph object o among the task's refs (NULL: 0 bytes, or absent). */
-static void *ptr_of(const struct rt_launch *l, int o)
+static void *ptr_raw(const struct rt_launch *l, int o)
 {
 	const struct rt_task *t = l->task;
 	for (int i = 0; i < t->nref; i++)
 		if (t->ref[i].obj == o)
 			return l->ptr[i];
 	return NULL;
+}
+
+/* The same for an object of the model's tables (member 0's), as the task's
+ * member sees it. */
+static void *ptr_of(const struct rt_launch *l, int o)
+{
+	return o < 0 ? NULL : ptr_raw(l, o + member_of(l));
 }
 
 static int zero(struct dev_stream *s, void *p, uint64_t bytes)
@@ -104,7 +119,7 @@ static int fwd_task(const struct rt_launch *L, void *arg)
 	int P = mo->P, pk = t->pack, rep = rep_of(L, r, t), mb = r->plan.microbatch;
 	int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
 	char *W = ptr_of(L, tg_w_of(mo, rep * P + pk, t->step));
-	void *work = t->work >= 0 ? ptr_of(L, t->work) : NULL;
+	void *work = t->work >= 0 ? ptr_raw(L, t->work) : NULL;
 	for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
 		const void *x = ptr_of(L, pk ? mo->B[k * P + pk - 1] : mo->X[k]);
 		char *S = ptr_of(L, mo->S[k * P + pk]);
@@ -150,7 +165,7 @@ static int bwd_task(const struct rt_launch *L, void *arg)
 	char *W = ptr_of(L, tg_w_of(mo, rep * P + pk, t->step));
 	int gobj = tg_g_of(mo, t->rep * P + pk, t->step);
 	char *G = ptr_of(L, gobj);
-	char *work = t->work >= 0 ? ptr_of(L, t->work) : NULL;
+	char *work = t->work >= 0 ? ptr_raw(L, t->work) : NULL;
 	if (mode_of(L, gobj) == VMM_OVERWRITE) { /* the first accumulation this iteration */
 		uint64_t gb = 0;
 		for (int l = lo; l < hi; l++)
@@ -220,6 +235,222 @@ static int bwd_task(const struct rt_launch *L, void *arg)
 	return 0;
 }
 
+/* ---- tensor parallelism: a set of members runs one pass together ------------------ */
+
+static int tp_block(const struct rt_layer *ly)
+{
+	return ly->kind == KN_LAYER_BLOCK && ly->gpt.tp_shards > 1;
+}
+
+/* Between two segments of a block: member i's slot i goes into slot i of
+ * every other member. Each stream waits for every member's segment, pulls
+ * the others' slots, and waits until every member has pulled its own before
+ * the next segment overwrites it. */
+static int tp_exchange(struct rt_run *r, const struct rt_launch *L, int n, float *const *slot,
+                       uint64_t bytes)
+{
+	for (int i = 0; i < n; i++)
+		SP_CHECK(dev_event_record(r->tp_done[i], L[i].s));
+	for (int i = 0; i < n; i++)
+		for (int o = 0; o < n; o++) {
+			if (o == i)
+				continue;
+			SP_CHECK(dev_stream_wait_event(L[i].s, r->tp_done[o]));
+			uint64_t off = (uint64_t)o * bytes;
+			SP_CHECK(dev_memcpy_async(L[i].s, (char *)slot[i] + off, L[i].dev,
+			                          (char *)slot[o] + off, L[o].dev, bytes));
+			r->rt->st.tp_bytes += bytes;
+		}
+	for (int i = 0; i < n; i++)
+		SP_CHECK(dev_event_record(r->tp_pulled[i], L[i].s));
+	for (int i = 0; i < n; i++)
+		for (int o = 0; o < n; o++)
+			if (o != i)
+				SP_CHECK(dev_stream_wait_event(L[i].s, r->tp_pulled[o]));
+	return 0;
+}
+
+/* One block's pass (bwd 0: forward) over the n members, segment by segment. */
+static int tp_pass(struct rt_run *r, const struct rt_launch *L, int n, const struct rt_layer *ly,
+                   const struct kn_layer_mem *mem, const struct kn_layer_io *io, int bwd)
+{
+	int mb = r->plan.microbatch, t = ly->gpt.tp_shards;
+	float *slot[DEV_MAX];
+	for (int i = 0; i < n; i++)
+		slot[i] = kn_block_tp_slots(&ly->gpt, t, mb, ly->T, mem[i].work);
+	uint64_t bytes = (uint64_t)mb * ly->T * ly->gpt.C * sizeof(float);
+	for (int seg = 0; seg < KN_TP_SEGS; seg++) {
+		if (seg)
+			SP_CHECK(tp_exchange(r, L, n, slot, bytes));
+		for (int i = 0; i < n; i++) {
+			int rank = member_of(&L[i]);
+			if (bwd)
+				SP_CHECK(kn_block_tp_backward_launch(L[i].s, &ly->gpt, t, rank, seg,
+				                                     mb, ly->T, &mem[i], &io[i]));
+			else
+				SP_CHECK(kn_block_tp_forward_launch(L[i].s, &ly->gpt, t, rank, seg,
+				                                    mb, ly->T, &mem[i], &io[i]));
+		}
+	}
+	return 0;
+}
+
+/* The forward of a pack by its n members (fwd_task's, without recompute, which
+ * tensor parallelism does not take). */
+static int fwd_set(const struct rt_launch *L, int n)
+{
+	const struct rt_run_task *a0 = L[0].task->arg;
+	struct rt_run *r = a0->run;
+	const struct tg_task *t0 = a0->t;
+	const struct tg_model_objs *mo = r->mo;
+	int P = mo->P, pk = t0->pack, mb = r->plan.microbatch;
+	int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
+	for (int k = t0->mb0; k < t0->mb0 + t0->nmb; k++) {
+		const void *x[DEV_MAX];
+		char *W[DEV_MAX], *S[DEV_MAX];
+		void *work[DEV_MAX];
+		for (int i = 0; i < n; i++) {
+			const struct tg_task *t = ((const struct rt_run_task *)L[i].task->arg)->t;
+			x[i] = ptr_of(&L[i], pk ? mo->B[k * P + pk - 1] : mo->X[k]);
+			W[i] = ptr_of(&L[i], tg_w_of(mo, t->rep * P + pk, t->step));
+			S[i] = ptr_of(&L[i], mo->S[k * P + pk]);
+			work[i] = t->work >= 0 ? ptr_raw(&L[i], t->work) : NULL;
+		}
+		for (int l = lo; l < hi; l++) {
+			const struct rt_layer *ly = &r->m->layers[l];
+			struct kn_layer_mem mem[DEV_MAX];
+			struct kn_layer_io io[DEV_MAX];
+			for (int i = 0; i < n; i++) {
+				const struct tg_task *t =
+				    ((const struct rt_run_task *)L[i].task->arg)->t;
+				void *out = l == hi - 1 ? ptr_of(&L[i], mo->B[k * P + pk])
+				                        : S[i] + r->ioff[l];
+				const void *Y = pk == P - 1 ? ptr_of(&L[i], mo->Y[k]) : NULL;
+				mem[i] = (struct kn_layer_mem){.params = W[i] + r->poff[l],
+				                               .stash = S[i] + r->soff[l],
+				                               .work = work[i]};
+				io[i] = (struct kn_layer_io){.in = x[i], .out = out, .targets = Y};
+				if (tp_block(ly))
+					continue;
+				struct rt_layer_call c = {
+				    .s = L[i].s,
+				    .layer = ly,
+				    .B = mb,
+				    .params = mem[i].params,
+				    .stash = mem[i].stash,
+				    .work = work[i],
+				    .in = x[i],
+				    .out = out,
+				    .targets = Y,
+				    .tied = tied_params(&L[i], r, l, t->rep, t->step)};
+				SP_CHECK(ly->ops->forward(&c));
+			}
+			if (tp_block(ly))
+				SP_CHECK(tp_pass(r, L, n, ly, mem, io, 0));
+			for (int i = 0; i < n; i++)
+				x[i] = io[i].out;
+		}
+	}
+	return 0;
+}
+
+/* The backward of a pack by its n members (bwd_task's, without recompute). */
+static int bwd_set(const struct rt_launch *L, int n)
+{
+	const struct rt_run_task *a0 = L[0].task->arg;
+	struct rt_run *r = a0->run;
+	const struct tg_task *t0 = a0->t;
+	const struct tg_model_objs *mo = r->mo;
+	const struct rt_model *m = r->m;
+	int P = mo->P, pk = t0->pack, mb = r->plan.microbatch;
+	int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
+	char *W[DEV_MAX], *G[DEV_MAX], *work[DEV_MAX];
+	for (int i = 0; i < n; i++) {
+		const struct tg_task *t = ((const struct rt_run_task *)L[i].task->arg)->t;
+		int gobj = tg_g_of(mo, t->rep * P + pk, t->step);
+		W[i] = ptr_of(&L[i], tg_w_of(mo, t->rep * P + pk, t->step));
+		G[i] = ptr_of(&L[i], gobj);
+		work[i] = t->work >= 0 ? ptr_raw(&L[i], t->work) : NULL;
+		if (mode_of(&L[i], gobj) == VMM_OVERWRITE) {
+			uint64_t gb = 0;
+			for (int l = lo; l < hi; l++)
+				gb += m->layers[l].grad_bytes;
+			SP_CHECK(zero(L[i].s, G[i], gb));
+		}
+	}
+	float dloss = 1.0f / ((float)batch_total(m) * (float)m->loss_floats);
+	for (int k = t0->mb0; k < t0->mb0 + t0->nmb; k++) {
+		char *S[DEV_MAX];
+		const void *in[DEV_MAX], *dout[DEV_MAX], *Y[DEV_MAX];
+		void *dpack[DEV_MAX];
+		for (int i = 0; i < n; i++) {
+			S[i] = ptr_of(&L[i], mo->S[k * P + pk]);
+			in[i] = ptr_of(&L[i], pk ? mo->B[k * P + pk - 1] : mo->X[k]);
+			Y[i] = pk == P - 1 ? ptr_of(&L[i], mo->Y[k]) : NULL;
+			dout[i] =
+			    ptr_of(&L[i], pk == P - 1 ? mo->B[k * P + pk] : mo->D[k * P + pk + 1]);
+			dpack[i] = pk ? ptr_of(&L[i], mo->D[k * P + pk]) : NULL;
+			if (dpack[i])
+				SP_CHECK(zero(L[i].s, dpack[i],
+				              m->layers[lo - 1].out_per_sample * (uint64_t)mb));
+		}
+		int pp = 0;
+		for (int l = hi - 1; l >= lo; l--) {
+			const struct rt_layer *ly = &m->layers[l];
+			struct kn_layer_mem mem[DEV_MAX];
+			struct kn_layer_io io[DEV_MAX];
+			for (int i = 0; i < n; i++) {
+				const struct tg_task *t =
+				    ((const struct rt_run_task *)L[i].task->arg)->t;
+				void *din = dpack[i];
+				if (l > lo) { /* an interior input gradient: a ping-pong buffer */
+					din =
+					    work[i] + r->pp_off[pk] + (uint64_t)pp * r->pp_size[pk];
+					SP_CHECK(
+					    zero(L[i].s, din,
+					         m->layers[l - 1].out_per_sample * (uint64_t)mb));
+				}
+				const void *lin = l == lo ? in[i] : S[i] + r->ioff[l - 1];
+				mem[i] = (struct kn_layer_mem){.params = W[i] + r->poff[l],
+				                               .grads = G[i] + r->goff[l],
+				                               .stash = S[i] + r->soff[l],
+				                               .work = work[i]};
+				io[i] = (struct kn_layer_io){.in = lin,
+				                             .dout = dout[i],
+				                             .din = din,
+				                             .targets = Y[i],
+				                             .dloss = dloss};
+				if (tp_block(ly))
+					continue;
+				struct rt_layer_call c = {
+				    .s = L[i].s,
+				    .layer = ly,
+				    .B = mb,
+				    .params = mem[i].params,
+				    .grads = mem[i].grads,
+				    .stash = mem[i].stash,
+				    .work = work[i],
+				    .in = lin,
+				    .dout = dout[i],
+				    .din = din,
+				    .targets = Y[i],
+				    .tied = tied_params(&L[i], r, l, t->rep, t->step),
+				    .tied_grad =
+				        ly->tied ? G[i] + r->goff[l] + ly->param_bytes : NULL,
+				    .dloss = dloss};
+				SP_CHECK(ly->ops->backward(&c));
+			}
+			if (tp_block(ly))
+				SP_CHECK(tp_pass(r, L, n, ly, mem, io, 1));
+			if (l > lo)
+				pp ^= 1;
+			for (int i = 0; i < n; i++)
+				dout[i] = io[i].din;
+		}
+	}
+	return 0;
+}
+
 static int loss_task(const struct rt_launch *L, void *arg)
 {
 	const struct rt_run_task *rt = arg;
@@ -228,6 +459,8 @@ static int loss_task(const struct rt_launch *L, void *arg)
 	const struct tg_model_objs *mo = r->mo;
 	int P = mo->P, mb = r->plan.microbatch;
 	uint64_t bytes = (uint64_t)mb * (uint64_t)r->m->loss_floats * sizeof(float);
+	if (t->member) /* tensor parallelism: every member's losses are member 0's */
+		return 0;
 	for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
 		const void *lo = ptr_of(L, mo->B[k * P + P - 1]);
 		float *dst = r->losses + (size_t)k * mb * r->m->loss_floats;
@@ -529,7 +762,28 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 		}
 	}
 	r->seed = seed;
+	r->full = m;
 	rt_prog_init(&r->prog);
+	if (plan->tp > 1) { /* the members' model: blocks as shards */
+		if (plan->recompute || m->opt.grad_clip > 0 || m->gpt.dtype != KN_F32) {
+			rc = sp_error(-ENOTSUP,
+			              "tensor parallel %d: %s is not built with it (fp32, no "
+			              "recomputation, no clipping)",
+			              plan->tp,
+			              plan->recompute        ? "recomputation"
+			              : m->opt.grad_clip > 0 ? "gradient clipping"
+			                                     : "bf16");
+			goto fail;
+		}
+		SP_CHECK_GOTO(rt_model_gpt_members(m, plan->tp, &r->members), rc, fail);
+		r->m = m = &r->members;
+		for (int i = 0; i < plan->tp; i++)
+			if (dev_event_create(rt->dev, &r->tp_done[i]) < 0 ||
+			    dev_event_create(rt->dev, &r->tp_pulled[i]) < 0) {
+				rc = -EIO;
+				goto fail;
+			}
+	}
 	r->tgl = calloc((size_t)m->nlayers, sizeof(*r->tgl));
 	if (!r->tgl) {
 		rc = sp_error(-ENOMEM, "rt_run_open: layers");
@@ -596,6 +850,9 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 		static const char *const kn[] = {"fwd", "bwd", "upd", "allreduce", "loss", "norm"};
 		snprintf(tk.name, sizeof(tk.name), "%s p%d mb%d+%d r%d", kn[t->kind], t->pack,
 		         t->mb0, t->nmb, t->rep);
+		snprintf(tk.name + strlen(tk.name), sizeof(tk.name) - strlen(tk.name), "%s",
+		         g->tp > 1 ? (const char *[]){" m0", " m1", " m2", " m3"}[t->member & 3]
+		                   : "");
 		switch (t->kind) {
 		case TG_FWD: tk.fn = fwd_task; break;
 		case TG_BWD: tk.fn = bwd_task; break;
@@ -613,11 +870,19 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 			 * which two collectives in flight at once never share (a
 			 * step's all-reduces end before those of the step two later
 			 * can start: their forwards wait for its updates) */
-			tk.coll_group = (2 * t->step + (t->root >= 0)) * r->mo->P + t->pack;
+			tk.coll_group =
+			    ((2 * t->step + (t->root >= 0)) * r->mo->P + t->pack) * g->tp +
+			    t->member;
 			tk.coll_bcast = t->root >= 0;
 			tk.coll_root = t->root;
 			tk.constrained = 1;
 			break;
+		}
+		if (t->tp_set >= 0) { /* its members run together, after the all-reduces' groups */
+			tk.flags = RT_TASK_COLLECTIVE | RT_TASK_SET;
+			tk.set_fn = t->kind == TG_FWD ? fwd_set : bwd_set;
+			tk.coll_group = 2 * r->mo->nstep * r->mo->P * g->tp + t->tp_set;
+			tk.constrained = 1;
 		}
 		int id;
 		rc = rt_prog_task(&r->prog, &tk, refs, nr, deps, t->ndep, &id);
@@ -640,7 +905,7 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 			rc = rt_prog_replicas(&r->prog, gr, r->mo->nrep, 1);
 	}
 	/* what the all-reduce sums (one replica too: the other nodes' gradients) */
-	for (int i = 0; i < r->mo->nrep * r->mo->P; i++) {
+	for (int i = 0; i < r->mo->nrep * r->mo->P * g->tp; i++) {
 		r->prog.obj[r->mo->G[i]].dtype = m->gpt.dtype;
 		if (r->mo->G2[i] >= 0)
 			r->prog.obj[r->mo->G2[i]].dtype = m->gpt.dtype;
@@ -659,8 +924,8 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 		goto fail;
 	}
 	/* initial state in the host pool: weights from the seed, optimizer state 0 */
-	for (int i = 0; i < r->mo->nrep * r->mo->P && !rc; i++) {
-		int pk = i % r->mo->P;
+	for (int i = 0; i < r->mo->nrep * r->mo->P * g->tp && !rc; i++) {
+		int pk = i % r->mo->P, member = i / (r->mo->nrep * r->mo->P);
 		/* W, 2BW's second version (the same weights), O: tg_sim_swap's order */
 		int objs[3] = {r->mo->W[i], r->mo->Wnew[i], r->mo->O[i]};
 		for (int j = 0; j < 3 && !rc; j++) {
@@ -679,11 +944,11 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 				if (which)
 					memset(p, 0, o->bytes);
 				for (int l = pack_lo(r, pk); l < pack_hi(r, pk) && !rc; l++)
-					rc =
-					    which
-					        ? rt_layer_init_optim(m, l, (char *)p + r->ooff[l],
-					                              seed)
-					        : rt_layer_init(m, l, (char *)p + r->poff[l], seed);
+					rc = which
+					         ? rt_layer_init_optim(m, l, (char *)p + r->ooff[l],
+					                               seed)
+					         : rt_layer_init_member(
+					               m, l, (char *)p + r->poff[l], seed, member);
 			}
 			int e = vmm_release(rt->vmm, o->vid, VMM_HOST, NULL);
 			if (!rc)
@@ -722,6 +987,13 @@ void rt_run_close(struct rt_run *r)
 	free(r->rc_out);
 	free(r->step_opt);
 	free(r->skip);
+	for (int i = 0; i < DEV_MAX; i++) {
+		if (r->tp_done[i] && dev_event_destroy(r->tp_done[i]) < 0)
+			SP_WARN(RT, "%s", sp_last_error());
+		if (r->tp_pulled[i] && dev_event_destroy(r->tp_pulled[i]) < 0)
+			SP_WARN(RT, "%s", sp_last_error());
+	}
+	free(r->members.layers);
 	free(r);
 }
 
@@ -732,9 +1004,11 @@ static int write_inputs(struct rt_run *r, rt_data_fn fn, int iter, int nstep)
 	const struct tg_model_objs *mo = r->mo;
 	struct vmm *v = r->rt->vmm;
 	int mb = r->plan.microbatch;
-	for (int kk = 0; kk < mo->nmb * nstep; kk++) {
+	for (int kr = 0; kr < mo->nmb * nstep * r->g.tp; kr++) { /* each member's copy */
+		int kk = kr % (mo->nmb * nstep), member = kr / (mo->nmb * nstep);
 		int k = kk % mo->nmb, it = iter + kk / mo->nmb;
-		uint64_t xv = r->prog.obj[mo->X[kk]].vid, yv = r->prog.obj[mo->Y[kk]].vid;
+		uint64_t xv = r->prog.obj[tg_mo_member(mo, mo->X, kk, member)].vid,
+		         yv = r->prog.obj[tg_mo_member(mo, mo->Y, kk, member)].vid;
 		void *x = NULL, *y = NULL;
 		struct dev_event *ready;
 		int rc = 0;
@@ -791,7 +1065,7 @@ static const uint8_t *skip_steps(struct rt_run *r, int n)
  * step's passes read again), and around an evaluation. */
 static void swap_versions(struct rt_run *r)
 {
-	for (int i = 0; i < r->mo->nrep * r->mo->P; i++) {
+	for (int i = 0; i < r->mo->nrep * r->mo->P * r->g.tp; i++) {
 		if (r->mo->Wnew[i] < 0)
 			continue;
 		struct rt_obj *a = &r->prog.obj[r->mo->W[i]], *b = &r->prog.obj[r->mo->Wnew[i]];
@@ -1016,7 +1290,7 @@ uint64_t rt_run_state_bytes(const struct rt_run *r, int l, enum rt_state which)
 {
 	if (!r || l < 0 || l >= r->m->nlayers)
 		return 0;
-	const struct rt_layer *ly = &r->m->layers[l];
+	const struct rt_layer *ly = &r->full->layers[l]; /* a shard's: the whole block's */
 	if (which == RT_PARAMS_PREV)
 		return r->mo->Wnew[r->pack_of[l]] >= 0 ? rt_layer_nparams(ly) * sizeof(float) : 0;
 	if (which == RT_PARAMS)
@@ -1024,22 +1298,53 @@ uint64_t rt_run_state_bytes(const struct rt_run *r, int l, enum rt_state which)
 	return ly->optim_bytes - ly->master_bytes;
 }
 
-/* Replica rep's object and offset of layer l's state. */
+/* Replica rep's object (tensor parallelism: member mem's) and offset of layer
+ * l's state. */
 static const struct rt_obj *state_obj(const struct rt_run *r, int l, enum rt_state which, int rep,
-                                      uint64_t *off)
+                                      int mem, uint64_t *off)
 {
 	int i = rep * r->mo->P + r->pack_of[l];
 	uint64_t master = r->m->layers[l].master_bytes;
 	if (which == RT_PARAMS_PREV) { /* 2BW: the version the passes read */
 		*off = r->poff[l];
-		return &r->prog.obj[r->mo->W[i]];
+		return &r->prog.obj[r->mo->W[i] + mem];
 	}
 	if (which == RT_PARAMS && !master) { /* 2BW: the newest version */
 		*off = r->poff[l];
-		return &r->prog.obj[r->mo->Wnew[i] >= 0 ? r->mo->Wnew[i] : r->mo->W[i]];
+		return &r->prog.obj[(r->mo->Wnew[i] >= 0 ? r->mo->Wnew[i] : r->mo->W[i]) + mem];
 	}
 	*off = r->ooff[l] + (which == RT_PARAMS ? 0 : master);
-	return &r->prog.obj[r->mo->O[i]];
+	return &r->prog.obj[r->mo->O[i] + mem];
+}
+
+/* Tensor parallelism: member mem's piece of layer l's state `whole` (the
+ * whole block's, llm.c's layout), as its object holds it, into piece
+ * (to_piece), or back into whole; layers that are no shard: the whole. */
+static void tp_piece(const struct rt_run *r, int l, enum rt_state which, int mem, void *whole,
+                     void *piece, int to_piece)
+{
+	const struct rt_layer *ly = &r->m->layers[l];
+	uint64_t np = rt_layer_nparams(ly), nfull = rt_layer_nparams(&r->full->layers[l]);
+	uint64_t bytes = which == RT_OPTIM ? ly->optim_bytes - ly->master_bytes : np * 4;
+	if (!tp_block(ly)) {
+		if (to_piece)
+			memcpy(piece, whole, bytes);
+		else
+			memcpy(whole, piece, bytes);
+		return;
+	}
+	for (uint64_t h = 0; h < bytes / (np * 4); h++) /* AdamW: m, then v */
+		kn_block_shard_copy(ly->gpt.C, ly->gpt.tp_shards, mem, sizeof(float),
+		                    (float *)whole + h * nfull, (float *)piece + h * np, to_piece);
+}
+
+/* The bytes of member mem's piece of layer l's state. */
+static uint64_t piece_bytes(const struct rt_run *r, int l, enum rt_state which)
+{
+	const struct rt_layer *ly = &r->m->layers[l];
+	if (which == RT_OPTIM)
+		return ly->optim_bytes - ly->master_bytes;
+	return ly->master_bytes ? ly->master_bytes : rt_layer_nparams(ly) * sizeof(float);
 }
 
 /* Writes bytes of in at off of object o, through its host copy. */
@@ -1070,11 +1375,23 @@ static int write_prev(struct rt_run *r, int l, const void *in)
 			w[i] = kn_f32_to_bf16(((const float *)in)[i]);
 	}
 	int rc = 0;
-	for (int rep = 0; rep < r->mo->nrep && !rc; rep++) {
-		uint64_t off;
-		const struct rt_obj *o = state_obj(r, l, RT_PARAMS_PREV, rep, &off);
-		rc = write_host(r, o, off, w ? (const void *)w : in, ly->param_bytes);
+	void *piece = r->g.tp > 1 ? malloc(piece_bytes(r, l, RT_PARAMS) + 1) : NULL;
+	if (r->g.tp > 1 && !piece)
+		rc = sp_error(-ENOMEM, "rt_run_write_state: %s", ly->name);
+	for (int mem = 0; mem < r->g.tp && !rc; mem++) {
+		if (piece) /* fp32 only */
+			tp_piece(r, l, RT_PARAMS, mem, (void *)in, piece, 1);
+		for (int rep = 0; rep < r->mo->nrep && !rc; rep++) {
+			uint64_t off;
+			const struct rt_obj *o = state_obj(r, l, RT_PARAMS_PREV, rep, mem, &off);
+			rc = write_host(r, o, off,
+			                piece ? piece
+			                : w   ? (const void *)w
+			                      : in,
+			                r->m->layers[l].param_bytes);
+		}
 	}
+	free(piece);
 	free(w);
 	return rc;
 }
@@ -1114,21 +1431,38 @@ int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void 
 			w[i] = kn_f32_to_bf16(((const float *)in)[i]);
 	}
 	int rc = 0;
-	for (int rep = 0; rep < r->mo->nrep && bytes && !rc; rep++) {
-		const struct rt_obj *o = state_obj(r, l, which, rep, &off);
-		int i = rep * r->mo->P + r->pack_of[l];
-		if (masters_here)
-			rc = write_host(r, o, off, in, bytes);
-		if (w && !rc)
-			rc = write_host(r, &r->prog.obj[r->mo->W[i]], r->poff[l], w,
-			                ly->param_bytes);
-		/* 2BW: both versions become these weights, as at step 0 (a caller
-		 * with the older version writes RT_PARAMS_PREV next). In fp32 o was
-		 * Wnew, in bf16 the rounding went to W above: the other one now */
-		if (!rc && which == RT_PARAMS && r->mo->Wnew[i] >= 0)
-			rc = write_host(r, &r->prog.obj[w ? r->mo->Wnew[i] : r->mo->W[i]],
-			                r->poff[l], w ? (const void *)w : in, ly->param_bytes);
+	/* tensor parallelism: each member's piece (every member holds the
+	 * layers that are no shard: the whole state each) */
+	void *piece = r->g.tp > 1 ? malloc(piece_bytes(r, l, which) + 1) : NULL;
+	if (r->g.tp > 1 && !piece)
+		rc = sp_error(-ENOMEM, "rt_run_write_state: %s", ly->name);
+	for (int mem = 0; mem < r->g.tp && bytes && !rc; mem++) {
+		const void *src = in;
+		uint64_t n = bytes;
+		if (piece) {
+			tp_piece(r, l, which, mem, (void *)in, piece, 1);
+			src = piece, n = piece_bytes(r, l, which);
+		}
+		for (int rep = 0; rep < r->mo->nrep && !rc; rep++) {
+			const struct rt_obj *o = state_obj(r, l, which, rep, mem, &off);
+			int i = rep * r->mo->P + r->pack_of[l];
+			if (masters_here)
+				rc = write_host(r, o, off, src, n);
+			if (w && !rc)
+				rc = write_host(r, &r->prog.obj[r->mo->W[i] + mem], r->poff[l], w,
+				                ly->param_bytes);
+			/* 2BW: both versions become these weights, as at step 0 (a
+			 * caller with the older version writes RT_PARAMS_PREV next).
+			 * In fp32 o was Wnew, in bf16 the rounding went to W above:
+			 * the other one now */
+			if (!rc && which == RT_PARAMS && r->mo->Wnew[i] >= 0)
+				rc = write_host(
+				    r, &r->prog.obj[(w ? r->mo->Wnew[i] : r->mo->W[i]) + mem],
+				    r->poff[l], w ? (const void *)w : src,
+				    r->m->layers[l].param_bytes);
+		}
 	}
+	free(piece);
 	free(w);
 	return rc;
 }
@@ -1150,9 +1484,24 @@ int rt_run_read_state(struct rt_run *r, int l, enum rt_state which, void *out)
 		                l, which == RT_OPTIM ? "optimizer state" : "fp32 master weights",
 		                owner, r->plan.node_rank);
 	uint64_t off, bytes = rt_run_state_bytes(r, l, which);
-	const struct rt_obj *o = state_obj(r, l, which, 0, &off);
+	const struct rt_obj *o = state_obj(r, l, which, 0, 0, &off);
 	if (!bytes)
 		return 0;
+	if (tp_block(&r->m->layers[l])) { /* the members' pieces, put together */
+		uint64_t n = piece_bytes(r, l, which);
+		void *piece = malloc(n + 1);
+		if (!piece)
+			return sp_error(-ENOMEM, "rt_run_read_state: layer %d", l);
+		int rc = 0;
+		for (int mem = 0; mem < r->g.tp && !rc; mem++) {
+			o = state_obj(r, l, which, 0, mem, &off);
+			rc = read_obj(r, o, off, n, piece);
+			if (!rc)
+				tp_piece(r, l, which, mem, out, piece, 0);
+		}
+		free(piece);
+		return rc;
+	}
 	if (which == RT_PARAMS_PREV && rt_layer_dtype(&r->m->layers[l]) == KN_BF16)
 		return read_widened(r, l, o, off, out); /* the bf16 weights, widened */
 	return read_obj(r, o, off, bytes, out);

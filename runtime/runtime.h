@@ -71,6 +71,7 @@ struct rt_stats {
 	uint64_t internode;      /* bytes this node sent to other nodes (all-reduce,
 	                            losses); simulated: a node inside the chain */
 	uint64_t loss_readback;  /* bytes of losses copied to the host */
+	uint64_t tp_bytes;       /* tensor parallelism: partial sums exchanged (peer copies) */
 	uint64_t prefetches;     /* vmm_prefetch calls made ahead of tasks */
 	uint64_t discards;       /* dead objects discarded */
 	uint64_t eager_writebacks;
@@ -174,7 +175,15 @@ typedef int (*rt_task_fn)(const struct rt_launch *l, void *arg);
 enum rt_task_flags {
 	RT_TASK_COLLECTIVE = 1, /* an all-reduce member: coll_group tasks run together */
 	RT_TASK_UPDATE = 2,     /* updates persistent state: eager write-back after it */
+	/* a tensor-parallel member (with RT_TASK_COLLECTIVE: the members of
+	 * coll_group, one per device, are issued together): set_fn launches
+	 * them all at once, exchanging between their streams */
+	RT_TASK_SET = 4,
 };
+
+/* Launches the n members of a set (l[i]: member i's stream, device, task and
+ * pointers), in member order. Returns 0 or -errno. */
+typedef int (*rt_set_fn)(const struct rt_launch *l, int n);
 
 struct rt_task {
 	int dev;         /* device (or RT_HOST) it runs on when constrained, else predicted */
@@ -189,8 +198,9 @@ struct rt_task {
 	int coll_group; /* RT_TASK_COLLECTIVE: the all-reduce this member belongs to */
 	int coll_bcast; /* ... 0: a sum; 1: a broadcast from node coll_root (ZeRO-1's weights) */
 	int coll_root;
-	double flops; /* for reports */
-	int tg_task;  /* the taskgraph task it came from, or -1 */
+	rt_set_fn set_fn; /* RT_TASK_SET: what its set runs (the first member's) */
+	double flops;     /* for reports */
+	int tg_task;      /* the taskgraph task it came from, or -1 */
 	char name[32];
 };
 
@@ -485,6 +495,16 @@ void rt_model_tg_timed(const struct rt_model *m, double flops, struct tg_layer *
 /* Initial parameters of layer l (host memory of param_bytes; in bf16 the
  * rounding of the fp32 masters rt_layer_init_optim writes). */
 int rt_layer_init(const struct rt_model *m, int l, void *params, uint64_t seed) SP_MUST_CHECK;
+/* The same for member `member` of a tensor-parallel block shard (the whole
+ * block's initial values, cut; rt_layer_init for every other layer). */
+int rt_layer_init_member(const struct rt_model *m, int l, void *params, uint64_t seed,
+                         int member) SP_MUST_CHECK;
+/* The members' model of tensor parallelism over t devices: m's GPT blocks
+ * (in tp form, kn_model_config.tp_form) as one member's shards, every other
+ * layer whole (each member holds and runs it). out->layers is allocated
+ * (free it); the rest is m's. Returns 0, -EINVAL (a block not in tp form, t
+ * or the shape not splittable), -ENOTSUP (bf16), -ENOMEM. */
+int rt_model_gpt_members(const struct rt_model *m, int t, struct rt_model *out) SP_MUST_CHECK;
 /* Initial optimizer state of layer l (host memory of optim_bytes): zero, with
  * the fp32 master weights first in bf16 (from seed, as fp32 initializes). */
 int rt_layer_init_optim(const struct rt_model *m, int l, void *optim, uint64_t seed) SP_MUST_CHECK;
@@ -532,6 +552,12 @@ struct rt_run {
 	struct rt_optim *step_opt;
 	int step_base;
 	uint8_t *skip;
+	/* plan.tp > 1: the caller's model (blocks whole, in tp form), which
+	 * the state functions speak of; m is then the members' (blocks as
+	 * shards), owned; events of the members' exchanges */
+	const struct rt_model *full;
+	struct rt_model members;
+	struct dev_event *tp_done[DEV_MAX], *tp_pulled[DEV_MAX];
 };
 
 /* Builds and binds the program of m under plan on rt, and writes the initial

@@ -105,6 +105,7 @@ static int task_add(struct bld *b, struct tspec *s)
 	t->flops = s->flops;
 	t->root = s->kind == TG_ALLREDUCE ? s->root : -1;
 	t->step = s->step;
+	t->tp_set = -1;
 	/* offsets stored in the pointers' place as indices; fixed up at the end */
 	t->nread = s->nr;
 	t->nwrite = s->nw;
@@ -1166,12 +1167,130 @@ out:
 	return rc;
 }
 
+/* One table of a model's objects, widened: member r's ids (o * tp + r) at r
+ * times its length; -1 stays -1. */
+static int *widen_table(int *dst, const int *src, long len, int tp)
+{
+	for (int r = 0; r < tp; r++)
+		for (long i = 0; i < len; i++)
+			dst[r * len + i] = src[i] < 0 ? -1 : src[i] * tp + r;
+	return dst + (long)tp * len;
+}
+
+/* plan.tp > 1: every task and object of g becomes tp members (task i's
+ * member r is i * tp + r, on device dev * tp + r; object o's is o * tp + r),
+ * each member's reads, writes and dependencies its own members'; the global
+ * order lists each task's members together. */
+static int widen(struct tg_graph *g, int tp)
+{
+	int T = g->ntask, O = g->nobj;
+	struct tg_task *task = malloc((size_t)T * tp * sizeof(*task));
+	struct tg_obj *obj = malloc((size_t)O * tp * sizeof(*obj));
+	int *pool = malloc((size_t)g->pool_len * tp * sizeof(int) + 1);
+	int *order = malloc((size_t)T * tp * sizeof(int) + 1);
+	int **blk = calloc((size_t)g->nmodels + 1, sizeof(int *));
+	int rc = 0;
+	if (!task || !obj || !pool || !order || !blk) {
+		rc = sp_error(-ENOMEM, "taskgraph: %d tasks x %d tensor-parallel members", T, tp);
+		goto fail;
+	}
+	for (int m = 0; m < g->nmodels; m++) {
+		const struct tg_model_objs *mo = &g->mobj[m];
+		long nrp = (long)mo->nrep * mo->P, nk = (long)mo->nmb * mo->nstep, nkp = nk * mo->P;
+		blk[m] = malloc(((size_t)mo->P +
+		                 (size_t)tp * (nrp * 5 + nkp * 3 + nk * 3 + (long)mo->nrep * 2)) *
+		                sizeof(int));
+		if (!blk[m]) {
+			rc = sp_error(-ENOMEM, "taskgraph: tables of model %d x %d members", mo->id,
+			              tp);
+			goto fail;
+		}
+	}
+	for (int o = 0; o < O; o++)
+		for (int r = 0; r < tp; r++)
+			obj[o * tp + r] = g->obj[o];
+	int len = 0;
+	for (int i = 0; i < T; i++) {
+		const struct tg_task *t = &g->task[i];
+		int n = t->nread + t->nwrite;
+		for (int r = 0; r < tp; r++) {
+			struct tg_task *w = &task[i * tp + r];
+			*w = *t;
+			w->id = i * tp + r;
+			w->member = r;
+			w->tp_set = t->kind == TG_FWD || t->kind == TG_BWD ? i : -1;
+			w->dev = t->dev < 0 ? t->dev : t->dev * tp + r;
+			w->work = t->work < 0 ? -1 : t->work * tp + r;
+			w->read = pool + len;
+			w->write = w->read + t->nread;
+			w->dep = w->write + t->nwrite;
+			for (int j = 0; j < n; j++)
+				w->read[j] = t->read[j] * tp + r;
+			for (int j = 0; j < t->ndep; j++)
+				w->dep[j] = t->dep[j] * tp + r;
+			len += n + t->ndep;
+		}
+	}
+	for (int k = 0; k < T; k++)
+		for (int r = 0; r < tp; r++)
+			order[k * tp + r] = g->order[k] * tp + r;
+	for (int m = 0; m < g->nmodels; m++) {
+		struct tg_model_objs *mo = &g->mobj[m];
+		long nrp = (long)mo->nrep * mo->P, nk = (long)mo->nmb * mo->nstep, nkp = nk * mo->P;
+		int *b = blk[m];
+		memcpy(b, mo->tie_pack, (size_t)mo->P * sizeof(int));
+		int *at = b + mo->P;
+		int **tab[] = {&mo->W, &mo->G, &mo->O, &mo->S,    &mo->B,  &mo->D, &mo->X,
+		               &mo->Y, &mo->L, &mo->N, &mo->Wnew, &mo->G2, &mo->N2};
+		long lens[] = {nrp, nrp, nrp,      nkp, nkp, nkp,     nk,
+		               nk,  nk,  mo->nrep, nrp, nrp, mo->nrep};
+		for (int j = 0; j < 13; j++) {
+			int *start = at;
+			at = widen_table(at, *tab[j], lens[j], tp);
+			*tab[j] = start;
+		}
+		free(mo->tie_pack);
+		mo->tie_pack = b;
+		mo->tp = tp;
+		blk[m] = NULL;
+	}
+	free(g->task), free(g->obj), free(g->pool), free(g->order);
+	g->task = task, g->obj = obj, g->pool = pool, g->order = order;
+	g->ntask = T * tp, g->nobj = O * tp, g->pool_len = g->pool_cap = len;
+	g->ndev *= tp;
+	g->tp = tp;
+	free(blk);
+	return 0;
+fail:
+	for (int m = 0; blk && m < g->nmodels; m++)
+		free(blk[m]);
+	free(blk), free(task), free(obj), free(pool), free(order);
+	return rc;
+}
+
 int tg_graph_build(const struct tg_model *models, int nmodels, const struct tg_plan *plan,
                    struct tg_graph *out)
 {
 	SP_CHECK_ARG(plan && out, "taskgraph: null plan or graph");
+	if (plan->tp > 1) { /* the plan on one member's devices, then widened */
+		SP_CHECK_ARG(plan->ndev % plan->tp == 0,
+		             "taskgraph: tensor parallel %d does not divide the %d devices",
+		             plan->tp, plan->ndev);
+		SP_CHECK_ARG(!is_dp(plan->sched),
+		             "taskgraph: tensor parallelism with %s: the data-parallel schedules "
+		             "bind tasks late, which the members' exchanges cannot follow",
+		             tg_sched_name(plan->sched));
+		struct tg_plan base = *plan;
+		base.ndev /= plan->tp;
+		base.tp = 1;
+		SP_CHECK(tg_graph_build(models, nmodels, &base, out));
+		int rc = widen(out, plan->tp);
+		if (rc < 0)
+			tg_graph_free(out);
+		return rc;
+	}
 	SP_CHECK(validate_input(models, nmodels, plan));
-	struct tg_graph g = {.ndev = plan->ndev};
+	struct tg_graph g = {.ndev = plan->ndev, .tp = 1};
 	struct bld b = {.g = &g};
 	int rc = 0, nq = plan->ndev + 1;
 	g.mobj = calloc((size_t)nmodels, sizeof(*g.mobj));
@@ -1235,13 +1354,17 @@ uint64_t tg_graph_state_bytes(const struct tg_graph *g)
 	 * of steps) */
 	for (int m = 0; m < g->nmodels; m++) {
 		const struct tg_model_objs *mo = &g->mobj[m];
-		for (int k = mo->nmb; k < mo->nmb * mo->nstep; k++) {
-			s -= g->obj[mo->X[k]].bytes + g->obj[mo->Y[k]].bytes;
-			for (int pk = 0; pk < mo->P; pk++)
-				s -= g->obj[mo->S[k * mo->P + pk]].bytes +
-				     g->obj[mo->B[k * mo->P + pk]].bytes +
-				     g->obj[mo->D[k * mo->P + pk]].bytes;
-		}
+		for (int r = 0; r < (mo->tp > 1 ? mo->tp : 1); r++)
+			for (int k = mo->nmb; k < mo->nmb * mo->nstep; k++) {
+				s -= g->obj[tg_mo_member(mo, mo->X, k, r)].bytes +
+				     g->obj[tg_mo_member(mo, mo->Y, k, r)].bytes;
+				for (int pk = 0; pk < mo->P; pk++) {
+					int i = k * mo->P + pk;
+					s -= g->obj[tg_mo_member(mo, mo->S, i, r)].bytes +
+					     g->obj[tg_mo_member(mo, mo->B, i, r)].bytes +
+					     g->obj[tg_mo_member(mo, mo->D, i, r)].bytes;
+				}
+			}
 	}
 	return s;
 }
@@ -1437,12 +1560,13 @@ int tg_graph_validate(const struct tg_graph *g)
 			for (int t = 0; t < g->ntask; t++)
 				n += g->task[t].kind == TG_UPD && g->task[t].model == mo->id &&
 				     g->task[t].step == j;
-			if (n != mo->nrep * mo->P)
+			int want = mo->nrep * mo->P * (mo->tp > 1 ? mo->tp : 1);
+			if (n != want)
 				rc = sp_error(
 				    -EINVAL,
 				    "taskgraph: model %d, step %d: %d updates, expected %d "
-				    "(a pack per replica)",
-				    mo->id, j, n, mo->nrep * mo->P);
+				    "(a pack per replica and member)",
+				    mo->id, j, n, want);
 		}
 	}
 	if (!rc)

@@ -572,7 +572,7 @@ static int host_init(struct simst *s)
 			SP_CHECK(host_write(s, o));
 	for (int m = 0; m < g->nmodels; m++) {
 		const struct tg_model_objs *mo = &g->mobj[m];
-		for (int i = 0; i < mo->nrep * mo->P; i++) {
+		for (int i = 0; i < mo->nrep * mo->P * (mo->tp > 1 ? mo->tp : 1); i++) {
 			if (mo->W[i] >= 0)
 				SP_CHECK(host_write(s, mo->W[i]));
 			if (mo->Wnew && mo->Wnew[i] >= 0) /* 2BW: the second version */
@@ -594,7 +594,7 @@ static int host_inputs(struct simst *s)
 			SP_CHECK(host_write(s, o));
 	for (int m = 0; m < g->nmodels; m++) {
 		const struct tg_model_objs *mo = &g->mobj[m];
-		for (int k = 0; k < mo->nmb * mo->nstep; k++) {
+		for (int k = 0; k < mo->nmb * mo->nstep * (mo->tp > 1 ? mo->tp : 1); k++) {
 			int x = mo->X[k], rc = 0;
 			if (x >= 0)
 				SP_CHECK(host_write(s, x));
@@ -1342,7 +1342,9 @@ int tg_time_predict(const struct tg_graph *g, const struct tg_plan *p, const str
 				upd += 8.0 * (double)g->obj[o].bytes /
 				       (hw->mem_bw > 0 ? hw->mem_bw / 20 : 1e10);
 	for (int mi = 0; p->upd_cpu && mi < g->nmodels; mi++) /* 2BW: W is Wnew's copy, 2x */
-		for (int i = 0; g->mobj[mi].Wnew && i < g->mobj[mi].nrep * g->mobj[mi].P; i++)
+		for (int i = 0; g->mobj[mi].Wnew &&
+		                i < g->mobj[mi].nrep * g->mobj[mi].P * (g->tp > 1 ? g->tp : 1);
+		     i++)
 			if (g->mobj[mi].Wnew[i] >= 0)
 				upd -= 6.0 * (double)g->obj[g->mobj[mi].W[i]].bytes /
 				       (hw->mem_bw > 0 ? hw->mem_bw / 20 : 1e10);

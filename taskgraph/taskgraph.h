@@ -163,6 +163,13 @@ struct tg_plan {
 	/* TG_2BW: steps one program runs without a flush between them (0 or 1:
 	 * each step flushes; at most TG_MAX_FLUSH_EVERY); other schedules 0 or 1 */
 	int flush_every;
+	/* tensor parallelism (Megatron): devices per pipeline stage (0 or 1:
+	 * none). The graph is the plan's on ndev / tp devices, widened: every
+	 * task and object has tp members, member r of a task on device
+	 * dev * tp + r with member r of its objects (the layers' sizes are one
+	 * member's, the caller's); the forwards and backwards of one task's
+	 * members exchange partial sums, so they run together (tg_task.tp_set) */
+	int tp;
 };
 
 #define TG_MAX_FLUSH_EVERY 64
@@ -236,9 +243,12 @@ struct tg_task {
 	int nread, nwrite, ndep;
 	int *read, *write, *dep; /* into the graph's pool */
 	double flops;
-	int root; /* ALLREDUCE: -1 sums G; >= 0 broadcasts W from that node (ZeRO-1) */
-	int step; /* the step of the program it belongs to (0..nstep-1; TG_2BW with
+	int root;   /* ALLREDUCE: -1 sums G; >= 0 broadcasts W from that node (ZeRO-1) */
+	int step;   /* the step of the program it belongs to (0..nstep-1; TG_2BW with
 	             flush_every > 1, else 0): its objects are that step's versions */
+	int member; /* plan.tp > 1: its tensor-parallel member (0..tp-1), else 0 */
+	int tp_set; /* FWD, BWD under plan.tp > 1: the set of members run together
+	               (the task's id before widening), else -1 */
 };
 
 struct tg_obj {
@@ -275,7 +285,17 @@ struct tg_model_objs {
 	 * gradient is read by another pack's update or by a norm (ties, norms),
 	 * else -1; [rep] the norm object of odd steps (norm_bytes > 0), else -1 */
 	int *G2, *N2;
+	/* plan.tp > 1: members; every table above but tie_pack is member 0's,
+	 * member r's follows at r times its length (tg_mo_member) */
+	int tp;
 };
+
+/* Member r's object of a table entry of mo (base: mo->W, mo->S, ...; i: the
+ * index as above): widening numbers an object's members consecutively. */
+static inline int tg_mo_member(const struct tg_model_objs *mo, const int *base, int i, int r)
+{
+	return base[i] < 0 || mo->tp <= 1 ? base[i] : base[i] + r;
+}
 
 /* The objects step `step` of a program uses: its weight version, its gradient,
  * its norm (index [rep*P + pk], [rep]). */
@@ -322,6 +342,7 @@ struct tg_graph {
 	 * host_align; set by the caller (tg_graph_set_hw) */
 	uint64_t host_capacity, host_align;
 	int peak_stash; /* max live stashed microbatches on one device */
+	int tp;         /* plan.tp (1: none) */
 };
 
 /* Sets the graph's size classes and host tier for tg_sim_swap from hw. */
