@@ -94,6 +94,9 @@ void rt_plan_describe(const struct tg_plan *p, char *buf, size_t n)
 	if (k < (int)n)
 		k += snprintf(buf + k, n - (size_t)k, ", %d device%s%s%s", p->ndev,
 		              p->ndev == 1 ? "" : "s", rc, p->upd_cpu ? ", update on the CPU" : "");
+	if (k < (int)n && p->tp > 1)
+		k += snprintf(buf + k, n - (size_t)k, " (%d stage%s x tensor parallel %d)",
+		              p->ndev / p->tp, p->ndev / p->tp == 1 ? "" : "s", p->tp);
 }
 
 /* The smallest device budget (within 2%) greedy packing fits m into at
@@ -379,6 +382,25 @@ int rt_plan_choose(const struct rt_ctx *rt, struct rt_model *m, const struct rt_
 	int ndev = req->devices ? req->devices : rt->ndev;
 	SP_CHECK_ARG(ndev >= 1 && ndev <= rt->ndev, "plan: %d devices, the context has %d", ndev,
 	             rt->ndev);
+	if (req->tp > 1) { /* the members' plan on the stages, widened */
+		SP_CHECK_ARG(ndev % req->tp == 0,
+		             "plan: tensor parallel %d does not divide the %d devices", req->tp,
+		             ndev);
+		SP_CHECK_ARG(req->schedule && strcasecmp(req->schedule, "auto"),
+		             "plan: tensor parallel %d needs a named pipeline schedule", req->tp);
+		struct rt_model mm;
+		SP_CHECK(rt_model_gpt_members(m, req->tp, &mm));
+		struct rt_plan_request q = *req;
+		q.tp = 0;
+		q.devices = ndev / req->tp;
+		int rc = rt_plan_choose(rt, &mm, &q, out);
+		free(mm.layers);
+		if (rc == 0) {
+			out->ndev = ndev;
+			out->tp = req->tp;
+		}
+		return rc;
+	}
 	struct tg_layer *tl = calloc((size_t)m->nlayers, sizeof(*tl));
 	if (!tl)
 		return sp_error(-ENOMEM, "plan: out of memory");

@@ -631,6 +631,10 @@ struct rt_plan_request {
 	/* auto: the profile text its twin simulates (NULL: the context's own,
 	 * dev_profile_text); the trainer's tuner passes measured figures */
 	const char *twin_profile;
+	/* > 1: tensor parallelism over that many devices a stage (a named
+	 * pipeline schedule; m in tp form): the plan of m's members on devices
+	 * / tp stages, widened (tg_plan.tp) */
+	int tp;
 };
 /* One steady-state iteration of plan for m, simulated in the executor on a
  * model-backend twin of rt (profile: its text, NULL: rt's own figures).

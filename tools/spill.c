@@ -428,6 +428,8 @@ static const char train_help[] =
     "         (default auto; interleaved: packs round-robin, --chunks V per device;\n"
     "         2bw: --flush-every K, the pipeline drained once in K steps; default 8\n"
     "         where the prediction has it faster, else 1)\n"
+    "         --tensor-parallel T (2, 4: each block split over T devices of a stage,\n"
+    "         devices = stages x T; a pipeline schedule, fp32, --grad-clip 0)\n"
     "         --microbatch N --group N --packs N --recompute --update-on-cpu\n"
     "         --plan-profile NAME (the devices the planner assumes) --no-tune\n"
     "         --tune-after N (steps the tuner measures first, default 3)\n"
@@ -476,6 +478,8 @@ static const char sim_help[] =
     "         (default auto; interleaved: packs round-robin, --chunks V per device;\n"
     "         2bw: --flush-every K, the pipeline drained once in K steps; default 8\n"
     "         where the prediction has it faster, else 1)\n"
+    "         --tensor-parallel T (2, 4: each block split over T devices of a stage,\n"
+    "         devices = stages x T; a pipeline schedule, fp32, --grad-clip 0)\n"
     "         --microbatch N --group N --packs N --recompute --update-on-cpu\n"
     "         --plan-profile NAME\n"
     "devices: --profile NAME (default SPILL_PROFILE, else gtx1080ti-x4) --devices N\n"
@@ -633,6 +637,7 @@ static int train_parse(const char *cmd, int sim, int argc, char **argv, struct t
 	    {"--packs", &c.packs, NULL, NULL, 0},
 	    {"--chunks", &c.chunks, NULL, NULL, 0},
 	    {"--flush-every", &c.flush_every, NULL, NULL, 0},
+	    {"--tensor-parallel", &c.tensor_parallel, NULL, NULL, 0},
 	    {"--recompute", &c.recompute, NULL, NULL, 1},
 	    {"--update-on-cpu", &c.upd_cpu, NULL, NULL, 1},
 	    {"--backend", NULL, &c.backend, NULL, 0},

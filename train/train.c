@@ -151,6 +151,41 @@ static int shape_from_init(struct run *r, const struct tr_weights *w, const stru
 	return 0;
 }
 
+/* --tensor-parallel t: the blocks in the tensor-parallel form (the numerics
+ * every t shares), or one line on what would work. */
+static int tp_shape(struct run *r)
+{
+	const struct tr_config *c = &r->c;
+	int t = c->tensor_parallel;
+	struct kn_model_config *k = &r->kc;
+	if (t == 0 || t == 1)
+		return 0;
+	if (t != 2 && t != 4)
+		return sp_error(-EINVAL, "--tensor-parallel %d: 1, 2 or 4 devices per block", t);
+	if (k->NH % KN_TP_CHUNKS || k->C % KN_TP_CHUNKS)
+		return sp_error(
+		    -EINVAL,
+		    "--tensor-parallel %d: the model's %d heads and %d channels must be "
+		    "multiples of %d (every block runs in %d fixed chunks, %d a "
+		    "device); --heads %d would",
+		    t, k->NH, k->C, KN_TP_CHUNKS, KN_TP_CHUNKS, KN_TP_CHUNKS / t,
+		    (k->NH + KN_TP_CHUNKS - 1) / KN_TP_CHUNKS * KN_TP_CHUNKS);
+	if (k->dtype != KN_F32)
+		return sp_error(-EINVAL, "--tensor-parallel %d: fp32 only (--precision fp32)", t);
+	if (c->grad_clip > 0)
+		return sp_error(-EINVAL,
+		                "--tensor-parallel %d: gradient clipping is not built with it "
+		                "(--grad-clip 0)",
+		                t);
+	if (c->recompute)
+		return sp_error(-EINVAL,
+		                "--tensor-parallel %d: recomputation is not built with it (drop "
+		                "--recompute)",
+		                t);
+	k->tp_form = 1;
+	return 0;
+}
+
 int tr_shape(struct run *r)
 {
 	const struct tr_config *c = &r->c;
@@ -226,7 +261,7 @@ int tr_shape(struct run *r)
 		SP_CHECK(shape_from_init(r, w, p, dv));
 	if (kn_model_config_check(k) < 0)
 		return sp_error(-EINVAL, "model: %s", sp_last_error());
-	return 0;
+	return tp_shape(r);
 }
 
 int tr_run_nodes(const struct run *r)
@@ -357,7 +392,7 @@ int tr_choose_plan(struct run *r, struct tg_plan *plan, const char *twin)
 			                "--chunks %d and --packs %d: give one (the packs are the "
 			                "chunks x the devices)",
 			                c->chunks, c->packs);
-		packs = c->chunks * r->rt->ndev;
+		packs = c->chunks * r->rt->ndev / (c->tensor_parallel > 1 ? c->tensor_parallel : 1);
 		if (packs > r->m.nlayers)
 			return sp_error(-EINVAL,
 			                "--chunks %d: %d chunks on %d devices need %d packs, the "
@@ -374,7 +409,32 @@ int tr_choose_plan(struct run *r, struct tg_plan *plan, const char *twin)
 		                "drain the pipeline every step)",
 		                c->flush_every);
 	}
+	int tp = c->tensor_parallel > 1 ? c->tensor_parallel : 0;
+	if (tp) {
+		if (!c->schedule || !strcasecmp(c->schedule, "auto"))
+			return sp_error(
+			    -EINVAL,
+			    "--tensor-parallel %d: name a pipeline schedule (--schedule "
+			    "1f1b, gpipe, interleaved, 2bw or harmony-pp); auto does not "
+			    "search it",
+			    tp);
+		if (named == TG_DP_SWAP || named == TG_HARMONY_DP)
+			return sp_error(
+			    -EINVAL,
+			    "--tensor-parallel %d: %s binds tasks to devices late, which "
+			    "the members' exchanges cannot follow; a pipeline schedule "
+			    "(1f1b, gpipe, interleaved, 2bw, harmony-pp) takes it",
+			    tp, tg_sched_name(named));
+		if (r->rt->ndev % tp)
+			return sp_error(-EINVAL,
+			                "--tensor-parallel %d: the %d devices are not stages x %d "
+			                "(--devices %d or %d)",
+			                tp, r->rt->ndev, tp,
+			                r->rt->ndev > tp ? r->rt->ndev / tp * tp : tp,
+			                (r->rt->ndev / tp + 1) * tp);
+	}
 	struct rt_plan_request q = {.schedule = c->schedule,
+	                            .tp = tp,
 	                            .microbatch = c->microbatch,
 	                            .group = c->group,
 	                            .flush_every = c->flush_every > 0 ? c->flush_every : 0,

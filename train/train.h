@@ -201,7 +201,8 @@ struct tr_config {
 	const char *schedule;
 	int microbatch, group, packs, recompute, upd_cpu;
 	int chunks; /* interleaved: model chunks per device (packs = chunks x devices); 0: none */
-	int flush_every; /* 2bw: steps run without a flush between them (-1: not given) */
+	int flush_every;     /* 2bw: steps run without a flush between them (-1: not given) */
+	int tensor_parallel; /* devices each block splits over (Megatron; 0, 1: none) */
 	/* the context: NULL / 0 take the SPILL_* variables; budget 0 on the host
 	 * backend: a quarter of the training state (so that it swaps) */
 	const char *backend, *profile, *disk;
