@@ -31,6 +31,9 @@ static const struct shape shapes[] = {
     {"BERT-96", 96, 1024, 16, 512, 30522, 32},
     {"GPT-2 XL", 48, 1600, 25, 1024, 50257, 16},
     {"GPT-2 10B", 48, 4096, 32, 1024, 50257, 16},
+    /* a block whose weights, gradients and AdamW state (12.9 GB) exceed one
+     * device's budget: whole, each pass swaps it in; in quarters, not */
+    {"wide block (C 8192)", 2, 8192, 64, 1024, 8192, 8},
 };
 
 struct result {
@@ -123,8 +126,15 @@ static int simulate(struct rt_model *m, const struct tg_plan *plan, enum mode mo
 		struct tg_graph g;
 		struct tg_swap sw;
 		struct tg_time tt;
-		if (tl && rt_model_profile(rt, m, plan->microbatch) == 0) {
-			rt_model_tg_timed(m, hw.flops, tl, &tm);
+		/* tensor parallelism: the members' layers, by FLOPs (a shard's pass
+		 * runs in segments, which the pilot run does not time) */
+		struct rt_model mm = {0};
+		int members = plan->tp > 1 && rt_model_gpt_members(m, plan->tp, &mm) == 0;
+		if (members)
+			rt_model_tg(&mm, tl, &tm);
+		if (tl && (members || rt_model_profile(rt, m, plan->microbatch) == 0)) {
+			if (!members)
+				rt_model_tg_timed(m, hw.flops, tl, &tm);
 			if (tg_graph_build(&tm, 1, plan, &g) == 0) {
 				tg_graph_set_hw(&g, &hw);
 				if (tg_sim_time(&g, plan, &hw, mode == BASELINE, &sw, &tt) == 0) {
@@ -140,6 +150,7 @@ static int simulate(struct rt_model *m, const struct tg_plan *plan, enum mode mo
 			}
 		}
 		free(tl);
+		free(mm.layers);
 	}
 	rt_run_close(run);
 	rt_close(rt);
@@ -167,8 +178,12 @@ static void best_of(struct rt_ctx *probe, struct rt_model *m, enum tg_sched s, i
 				                                  mode == SPILL ? v & 1 : upd_cpu,
 				                              .recompute = v >> 1};
 				struct tg_plan p;
-				if (rt_plan_choose(probe, m, &req, &p) < 0)
+				if (rt_plan_choose(probe, m, &req, &p) < 0) {
+					if (!best->ok && !best->desc[0]) /* the first reason */
+						snprintf(best->desc, sizeof(best->desc), "%s",
+						         sp_last_error());
 					continue;
+				}
 				struct result r;
 				if (simulate(m, &p, mode, &r) == 0 &&
 				    (!best->ok || r.iter_s < best->iter_s))
@@ -177,6 +192,33 @@ static void best_of(struct rt_ctx *probe, struct rt_model *m, enum tg_sched s, i
 					snprintf(best->desc, sizeof(best->desc), "%s",
 					         sp_last_error());
 			}
+}
+
+/* Tensor parallelism over tp devices a stage: 1f1b on the stages, the best
+ * of microbatch {1, 2, 4} x the update on the devices or the CPU (m in tp
+ * form). */
+static void best_tp(struct rt_ctx *probe, struct rt_model *m, int tp, struct result *best)
+{
+	memset(best, 0, sizeof(*best));
+	static const int mbs[] = {1, 2, 4};
+	for (size_t a = 0; a < 3; a++)
+		for (int v = 0; v < 2; v++) {
+			struct rt_plan_request req = {
+			    .schedule = "1f1b", .microbatch = mbs[a], .upd_cpu = v, .tp = tp};
+			struct tg_plan p;
+			if (rt_plan_choose(probe, m, &req, &p) < 0) {
+				if (!best->ok)
+					snprintf(best->desc, sizeof(best->desc), "%s",
+					         sp_last_error());
+				continue;
+			}
+			struct result r;
+			if (simulate(m, &p, SPILL, &r) == 0 &&
+			    (!best->ok || r.iter_s < best->iter_s))
+				*best = r;
+			else if (!r.ok && !best->ok)
+				snprintf(best->desc, sizeof(best->desc), "%s", sp_last_error());
+		}
 }
 
 static void row(FILE *f, const char *what, const struct result *r, const struct result *base,
@@ -247,16 +289,40 @@ int main(int argc, char **argv)
 		fprintf(f, "%s    {\"name\": \"%s\", \"params\": %llu, \"rows\": [\n",
 		        nw ? ",\n" : "", sh->name, (unsigned long long)params);
 		struct result base, res[TG_NSCHED], aut, pub;
-		best_of(probe, &m, TG_DP_SWAP, 0, BASELINE, 1, &base);
+		/* the wide block: no device holds a whole block's update, so no
+		 * dp-swap; the rows are against 1f1b with whole blocks */
+		int wide = strstr(sh->name, "wide") != NULL;
+		struct kn_model_config tcfg = cfg;
+		tcfg.tp_form = 1;
+		struct rt_model mt;
+		struct result tpr[2];
+		int have_mt = rt_model_gpt(&tcfg, sh->T, sh->batch, &mt) == 0;
+		for (int i = 0; i < 2; i++) {
+			memset(&tpr[i], 0, sizeof(tpr[i]));
+			if (have_mt)
+				best_tp(probe, &mt, 2 << i, &tpr[i]);
+			else /* the shape does not split (heads not a multiple of 4) */
+				snprintf(tpr[i].desc, sizeof(tpr[i].desc), "%s", sp_last_error());
+		}
+		if (have_mt)
+			rt_model_free(&mt);
+		struct result whole;
+		if (wide) { /* against 1f1b with whole blocks, else tp 2 */
+			best_of(probe, &m, TG_1F1B, 0, SPILL, 1, &whole);
+			base = whole.ok ? whole : tpr[0];
+		} else {
+			best_of(probe, &m, TG_DP_SWAP, 0, BASELINE, 1, &base);
+		}
 		if (!base.ok) {
 			fprintf(stderr, "%s: the dp-swap baseline does not run: %s\n", sh->name,
 			        base.desc);
 			return 1;
 		}
 		int first = 1;
-		row(f, "dp-swap (baseline)", &base, &base, &first);
+		row(f, wide ? "1f1b, whole blocks" : "dp-swap (baseline)", wide ? &whole : &base,
+		    &base, &first);
 		double best = 0, hpp = 0;
-		for (int s = 0; s < TG_NSCHED; s++) {
+		for (int s = 0; s < TG_NSCHED && !wide; s++) {
 			best_of(probe, &m, (enum tg_sched)s, 0, SPILL, 8, &res[s]);
 			row(f, tg_sched_name((enum tg_sched)s), &res[s], &base, &first);
 			if (res[s].ok) {
@@ -269,6 +335,21 @@ int main(int argc, char **argv)
 				if (e > E && res[s].pred_s > 0)
 					E = e;
 			}
+		}
+		/* tensor parallelism: 2 stages x 2, 1 stage x 4 (the blocks in tp
+		 * form: another rounding of the same model) */
+		for (int i = 0; i < 2; i++) {
+			char what[32];
+			snprintf(what, sizeof(what), "1f1b, tp %d", 2 << i);
+			row(f, what, &tpr[i], &base, &first);
+		}
+		if (wide) {
+			printf("\n");
+			fprintf(f, "\n    ]}");
+			nw++;
+			rt_close(probe);
+			rt_model_free(&m);
+			continue;
 		}
 		/* auto: the planner's choice, run by the executor */
 		struct rt_plan_request req = {.schedule = "auto"};

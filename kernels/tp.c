@@ -26,9 +26,9 @@ int kn_block_tp_check(const struct kn_model_config *cfg, int t)
 		return sp_error(-EINVAL, "tensor parallel %d: 1, 2 or 4 devices per block", t);
 	if (cfg->NH % KN_TP_CHUNKS || cfg->C % KN_TP_CHUNKS)
 		return sp_error(-EINVAL,
-		                "tensor parallel %d: NH = %d heads and C = %d channels must be "
-		                "multiples of %d (the form's fixed chunks)",
-		                t, cfg->NH, cfg->C, KN_TP_CHUNKS);
+		                "the tensor-parallel form: NH = %d heads and C = %d channels must "
+		                "be multiples of %d (its fixed chunks)",
+		                cfg->NH, cfg->C, KN_TP_CHUNKS);
 	if (cfg->dtype != KN_F32)
 		return sp_error(-ENOTSUP, "tensor parallel %d: fp32 only (bf16 is not built)", t);
 	return 0;

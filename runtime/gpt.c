@@ -336,6 +336,10 @@ void rt_model_tg(const struct rt_model *m, struct tg_layer *layers, struct tg_mo
 		                              .bwd_flops_per_sample = l->bwd_flops_per_sample,
 		                              .tied = l->tied,
 		                              .tied_layer = l->tied_layer};
+		if (l->kind == KN_LAYER_BLOCK && l->gpt.tp_shards > 1) /* 2 exchanges a pass */
+			layers[i].xchg_bytes_per_sample = 2ull * (uint64_t)(l->gpt.tp_shards - 1) *
+			                                  (uint64_t)l->T * (uint64_t)l->gpt.C *
+			                                  sizeof(float);
 	}
 	*out = (struct tg_model){.id = 0,
 	                         .nlayers = m->nlayers,

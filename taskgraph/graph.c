@@ -75,7 +75,7 @@ static int obj_new(struct bld *b, int kind, int model, uint64_t bytes)
  * LOSS) and 2 deps (BWD), plus a few per task. */
 struct tspec {
 	int kind, model, pack, mb0, nmb, rep, dev, constrained, work, root, step;
-	double flops;
+	double flops, xchg;
 	int r[4 * TG_MAX_GROUP + 8], nr, w[2 * TG_MAX_GROUP + 8], nw, d[2 * TG_MAX_GROUP + 8], nd;
 };
 
@@ -103,6 +103,7 @@ static int task_add(struct bld *b, struct tspec *s)
 	t->constrained = s->constrained;
 	t->work = s->work;
 	t->flops = s->flops;
+	t->xchg_bytes = s->xchg;
 	t->root = s->kind == TG_ALLREDUCE ? s->root : -1;
 	t->step = s->step;
 	t->tp_set = -1;
@@ -253,6 +254,16 @@ static double pack_flops(const struct tg_model *m, const struct tg_plan *p, int 
 	return f;
 }
 
+/* Bytes a member of pack pk's pass pulls per sample (tensor parallelism). */
+static double pack_xchg(const struct tg_model *m, const struct tg_plan *p, int pk)
+{
+	int lo = pk ? p->pack_end[pk - 1] : 0, hi = p->pack_end[pk];
+	double b = 0;
+	for (int l = lo; l < hi; l++)
+		b += (double)m->layers[l].xchg_bytes_per_sample;
+	return b;
+}
+
 static int is_dp(enum tg_sched s)
 {
 	return s == TG_DP_SWAP || s == TG_HARMONY_DP;
@@ -279,6 +290,7 @@ static int emit_fwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	                  .step = st->step};
 	int P = st->P, i = rep * P + pk;
 	s.flops = pack_flops(st->m, p, pk, 0) * p->microbatch * n;
+	s.xchg = pack_xchg(st->m, p, pk) * p->microbatch * n;
 	s.r[s.nr++] = tg_w_of(st->mo, i, st->step);
 	int tp = st->mo->tie_pack[pk];
 	if (tp >= 0) {
@@ -368,6 +380,7 @@ static int emit_bwd(struct bld *b, struct mstate *st, const struct tg_plan *p, i
 	                  .step = st->step};
 	int P = st->P, i = rep * P + pk, g = gv(st, i), G = tg_g_of(st->mo, i, st->step);
 	s.flops = pack_flops(st->m, p, pk, 1) * p->microbatch * n;
+	s.xchg = pack_xchg(st->m, p, pk) * p->microbatch * n;
 	/* a tie reads the tied pack's weights; the tied gradient accumulates in this
 	 * pack's own G (after its layers' gradients): the tied pack's UPD adds it, so
 	 * the order of accumulation never depends on the schedule */

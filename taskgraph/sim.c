@@ -1191,6 +1191,8 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 			if (tm) {
 				double st = ready > tm->dev_free[d] ? ready : tm->dev_free[d];
 				double dur = t->flops / tm->flops;
+				if (t->xchg_bytes > 0) /* tensor parallelism: the partial sums */
+					dur += t->xchg_bytes / tm->p2p_bw;
 				if (t->kind == TG_ALLREDUCE && t->root < 0 &&
 				    nd > 1) /* the ring on the peer links */
 					dur = 2.0 * (double)g->obj[t->read[0]].bytes * (nd - 1) /
@@ -1333,7 +1335,16 @@ int tg_time_predict(const struct tg_graph *g, const struct tg_plan *p, const str
 	double pp = hw->p2p_bw > 0 ? p2p / (hw->p2p_bw * n) : p2p / (hw->h2d_bw * n) * 2;
 	double disk = (double)(sum_link(sw, TG_L_H2DISK) + sum_link(sw, TG_L_DISK2H)) /
 	              (hw->disk_bw > 0 ? hw->disk_bw : 1e9);
-	double tr = (h2d > d2h ? h2d : d2h) + pp + disk;
+	double xchg = 0; /* tensor parallelism: the busiest device's exchanges */
+	for (int d = 0; d < g->ndev && g->tp > 1; d++) {
+		double b = 0;
+		for (int i = 0; i < g->ntask; i++)
+			b += g->task[i].dev == d ? g->task[i].xchg_bytes : 0;
+		if (b > xchg)
+			xchg = b;
+	}
+	double tr =
+	    (h2d > d2h ? h2d : d2h) + pp + disk + xchg / (hw->p2p_bw > 0 ? hw->p2p_bw : hw->h2d_bw);
 	double comp = g->makespan_units / hw->flops;
 	double upd = 0;
 	if (p->upd_cpu) /* CPU update streams weights+grads+opt state through host memory */

@@ -46,6 +46,10 @@ struct tg_layer {
 	 * A pack may tie to at most one other pack. */
 	int tied;
 	int tied_layer;
+	/* tensor parallelism (plan.tp > 1): the bytes one member pulls from the
+	 * others in one pass (forward or backward) per sample: its partial
+	 * sums' exchanges (0: none) */
+	uint64_t xchg_bytes_per_sample;
 };
 
 struct tg_model {
@@ -243,11 +247,13 @@ struct tg_task {
 	int nread, nwrite, ndep;
 	int *read, *write, *dep; /* into the graph's pool */
 	double flops;
-	int root;   /* ALLREDUCE: -1 sums G; >= 0 broadcasts W from that node (ZeRO-1) */
-	int step;   /* the step of the program it belongs to (0..nstep-1; TG_2BW with
+	double xchg_bytes; /* FWD, BWD under plan.tp > 1: bytes it pulls from the other
+	                      members (peer links), its tg_layer.xchg_bytes_per_sample */
+	int root;          /* ALLREDUCE: -1 sums G; >= 0 broadcasts W from that node (ZeRO-1) */
+	int step;          /* the step of the program it belongs to (0..nstep-1; TG_2BW with
 	             flush_every > 1, else 0): its objects are that step's versions */
-	int member; /* plan.tp > 1: its tensor-parallel member (0..tp-1), else 0 */
-	int tp_set; /* FWD, BWD under plan.tp > 1: the set of members run together
+	int member;        /* plan.tp > 1: its tensor-parallel member (0..tp-1), else 0 */
+	int tp_set;        /* FWD, BWD under plan.tp > 1: the set of members run together
 	               (the task's id before widening), else -1 */
 };
 
