@@ -3,8 +3,9 @@
  * and step that depends on every user of its W and G, any two tasks touching one
  * object, one writing it, ordered by dependencies), with ties of the last layer
  * to an earlier one, clipping's norms, several nodes (ZeRO-1 too), 2bw running
- * 1..5 steps a program, including two models in one graph; the simulator runs on
- * them. Deterministic seed; argv[1]: graphs (default 3000). */
+ * 1..5 steps a program, tensor parallelism (t = 2, 4: members on their
+ * devices, forward and backward sets), including two models in one graph; the
+ * simulators run on them. Deterministic seed; argv[1]: graphs (default 3000). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -23,7 +24,7 @@ static int rnd(int n)
 int main(int argc, char **argv)
 {
 	struct tg_layer L[2][12];
-	int ngraphs = 0, nwindow = 0, count = argc > 1 ? atoi(argv[1]) : 3000;
+	int ngraphs = 0, nwindow = 0, ntp = 0, count = argc > 1 ? atoi(argv[1]) : 3000;
 	for (int it = 0; it < count; it++) {
 		int nl = 1 + rnd(12), nmod = 1 + rnd(2);
 		for (int k = 0; k < nmod; k++)
@@ -65,6 +66,16 @@ int main(int argc, char **argv)
 			for (int k = 0; k < TG_MAX_PACKS; k++)
 				p.owner[k] = (unsigned char)rnd(p.nodes);
 		}
+		int tp = 1; /* tensor parallelism: pipeline schedules, stages x tp devices */
+		if (!dp && rnd(3) == 0) {
+			tp = 2 << rnd(2);
+			p.tp = tp;
+			p.ndev *= tp;
+			for (int k = 0; k < nmod; k++)
+				for (int i = 0; i < nl; i++)
+					L[k][i].xchg_bytes_per_sample = (uint64_t)rnd(40);
+		}
+		ntp += tp > 1;
 		uint64_t norm = rnd(2) ? 8 * (uint64_t)(nl + 1) : 0;
 		p.group = 1;
 		if (p.sched == TG_HARMONY_DP || p.sched == TG_HARMONY_PP) {
@@ -89,7 +100,15 @@ int main(int argc, char **argv)
 		int upd = 0;
 		for (int t = 0; t < g.ntask; t++)
 			upd += g.task[t].kind == TG_UPD;
-		CHECK_MSG(upd == nmod * p.npacks * (dp ? p.ndev : 1) * K, "%d UPDs", upd);
+		CHECK_MSG(upd == nmod * p.npacks * (dp ? p.ndev : 1) * K * tp, "%d UPDs", upd);
+		for (int t = 0; t < g.ntask; t++) { /* members on their devices, sets whole */
+			const struct tg_task *a = &g.task[t];
+			CHECK(a->member == (tp > 1 ? t % tp : 0) && g.ndev == p.ndev);
+			CHECK(a->dev < 0 || a->dev % tp == a->member);
+			CHECK((a->tp_set >= 0) ==
+			      (tp > 1 && (a->kind == TG_FWD || a->kind == TG_BWD)));
+			CHECK(a->tp_set < 0 || a->tp_set == t / tp);
+		}
 		CHECK(tg_graph_steps(&g) == K);
 		/* every task of a window's step j, none of steps >= K */
 		for (int t = 0; t < g.ntask; t++)
@@ -100,10 +119,21 @@ int main(int argc, char **argv)
 		if (!p.upd_cpu)
 			CHECK(sw.bytes[TG_L_H2D][TG_O_WEIGHT] == 0 &&
 			      sw.bytes[TG_L_D2H][TG_O_WEIGHT] == 0);
+		struct tg_hw hw = {.ndev = p.ndev,
+		                   .capacity = 1ull << 40,
+		                   .flops = 1e12,
+		                   .mem_bw = 1e11,
+		                   .h2d_bw = 1e10,
+		                   .d2h_bw = 1e10,
+		                   .p2p_bw = 1e10};
+		struct tg_time tt;
+		CHECK_OK(tg_sim_time(&g, &p, &hw, 0, &sw, &tt));
+		CHECK(tt.iter_s > 0);
 		tg_graph_free(&g);
 		ngraphs++;
 	}
-	printf("%d random graphs valid, %d of them 2bw programs of several steps\n", ngraphs,
-	       nwindow);
+	printf("%d random graphs valid, %d of them 2bw programs of several steps, %d tensor "
+	       "parallel\n",
+	       ngraphs, nwindow, ntp);
 	TEST_PASS();
 }
