@@ -578,6 +578,14 @@ int rt_model_gpt_members(const struct rt_model *m, int t, struct rt_model *out)
 		mm.layers[i] = *ly; /* embeddings, heads, other layers: every member's whole */
 		if (ly->kind != KN_LAYER_BLOCK || ly->ops != &gpt_ops)
 			continue;
+		if (ly->gpt.tp_shards > 1) {
+			rc = sp_error(
+			    -EINVAL,
+			    "tensor parallel %d: block %s is already a shard of %d (pass the "
+			    "whole model in tp form)",
+			    t, ly->name, ly->gpt.tp_shards);
+			break;
+		}
 		if (!ly->gpt.tp_form) {
 			rc = sp_error(-EINVAL,
 			              "tensor parallel %d: block %s is not in the tensor-parallel "

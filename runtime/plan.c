@@ -388,6 +388,16 @@ int rt_plan_choose(const struct rt_ctx *rt, struct rt_model *m, const struct rt_
 		             ndev);
 		SP_CHECK_ARG(req->schedule && strcasecmp(req->schedule, "auto"),
 		             "plan: tensor parallel %d needs a named pipeline schedule", req->tp);
+		enum tg_sched s;
+		SP_CHECK(rt_sched_parse(req->schedule, &s));
+		SP_CHECK_ARG(s != TG_DP_SWAP && s != TG_HARMONY_DP,
+		             "plan: tensor parallel %d with %s: a pipeline schedule takes it (the "
+		             "data-parallel ones bind tasks late)",
+		             req->tp, tg_sched_name(s));
+		if (req->recompute || m->opt.grad_clip > 0)
+			return sp_error(
+			    -ENOTSUP, "plan: tensor parallel %d: %s is not built with it", req->tp,
+			    req->recompute ? "recomputation" : "gradient clipping");
 		struct rt_model mm;
 		SP_CHECK(rt_model_gpt_members(m, req->tp, &mm));
 		struct rt_plan_request q = *req;

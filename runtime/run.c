@@ -1075,8 +1075,29 @@ static void swap_versions(struct rt_run *r)
 	}
 }
 
+/* Tensor parallelism: the members' model follows the caller's between steps
+ * (its optimizer settings, data and evaluation data, as a run without reads
+ * them live); only its layers are the members'. Clipping turned on after the
+ * run opened is refused, as at open. */
+static int members_sync(struct rt_run *r)
+{
+	if (r->m != &r->members)
+		return 0;
+	struct rt_layer *layers = r->members.layers;
+	r->members = *r->full;
+	r->members.layers = layers;
+	if (r->full->opt.grad_clip > 0)
+		return sp_error(
+		    -ENOTSUP,
+		    "tensor parallel %d: gradient clipping is not built with it (it was "
+		    "turned on after the run opened)",
+		    r->plan.tp);
+	return 0;
+}
+
 static int steps_begin(struct rt_run *r, int n, const float *lr)
 {
+	SP_CHECK(members_sync(r));
 	SP_CHECK_ARG(n >= 1 && n <= r->mo->nstep, "run: %d steps at once, the program runs 1..%d",
 	             n, r->mo->nstep);
 	for (int j = 0; j < n; j++) {
@@ -1249,6 +1270,7 @@ void rt_run_save_free(const struct rt_run *r, void **bufs)
 int rt_run_eval(struct rt_run *r, int index, double *loss)
 {
 	SP_CHECK_ARG(r && index >= 0, "rt_run_eval: bad arguments");
+	SP_CHECK(members_sync(r));
 	SP_CHECK_ARG(r->m->eval_data, "rt_run_eval: model %s has no validation data", r->m->name);
 	int n = r->prog.ntask;
 	uint8_t *skip = calloc((size_t)n, 1);

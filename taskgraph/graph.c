@@ -1285,6 +1285,8 @@ int tg_graph_build(const struct tg_model *models, int nmodels, const struct tg_p
                    struct tg_graph *out)
 {
 	SP_CHECK_ARG(plan && out, "taskgraph: null plan or graph");
+	SP_CHECK_ARG(plan->tp >= 0 && plan->tp <= TG_MAX_TP,
+	             "taskgraph: tensor parallel %d, need 0..%d (0, 1: none)", plan->tp, TG_MAX_TP);
 	if (plan->tp > 1) { /* the plan on one member's devices, then widened */
 		SP_CHECK_ARG(plan->ndev % plan->tp == 0,
 		             "taskgraph: tensor parallel %d does not divide the %d devices",

@@ -176,6 +176,7 @@ struct tg_plan {
 	int tp;
 };
 
+#define TG_MAX_TP          4 /* tensor parallelism: members of a block, at most */
 #define TG_MAX_FLUSH_EVERY 64
 /* 2bw's default: a flush every 8 steps (the fill and drain once in 8) */
 #define TG_2BW_FLUSH_EVERY 8
@@ -291,8 +292,9 @@ struct tg_model_objs {
 	 * gradient is read by another pack's update or by a norm (ties, norms),
 	 * else -1; [rep] the norm object of odd steps (norm_bytes > 0), else -1 */
 	int *G2, *N2;
-	/* plan.tp > 1: members; every table above but tie_pack is member 0's,
-	 * member r's follows at r times its length (tg_mo_member) */
+	/* plan.tp > 1: members; every table above but tie_pack lists member 0's
+	 * objects, then member 1's, ... (each its length further); member r's
+	 * object of an entry is the entry + r (tg_mo_member) */
 	int tp;
 };
 
