@@ -532,6 +532,25 @@ static void task_done(struct simst *s, const struct tg_task *t, int d, double st
 	m->iter_end[it] = end > m->iter_end[it] ? end : m->iter_end[it];
 }
 
+/* Task t (on device d) ends later, at end: a tensor-parallel set ends when
+ * its slowest member does (the exchanges are barriers). */
+static void stretch(struct simst *s, const struct tg_task *t, int d, double end, int it)
+{
+	struct timing *m = s->tm;
+	m->tend[t->id] = end;
+	for (int i = 0; i < t->nread + t->nwrite; i++) {
+		int o = i < t->nread ? t->read[i] : t->write[i - t->nread];
+		m->uend[o] = end > m->uend[o] ? end : m->uend[o];
+		if (d >= 0)
+			m->dend[(size_t)d * s->no + o] = end;
+	}
+	for (int i = 0; i < t->nwrite; i++)
+		m->wend[t->write[i]] = end;
+	if (d >= 0 && m->dev_free[d] < end)
+		m->dev_free[d] = end;
+	m->iter_end[it] = end > m->iter_end[it] ? end : m->iter_end[it];
+}
+
 /* o is acquired for writing on device d: its copy there is now the only one
  * (the others go at once, so later acquisitions of the task find the room). */
 static void written_on(struct simst *s, int d, int o)
@@ -1198,6 +1217,17 @@ static int replay(const struct tg_graph *g, uint64_t capacity, int writeback_cle
 					dur = 2.0 * (double)g->obj[t->read[0]].bytes * (nd - 1) /
 					      nd / tm->p2p_bw;
 				task_done(&s, t, d, st, st + dur, it);
+				if (t->tp_set >= 0 && t->member == g->tp - 1) { /* the set's end */
+					double mx = 0;
+					for (int mem = 0; mem < g->tp; mem++)
+						if (tm->tend[t->id - mem] > mx)
+							mx = tm->tend[t->id - mem];
+					for (int mem = 1; mem < g->tp; mem++) {
+						const struct tg_task *u = &g->task[t->id - mem];
+						if (tm->tend[u->id] < mx)
+							stretch(&s, u, u->dev, mx, it);
+					}
+				}
 			}
 		}
 		for (int j = a; j < z; j++) { /* dead: next use overwrites it, or none; an
