@@ -110,131 +110,6 @@ static const void *tied_params(const struct rt_launch *L, const struct rt_run *r
 	return w ? w + r->poff[tl] : NULL;
 }
 
-static int fwd_task(const struct rt_launch *L, void *arg)
-{
-	const struct rt_run_task *rt = arg;
-	struct rt_run *r = rt->run;
-	const struct tg_task *t = rt->t;
-	const struct tg_model_objs *mo = r->mo;
-	int P = mo->P, pk = t->pack, rep = rep_of(L, r, t), mb = r->plan.microbatch;
-	int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
-	char *W = ptr_of(L, tg_w_of(mo, rep * P + pk, t->step));
-	void *work = t->work >= 0 ? ptr_raw(L, t->work) : NULL;
-	for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
-		const void *x = ptr_of(L, pk ? mo->B[k * P + pk - 1] : mo->X[k]);
-		char *S = ptr_of(L, mo->S[k * P + pk]);
-		if (tg_recomputes(&r->plan,
-		                  pk)) /* scratch in the work object: backward redoes it */
-			S = (char *)work + r->pp_off[pk];
-		void *out = ptr_of(L, mo->B[k * P + pk]);
-		const void *Y = pk == P - 1 ? ptr_of(L, mo->Y[k]) : NULL;
-		for (int l = lo; l < hi; l++) {
-			const struct rt_layer *ly = &r->m->layers[l];
-			struct rt_layer_call c = {.s = L->s,
-			                          .layer = ly,
-			                          .B = mb,
-			                          .params = W + r->poff[l],
-			                          .stash = S ? S + r->soff[l] : NULL,
-			                          .work = work,
-			                          .in = x,
-			                          .out = l == hi - 1 ? out : S + r->ioff[l],
-			                          .targets = Y,
-			                          .tied = tied_params(L, r, l, rep, t->step)};
-			SP_CHECK(ly->ops->forward(&c));
-			x = c.out;
-		}
-	}
-	return 0;
-}
-
-/* The samples the loss averages over: every node's batch. */
-static int batch_total(const struct rt_model *m)
-{
-	return m->batch_total > 0 ? m->batch_total : m->batch;
-}
-
-static int bwd_task(const struct rt_launch *L, void *arg)
-{
-	const struct rt_run_task *rt = arg;
-	struct rt_run *r = rt->run;
-	const struct tg_task *t = rt->t;
-	const struct tg_model_objs *mo = r->mo;
-	const struct rt_model *m = r->m;
-	int P = mo->P, pk = t->pack, rep = rep_of(L, r, t), mb = r->plan.microbatch;
-	int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
-	char *W = ptr_of(L, tg_w_of(mo, rep * P + pk, t->step));
-	int gobj = tg_g_of(mo, t->rep * P + pk, t->step);
-	char *G = ptr_of(L, gobj);
-	char *work = t->work >= 0 ? ptr_raw(L, t->work) : NULL;
-	if (mode_of(L, gobj) == VMM_OVERWRITE) { /* the first accumulation this iteration */
-		uint64_t gb = 0;
-		for (int l = lo; l < hi; l++)
-			gb += m->layers[l].grad_bytes;
-		SP_CHECK(zero(L->s, G, gb));
-	}
-	float dloss = 1.0f / ((float)batch_total(m) * (float)m->loss_floats);
-	for (int k = t->mb0; k < t->mb0 + t->nmb; k++) {
-		char *S = ptr_of(L, mo->S[k * P + pk]);
-		const void *in = ptr_of(L, pk ? mo->B[k * P + pk - 1] : mo->X[k]);
-		const void *Y = pk == P - 1 ? ptr_of(L, mo->Y[k]) : NULL;
-		const void *dout =
-		    ptr_of(L, pk == P - 1 ? mo->B[k * P + pk] : mo->D[k * P + pk + 1]);
-		void *dpack = pk ? ptr_of(L, mo->D[k * P + pk]) : NULL;
-		if (tg_recomputes(&r->plan, pk)) { /* forward again, its stash in the work object */
-			S = work + r->rc_off[pk];
-			const void *x = in;
-			for (int l = lo; l < hi; l++) {
-				const struct rt_layer *ly = &m->layers[l];
-				struct rt_layer_call c = {
-				    .s = L->s,
-				    .layer = ly,
-				    .B = mb,
-				    .params = W + r->poff[l],
-				    .stash = S + r->soff[l],
-				    .work = work,
-				    .in = x,
-				    .out = l == hi - 1 ? S + r->rc_out[pk] : S + r->ioff[l],
-				    .targets = Y,
-				    .tied = tied_params(L, r, l, rep, t->step)};
-				SP_CHECK(ly->ops->forward(&c));
-				x = c.out;
-			}
-		}
-		if (dpack)
-			SP_CHECK(
-			    zero(L->s, dpack, m->layers[lo - 1].out_per_sample * (uint64_t)mb));
-		int pp = 0;
-		for (int l = hi - 1; l >= lo; l--) {
-			const struct rt_layer *ly = &m->layers[l];
-			void *din = dpack;
-			if (l > lo) { /* an interior input gradient: a ping-pong buffer */
-				din = work + r->pp_off[pk] + (uint64_t)pp * r->pp_size[pk];
-				pp ^= 1;
-				SP_CHECK(zero(L->s, din,
-				              m->layers[l - 1].out_per_sample * (uint64_t)mb));
-			}
-			struct rt_layer_call c = {
-			    .s = L->s,
-			    .layer = ly,
-			    .B = mb,
-			    .params = W + r->poff[l],
-			    .grads = G + r->goff[l],
-			    .stash = S ? S + r->soff[l] : NULL,
-			    .work = work,
-			    .in = l == lo ? in : S + r->ioff[l - 1],
-			    .dout = dout,
-			    .din = din,
-			    .targets = Y,
-			    .tied = tied_params(L, r, l, rep, t->step),
-			    .tied_grad = ly->tied ? G + r->goff[l] + ly->param_bytes : NULL,
-			    .dloss = dloss};
-			SP_CHECK(ly->ops->backward(&c));
-			dout = din;
-		}
-	}
-	return 0;
-}
-
 /* ---- tensor parallelism: a set of members runs one pass together ------------------ */
 
 static int tp_block(const struct rt_layer *ly)
@@ -295,13 +170,21 @@ static int tp_pass(struct rt_run *r, const struct rt_launch *L, int n, const str
 	return 0;
 }
 
-/* The forward of a pack by its n members (fwd_task's, without recompute, which
- * tensor parallelism does not take). */
+/* The task's graph task (a set's members: each its own). */
+static const struct tg_task *tg_of(const struct rt_launch *l)
+{
+	return ((const struct rt_run_task *)l->task->arg)->t;
+}
+
+/* The forward of a pack: each microbatch through its layers, interior
+ * outputs and stashes in its stash object (with recomputation: scratch in
+ * the work object, backward redoes it), the last output in the boundary. A
+ * tensor-parallel set runs its n members together (n = 1: a task alone),
+ * their blocks segment by segment with the exchanges between (tp_pass). */
 static int fwd_set(const struct rt_launch *L, int n)
 {
-	const struct rt_run_task *a0 = L[0].task->arg;
-	struct rt_run *r = a0->run;
-	const struct tg_task *t0 = a0->t;
+	const struct tg_task *t0 = tg_of(&L[0]);
+	struct rt_run *r = ((const struct rt_run_task *)L[0].task->arg)->run;
 	const struct tg_model_objs *mo = r->mo;
 	int P = mo->P, pk = t0->pack, mb = r->plan.microbatch;
 	int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
@@ -310,25 +193,27 @@ static int fwd_set(const struct rt_launch *L, int n)
 		char *W[DEV_MAX], *S[DEV_MAX];
 		void *work[DEV_MAX];
 		for (int i = 0; i < n; i++) {
-			const struct tg_task *t = ((const struct rt_run_task *)L[i].task->arg)->t;
+			const struct tg_task *t = tg_of(&L[i]);
 			x[i] = ptr_of(&L[i], pk ? mo->B[k * P + pk - 1] : mo->X[k]);
-			W[i] = ptr_of(&L[i], tg_w_of(mo, t->rep * P + pk, t->step));
+			W[i] = ptr_of(&L[i], tg_w_of(mo, rep_of(&L[i], r, t) * P + pk, t->step));
 			S[i] = ptr_of(&L[i], mo->S[k * P + pk]);
 			work[i] = t->work >= 0 ? ptr_raw(&L[i], t->work) : NULL;
+			if (tg_recomputes(&r->plan, pk)) /* scratch: backward redoes it */
+				S[i] = (char *)work[i] + r->pp_off[pk];
 		}
 		for (int l = lo; l < hi; l++) {
 			const struct rt_layer *ly = &r->m->layers[l];
 			struct kn_layer_mem mem[DEV_MAX];
 			struct kn_layer_io io[DEV_MAX];
 			for (int i = 0; i < n; i++) {
-				const struct tg_task *t =
-				    ((const struct rt_run_task *)L[i].task->arg)->t;
+				const struct tg_task *t = tg_of(&L[i]);
 				void *out = l == hi - 1 ? ptr_of(&L[i], mo->B[k * P + pk])
 				                        : S[i] + r->ioff[l];
 				const void *Y = pk == P - 1 ? ptr_of(&L[i], mo->Y[k]) : NULL;
-				mem[i] = (struct kn_layer_mem){.params = W[i] + r->poff[l],
-				                               .stash = S[i] + r->soff[l],
-				                               .work = work[i]};
+				mem[i] =
+				    (struct kn_layer_mem){.params = W[i] + r->poff[l],
+				                          .stash = S[i] ? S[i] + r->soff[l] : NULL,
+				                          .work = work[i]};
 				io[i] = (struct kn_layer_io){.in = x[i], .out = out, .targets = Y};
 				if (tp_block(ly))
 					continue;
@@ -342,7 +227,7 @@ static int fwd_set(const struct rt_launch *L, int n)
 				    .in = x[i],
 				    .out = out,
 				    .targets = Y,
-				    .tied = tied_params(&L[i], r, l, t->rep, t->step)};
+				    .tied = tied_params(&L[i], r, l, rep_of(&L[i], r, t), t->step)};
 				SP_CHECK(ly->ops->forward(&c));
 			}
 			if (tp_block(ly))
@@ -354,24 +239,41 @@ static int fwd_set(const struct rt_launch *L, int n)
 	return 0;
 }
 
-/* The backward of a pack by its n members (bwd_task's, without recompute). */
+static int fwd_task(const struct rt_launch *L, void *arg)
+{
+	(void)arg; /* L->task->arg */
+	return fwd_set(L, 1);
+}
+
+/* The samples the loss averages over: every node's batch. */
+static int batch_total(const struct rt_model *m)
+{
+	return m->batch_total > 0 ? m->batch_total : m->batch;
+}
+
+/* The backward of a pack: zero its gradient at the iteration's first
+ * accumulation (the mode the executor gave) and the input-gradient boundary,
+ * then each microbatch back through the layers, interior input gradients in
+ * two ping-pong buffers of the work object (with recomputation the forward
+ * first, its stash in the work object). The weights are the replica of the
+ * device it runs on, the gradient always the graph's replica (rep_of). A
+ * tensor-parallel set runs its n members together, as fwd_set. */
 static int bwd_set(const struct rt_launch *L, int n)
 {
-	const struct rt_run_task *a0 = L[0].task->arg;
-	struct rt_run *r = a0->run;
-	const struct tg_task *t0 = a0->t;
+	const struct tg_task *t0 = tg_of(&L[0]);
+	struct rt_run *r = ((const struct rt_run_task *)L[0].task->arg)->run;
 	const struct tg_model_objs *mo = r->mo;
 	const struct rt_model *m = r->m;
 	int P = mo->P, pk = t0->pack, mb = r->plan.microbatch;
 	int lo = pack_lo(r, pk), hi = pack_hi(r, pk);
 	char *W[DEV_MAX], *G[DEV_MAX], *work[DEV_MAX];
 	for (int i = 0; i < n; i++) {
-		const struct tg_task *t = ((const struct rt_run_task *)L[i].task->arg)->t;
+		const struct tg_task *t = tg_of(&L[i]);
 		int gobj = tg_g_of(mo, t->rep * P + pk, t->step);
-		W[i] = ptr_of(&L[i], tg_w_of(mo, t->rep * P + pk, t->step));
+		W[i] = ptr_of(&L[i], tg_w_of(mo, rep_of(&L[i], r, t) * P + pk, t->step));
 		G[i] = ptr_of(&L[i], gobj);
 		work[i] = t->work >= 0 ? ptr_raw(&L[i], t->work) : NULL;
-		if (mode_of(&L[i], gobj) == VMM_OVERWRITE) {
+		if (mode_of(&L[i], gobj) == VMM_OVERWRITE) { /* the first accumulation */
 			uint64_t gb = 0;
 			for (int l = lo; l < hi; l++)
 				gb += m->layers[l].grad_bytes;
@@ -384,12 +286,35 @@ static int bwd_set(const struct rt_launch *L, int n)
 		const void *in[DEV_MAX], *dout[DEV_MAX], *Y[DEV_MAX];
 		void *dpack[DEV_MAX];
 		for (int i = 0; i < n; i++) {
+			const struct tg_task *t = tg_of(&L[i]);
 			S[i] = ptr_of(&L[i], mo->S[k * P + pk]);
 			in[i] = ptr_of(&L[i], pk ? mo->B[k * P + pk - 1] : mo->X[k]);
 			Y[i] = pk == P - 1 ? ptr_of(&L[i], mo->Y[k]) : NULL;
 			dout[i] =
 			    ptr_of(&L[i], pk == P - 1 ? mo->B[k * P + pk] : mo->D[k * P + pk + 1]);
 			dpack[i] = pk ? ptr_of(&L[i], mo->D[k * P + pk]) : NULL;
+			if (tg_recomputes(&r->plan, pk)) { /* forward again, its stash in work */
+				S[i] = work[i] + r->rc_off[pk];
+				const void *x = in[i];
+				for (int l = lo; l < hi; l++) { /* never a shard: refused at open */
+					const struct rt_layer *ly = &m->layers[l];
+					struct rt_layer_call c = {
+					    .s = L[i].s,
+					    .layer = ly,
+					    .B = mb,
+					    .params = W[i] + r->poff[l],
+					    .stash = S[i] + r->soff[l],
+					    .work = work[i],
+					    .in = x,
+					    .out = l == hi - 1 ? S[i] + r->rc_out[pk]
+					                       : S[i] + r->ioff[l],
+					    .targets = Y[i],
+					    .tied = tied_params(&L[i], r, l, rep_of(&L[i], r, t),
+					                        t->step)};
+					SP_CHECK(ly->ops->forward(&c));
+					x = c.out;
+				}
+			}
 			if (dpack[i])
 				SP_CHECK(zero(L[i].s, dpack[i],
 				              m->layers[lo - 1].out_per_sample * (uint64_t)mb));
@@ -400,8 +325,7 @@ static int bwd_set(const struct rt_launch *L, int n)
 			struct kn_layer_mem mem[DEV_MAX];
 			struct kn_layer_io io[DEV_MAX];
 			for (int i = 0; i < n; i++) {
-				const struct tg_task *t =
-				    ((const struct rt_run_task *)L[i].task->arg)->t;
+				const struct tg_task *t = tg_of(&L[i]);
 				void *din = dpack[i];
 				if (l > lo) { /* an interior input gradient: a ping-pong buffer */
 					din =
@@ -411,10 +335,11 @@ static int bwd_set(const struct rt_launch *L, int n)
 					         m->layers[l - 1].out_per_sample * (uint64_t)mb));
 				}
 				const void *lin = l == lo ? in[i] : S[i] + r->ioff[l - 1];
-				mem[i] = (struct kn_layer_mem){.params = W[i] + r->poff[l],
-				                               .grads = G[i] + r->goff[l],
-				                               .stash = S[i] + r->soff[l],
-				                               .work = work[i]};
+				mem[i] =
+				    (struct kn_layer_mem){.params = W[i] + r->poff[l],
+				                          .grads = G[i] + r->goff[l],
+				                          .stash = S[i] ? S[i] + r->soff[l] : NULL,
+				                          .work = work[i]};
 				io[i] = (struct kn_layer_io){.in = lin,
 				                             .dout = dout[i],
 				                             .din = din,
@@ -434,7 +359,7 @@ static int bwd_set(const struct rt_launch *L, int n)
 				    .dout = dout[i],
 				    .din = din,
 				    .targets = Y[i],
-				    .tied = tied_params(&L[i], r, l, t->rep, t->step),
+				    .tied = tied_params(&L[i], r, l, rep_of(&L[i], r, t), t->step),
 				    .tied_grad =
 				        ly->tied ? G[i] + r->goff[l] + ly->param_bytes : NULL,
 				    .dloss = dloss};
@@ -449,6 +374,12 @@ static int bwd_set(const struct rt_launch *L, int n)
 		}
 	}
 	return 0;
+}
+
+static int bwd_task(const struct rt_launch *L, void *arg)
+{
+	(void)arg; /* L->task->arg */
+	return bwd_set(L, 1);
 }
 
 static int loss_task(const struct rt_launch *L, void *arg)
