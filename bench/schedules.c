@@ -128,10 +128,9 @@ static int simulate(struct rt_model *m, const struct tg_plan *plan, enum mode mo
 		struct tg_time tt;
 		/* tensor parallelism: the members' layers, by FLOPs (a shard's pass
 		 * runs in segments, which the pilot run does not time) */
-		struct rt_model mm = {0};
-		int members = plan->tp > 1 && rt_model_gpt_members(m, plan->tp, &mm) == 0;
-		if (members)
-			rt_model_tg(&mm, tl, &tm);
+		int members = plan->tp > 1; /* the run's model is the members' */
+		if (tl && members)
+			rt_model_tg(run->m, tl, &tm);
 		if (tl && (members || rt_model_profile(rt, m, plan->microbatch) == 0)) {
 			if (!members)
 				rt_model_tg_timed(m, hw.flops, tl, &tm);
@@ -150,7 +149,6 @@ static int simulate(struct rt_model *m, const struct tg_plan *plan, enum mode mo
 			}
 		}
 		free(tl);
-		free(mm.layers);
 	}
 	rt_run_close(run);
 	rt_close(rt);

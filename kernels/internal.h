@@ -23,6 +23,9 @@ struct kn_runner {
 	           struct dev_cost cost);
 	void *ctx;
 };
+/* Runs op with args struct a through runner r, returning its error. */
+#define KN_RUN(r, op, a) \
+	SP_CHECK((r)->run((r)->ctx, &kn_##op##_kernel, &(a), sizeof(a), kn_##op##_cost(&(a))))
 int kn_layer_forward_run(const struct kn_runner *r, const struct kn_model_config *cfg,
                          enum kn_layer_kind kind, int B, int T, const struct kn_layer_mem *mem,
                          const struct kn_layer_io *io);

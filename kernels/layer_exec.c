@@ -21,9 +21,6 @@
  */
 #include "kernels/internal.h"
 
-#define KN_RUN(r, op, a) \
-	SP_CHECK((r)->run((r)->ctx, &kn_##op##_kernel, &(a), sizeof(a), kn_##op##_cost(&(a))))
-
 struct kn_block_ptrs {
 	void *p[KN_BLOCK_NPARAMS], *g[KN_BLOCK_NPARAMS];
 	void *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fch_gelu;

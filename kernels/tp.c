@@ -16,9 +16,6 @@
  */
 #include "kernels/internal.h"
 
-#define KN_RUN(r, op, a) \
-	SP_CHECK((r)->run((r)->ctx, &kn_##op##_kernel, &(a), sizeof(a), kn_##op##_cost(&(a))))
-
 int kn_block_tp_check(const struct kn_model_config *cfg, int t)
 {
 	SP_CHECK(kn_model_config_check(cfg));

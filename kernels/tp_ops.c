@@ -1,7 +1,8 @@
 /* kernels/tp_ops.c — the strided GEMM, column sum and tree sum on the CPU
  * (fp32), which the tensor-parallel block form (tp.c) is built from. The
- * GEMM is kn_gemm_f32 (OpenBLAS: it splits output tiles, never K); the sums
- * run in the fixed orders kernels.h states. */
+ * GEMM is kn_gemm_f32 (OpenBLAS: it splits output tiles, never K); the tree
+ * sum runs in kernels.h's order, the column sum row after row (CUDA's in 32
+ * strided partials: each backend its own fixed order). */
 #include "kernels/internal.h"
 
 void kn_gemm_cpu(const struct kn_gemm_args *a)

@@ -711,10 +711,14 @@ static int collective_ready(struct xs *x, int t, int *members, int *n)
 {
 	struct rt_prog *p = x->p;
 	int g = p->task[t].coll_group, k = 0, busy = 0;
+	int set = (p->task[t].flags & RT_TASK_SET) != 0;
 	for (int i = x->coll_first[g]; i < p->ntask; i++) {
 		const struct rt_task *m = &p->task[i];
-		if (!(m->flags & RT_TASK_COLLECTIVE) || m->coll_group != g)
+		if (!(m->flags & RT_TASK_COLLECTIVE) || m->coll_group != g) {
+			if (set) /* a set's members are consecutive in the program */
+				break;
 			continue;
+		}
 		struct xq *qq = &x->q[task_queue(x, m->dev)];
 		int head = -1;
 		for (int j = qq->pos; j < qq->len; j++)

@@ -336,10 +336,10 @@ void rt_model_tg(const struct rt_model *m, struct tg_layer *layers, struct tg_mo
 		                              .bwd_flops_per_sample = l->bwd_flops_per_sample,
 		                              .tied = l->tied,
 		                              .tied_layer = l->tied_layer};
-		if (l->kind == KN_LAYER_BLOCK && l->gpt.tp_shards > 1) /* 2 exchanges a pass */
-			layers[i].xchg_bytes_per_sample = 2ull * (uint64_t)(l->gpt.tp_shards - 1) *
-			                                  (uint64_t)l->T * (uint64_t)l->gpt.C *
-			                                  sizeof(float);
+		if (l->kind == KN_LAYER_BLOCK && l->gpt.tp_shards > 1) /* the exchanges of a pass */
+			layers[i].xchg_bytes_per_sample =
+			    (uint64_t)(KN_TP_SEGS - 1) * (uint64_t)(l->gpt.tp_shards - 1) *
+			    (uint64_t)l->T * (uint64_t)l->gpt.C * sizeof(float);
 	}
 	*out = (struct tg_model){.id = 0,
 	                         .nlayers = m->nlayers,
@@ -545,12 +545,13 @@ int rt_layer_init_optim(const struct rt_model *m, int l, void *optim, uint64_t s
 
 int rt_layer_init_member(const struct rt_model *m, int l, void *params, uint64_t seed, int member)
 {
-	SP_CHECK_ARG(m && params && l >= 0 && l < m->nlayers, "rt_layer_init: bad arguments");
+	SP_CHECK_ARG(m && params && l >= 0 && l < m->nlayers,
+	             "rt_layer_init_member: bad arguments");
 	const struct rt_layer *ly = &m->layers[l];
 	int t = ly->gpt.tp_shards;
 	if (!(ly->kind == KN_LAYER_BLOCK && ly->ops == &gpt_ops && t > 1))
 		return rt_layer_init(m, l, params, seed);
-	SP_CHECK_ARG(member >= 0 && member < t, "rt_layer_init: member %d of %d", member, t);
+	SP_CHECK_ARG(member >= 0 && member < t, "rt_layer_init_member: member %d of %d", member, t);
 	size_t n[KN_BLOCK_NPARAMS], total = 0; /* the whole block's, then member's cut */
 	kn_block_param_sizes(ly->gpt.C, n);
 	for (int i = 0; i < KN_BLOCK_NPARAMS; i++)
@@ -599,12 +600,9 @@ int rt_model_gpt_members(const struct rt_model *m, int t, struct rt_model *out)
 		if (!rc)
 			rc = gpt_layer(&cfg, ly->T, KN_LAYER_BLOCK, (int)(uintptr_t)ly->arg,
 			               &mm.layers[i]);
-		struct rt_layer *x = &mm.layers[i];
-		if (!rc && x->std_optim)
-			x->optim_bytes =
-			    x->master_bytes +
-			    kn_optim_state_bytes(m->opt.kind, m->opt.momentum, rt_layer_nparams(x));
 	}
+	if (!rc) /* the shards' optimizer state, for the model's optimizer */
+		rc = rt_model_set_optimizer(&mm, m->opt.kind, m->opt.momentum);
 	if (rc < 0) {
 		free(mm.layers);
 		return rc;
@@ -617,6 +615,9 @@ int rt_layer_init(const struct rt_model *m, int l, void *params, uint64_t seed)
 {
 	SP_CHECK_ARG(m && params && l >= 0 && l < m->nlayers, "rt_layer_init: bad arguments");
 	const struct rt_layer *ly = &m->layers[l];
+	SP_CHECK_ARG(!(ly->kind == KN_LAYER_BLOCK && ly->gpt.tp_shards > 1),
+	             "rt_layer_init: %s is a shard of %d (rt_layer_init_member)", ly->name,
+	             ly->gpt.tp_shards);
 	if (ly->ops && ly->ops->init)
 		return ly->ops->init(ly, params, seed);
 	memset(params, 0, ly->param_bytes);

@@ -708,12 +708,10 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 		}
 		SP_CHECK_GOTO(rt_model_gpt_members(m, plan->tp, &r->members), rc, fail);
 		r->m = m = &r->members;
-		for (int i = 0; i < plan->tp; i++)
-			if (dev_event_create(rt->dev, &r->tp_done[i]) < 0 ||
-			    dev_event_create(rt->dev, &r->tp_pulled[i]) < 0) {
-				rc = -EIO;
-				goto fail;
-			}
+		for (int i = 0; i < plan->tp; i++) {
+			SP_CHECK_GOTO(dev_event_create(rt->dev, &r->tp_done[i]), rc, fail);
+			SP_CHECK_GOTO(dev_event_create(rt->dev, &r->tp_pulled[i]), rc, fail);
+		}
 	}
 	r->tgl = calloc((size_t)m->nlayers, sizeof(*r->tgl));
 	if (!r->tgl) {
@@ -781,9 +779,9 @@ int rt_run_open(struct rt_ctx *rt, const struct rt_model *m, const struct tg_pla
 		static const char *const kn[] = {"fwd", "bwd", "upd", "allreduce", "loss", "norm"};
 		snprintf(tk.name, sizeof(tk.name), "%s p%d mb%d+%d r%d", kn[t->kind], t->pack,
 		         t->mb0, t->nmb, t->rep);
-		snprintf(tk.name + strlen(tk.name), sizeof(tk.name) - strlen(tk.name), "%s",
-		         g->tp > 1 ? (const char *[]){" m0", " m1", " m2", " m3"}[t->member & 3]
-		                   : "");
+		if (g->tp > 1)
+			snprintf(tk.name + strlen(tk.name), sizeof(tk.name) - strlen(tk.name),
+			         " m%d", t->member);
 		switch (t->kind) {
 		case TG_FWD: tk.fn = fwd_task; break;
 		case TG_BWD: tk.fn = bwd_task; break;
@@ -1328,8 +1326,8 @@ static int write_prev(struct rt_run *r, int l, const void *in)
 			w[i] = kn_f32_to_bf16(((const float *)in)[i]);
 	}
 	int rc = 0;
-	void *piece = r->g.tp > 1 ? malloc(piece_bytes(r, l, RT_PARAMS) + 1) : NULL;
-	if (r->g.tp > 1 && !piece)
+	void *piece = tp_block(ly) ? malloc(piece_bytes(r, l, RT_PARAMS) + 1) : NULL;
+	if (tp_block(ly) && !piece)
 		rc = sp_error(-ENOMEM, "rt_run_write_state: %s", ly->name);
 	for (int mem = 0; mem < r->g.tp && !rc; mem++) {
 		if (piece) /* fp32 only */
@@ -1341,7 +1339,7 @@ static int write_prev(struct rt_run *r, int l, const void *in)
 			                piece ? piece
 			                : w   ? (const void *)w
 			                      : in,
-			                r->m->layers[l].param_bytes);
+			                ly->param_bytes);
 		}
 	}
 	free(piece);
@@ -1386,8 +1384,8 @@ int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void 
 	int rc = 0;
 	/* tensor parallelism: each member's piece (every member holds the
 	 * layers that are no shard: the whole state each) */
-	void *piece = r->g.tp > 1 ? malloc(piece_bytes(r, l, which) + 1) : NULL;
-	if (r->g.tp > 1 && !piece)
+	void *piece = tp_block(ly) ? malloc(piece_bytes(r, l, which) + 1) : NULL;
+	if (tp_block(ly) && !piece)
 		rc = sp_error(-ENOMEM, "rt_run_write_state: %s", ly->name);
 	for (int mem = 0; mem < r->g.tp && bytes && !rc; mem++) {
 		const void *src = in;
@@ -1411,8 +1409,7 @@ int rt_run_write_state(struct rt_run *r, int l, enum rt_state which, const void 
 			if (!rc && which == RT_PARAMS && r->mo->Wnew[i] >= 0)
 				rc = write_host(
 				    r, &r->prog.obj[(w ? r->mo->Wnew[i] : r->mo->W[i]) + mem],
-				    r->poff[l], w ? (const void *)w : src,
-				    r->m->layers[l].param_bytes);
+				    r->poff[l], w ? (const void *)w : src, ly->param_bytes);
 		}
 	}
 	free(piece);

@@ -167,9 +167,8 @@ static int tp_shape(struct run *r)
 		    -EINVAL,
 		    "--tensor-parallel %d: the model's %d heads and %d channels must be "
 		    "multiples of %d (every block runs in %d fixed chunks, %d a "
-		    "device); --heads %d would",
-		    t, k->NH, k->C, KN_TP_CHUNKS, KN_TP_CHUNKS, KN_TP_CHUNKS / t,
-		    (k->NH + KN_TP_CHUNKS - 1) / KN_TP_CHUNKS * KN_TP_CHUNKS);
+		    "device; --heads, --channels)",
+		    t, k->NH, k->C, KN_TP_CHUNKS, KN_TP_CHUNKS, KN_TP_CHUNKS / t);
 	if (k->dtype != KN_F32)
 		return sp_error(-EINVAL, "--tensor-parallel %d: fp32 only (--precision fp32)", t);
 	if (c->grad_clip > 0)
